@@ -1,0 +1,86 @@
+"""Seeded test inputs for a convention: randomized shapes, integer and large-score cases."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from grader.reference.attention import Case, Head, attention
+
+from .conventions import Convention
+
+# (N, D, H): N != D, a single token, a long sequence, several H that divide D.
+RANDOM_SHAPES = ((4, 6, 2), (1, 4, 2), (64, 8, 4), (7, 12, 3), (5, 6, 3))
+# Seed 002's largest score is about 756: past exp's float64 range (about 709).
+LARGE_SCORE = 800.0
+
+
+def head_count(conv: Convention, requested: int) -> int:
+    return {"one": 1, "two": 2}.get(conv.heads, requested)
+
+
+def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: int,
+                label: str = "", integral: bool = False) -> Case:
+    """A case fitting the convention. Single-head conventions get d_k = D / h, so per-head
+    dimensions other than D are exercised unless the convention needs square weights."""
+    n_heads = head_count(conv, h)
+    d_k = d if conv.square else d // h
+    if conv.heads != "one":
+        d_k = d // n_heads
+
+    def matrix(rows, cols):
+        if integral and conv.int_inputs == "qkv":
+            return rng.integers(-1, 2, size=(rows, cols)).astype(np.float64)
+        return rng.normal(size=(rows, cols))
+
+    heads = []
+    for _ in range(n_heads):
+        biases = [rng.normal(size=d_k) if conv.biases else None for _ in range(3)]
+        heads.append(Head(matrix(d, d_k), matrix(d, d_k), matrix(d, d_k), *biases))
+    if integral:
+        x = rng.integers(-2, 3, size=(n, d))
+    else:
+        x = rng.normal(size=(n, d))
+    wo = rng.normal(size=(n_heads * d_k, d)) if conv.projection else None
+    return conv.prepare(Case(x=x, heads=tuple(heads), wo=wo,
+                             label=label or f"random N = {n}, D = {d}, H = {n_heads}"))
+
+
+def random_cases(conv: Convention, seed: int, shapes=RANDOM_SHAPES) -> list[Case]:
+    rng = np.random.default_rng(seed)
+    return [random_case(conv, rng, n, d, h) for n, d, h in shapes]
+
+
+def single_head_case(conv: Convention, seed: int) -> Case:
+    return random_case(conv, np.random.default_rng(seed + 1), 5, 6, 1, label="H = 1, N = 5, D = 6")
+
+
+def integer_case(conv: Convention, seed: int) -> Case:
+    return random_case(conv, np.random.default_rng(seed + 2), 3, 4, 2, integral=True,
+                       label="integer input, N = 3, D = 4")
+
+
+def base_case(conv: Convention, seed: int) -> Case:
+    return random_case(conv, np.random.default_rng(seed + 3), 5, 6, 2, label="N = 5, D = 6")
+
+
+def max_abs_score(case: Case) -> float:
+    return max(float(np.abs(h["scores"]).max()) for h in attention(case)["heads"])
+
+
+def large_score_case(conv: Convention, seed: int) -> Case:
+    """Scale the tokens until some score exceeds LARGE_SCORE, as in seed 002."""
+    case = random_case(conv, np.random.default_rng(seed + 4), 4, 6, 2, label="large scores")
+    factor = 1.0
+    while max_abs_score(replace(case, x=case.x * factor)) < LARGE_SCORE:
+        factor *= 1.5
+    case = replace(case, x=case.x * factor)
+    return replace(case, label=f"large scores (max |score| = {max_abs_score(case):.0f}, as in seed 002)")
+
+
+def token_permutation(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed + 5)
+    order = rng.permutation(n)
+    while n > 1 and np.array_equal(order, np.arange(n)):
+        order = rng.permutation(n)
+    return order

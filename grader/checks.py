@@ -1,0 +1,285 @@
+"""The checks: which calls each one needs, and how it judges what came back.
+
+A check never talks to the kernel. It names its probes (a canonical case plus a variant);
+the grader runs them once each, and the check judges the canonical parts that came back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from grader.reference.attention import Case
+from grader.reference.sheets import FIXED_DATA
+
+from . import cases as make
+from .conventions import PART_WORDS, TOKEN_AXES, Convention
+from .returns import Parts, Tolerance, compare
+
+VARIANTS = ("plain", "fortran", "strided", "float32", "int")
+FLOAT32_LOOSENING = 1e3
+HEATMAP_MAX_TOKENS = 12
+
+
+@dataclass(frozen=True)
+class Probe:
+    case: Case
+    variant: str = "plain"
+    return_inputs: bool = False
+
+    @property
+    def key(self) -> tuple:
+        return (self.case.label, self.variant, self.return_inputs)
+
+    @property
+    def label(self) -> str:
+        extra = {"plain": "", "fortran": ", Fortran-ordered inputs", "strided": ", non-contiguous inputs",
+                 "float32": ", float32 inputs", "int": ", integer inputs"}[self.variant]
+        return self.case.label + extra
+
+
+@dataclass
+class Outcome:
+    status: str                   # ok | missing | error | timeout | dead
+    parts: Parts | None = None
+    error: str = ""
+    sent: list = field(default_factory=list)
+    inputs_after: list | None = None
+    by_keyword: bool = False
+
+
+@dataclass
+class Verdict:
+    status: str                   # passed | failed | error
+    message: str
+    figures: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Context:
+    seed: int
+    tolerance: Tolerance
+    forbidden_uses: dict = field(default_factory=dict)   # function name -> [module, ...]
+
+
+@dataclass(frozen=True)
+class CheckKind:
+    name: str
+    title: str
+    default_points: float
+    applies: Callable[[Convention, bool], bool]
+    probes: Callable
+    judge: Callable
+
+
+def _returns_weights(conv: Convention) -> bool:
+    return "weights" in conv.returns or "weights_per_head" in conv.returns
+
+
+def _failed_call(probe: Probe, outcome: Outcome) -> Verdict | None:
+    if outcome.status == "ok":
+        return None
+    return Verdict("error", f"On {probe.label}: {outcome.error}")
+
+
+def _heatmap(part: str, actual, expected) -> list:
+    if part not in ("weights", "weights_per_head"):
+        return []
+    if part == "weights_per_head":
+        if not isinstance(actual, list) or not actual:
+            return []
+        actual, expected = actual[0], expected[0]
+    if actual.shape != expected.shape or actual.ndim != 2 or actual.shape[0] > HEATMAP_MAX_TOKENS:
+        return []
+    return [{"title": PART_WORDS[part], "student": actual.tolist(), "expected": expected.tolist()}]
+
+
+def _reference_mismatch(conv: Convention, probe: Probe, parts: Parts, tol: Tolerance) -> Verdict | None:
+    if probe.variant == "float32":
+        tol = tol.loosened(FLOAT32_LOOSENING)
+    for part, expected in conv.expected_parts(probe.case).items():
+        if part not in parts.values:
+            why = "; ".join(parts.problems) or f"no {PART_WORDS[part]} was returned"
+            return Verdict("failed", f"On {probe.label}: {why}.")
+        problem = compare(parts.values[part], expected, tol, conv.columns and part == "output")
+        if problem:
+            return Verdict("failed", f"On {probe.label}: the {PART_WORDS[part]} {problem}.",
+                           _heatmap(part, parts.values[part], expected))
+    return None
+
+
+def judge_against_reference(fn, ctx: Context, results) -> Verdict:
+    for probe, outcome in results:
+        verdict = _failed_call(probe, outcome) or _reference_mismatch(fn.convention, probe, outcome.parts,
+                                                                      ctx.tolerance)
+        if verdict:
+            return verdict
+    labels = "; ".join(p.label for p, _ in results)
+    return Verdict("passed", f"Matches the reference on {len(results)} case(s): {labels}.")
+
+
+def judge_stability(fn, ctx: Context, results) -> Verdict:
+    verdict = judge_against_reference(fn, ctx, results)
+    if verdict.status == "failed" and "NaN or inf" in verdict.message:
+        verdict.message += (" exp() of scores this large overflows; subtract each row's maximum before "
+                            "exponentiating (softmax is unchanged by that shift).")
+    return verdict
+
+
+def _weights_in(parts: Parts) -> list:
+    found = []
+    if "weights" in parts.values:
+        found.append(("attention weights", parts.values["weights"]))
+    for i, w in enumerate(parts.values.get("weights_per_head", [])):
+        found.append((f"attention weights of head {i + 1}", w))
+    return found
+
+
+def judge_distribution(fn, ctx: Context, results) -> Verdict:
+    for probe, outcome in results:
+        failed = _failed_call(probe, outcome)
+        if failed:
+            return failed
+        weights = _weights_in(outcome.parts)
+        if not weights:
+            return Verdict("failed", f"On {probe.label}: no attention weights were returned.")
+        for what, w in weights:
+            w = w.astype(np.float64)
+            if w.ndim != 2 or not np.all(np.isfinite(w)):
+                return Verdict("failed", f"On {probe.label}: the {what} are not a finite N x N matrix.")
+            if w.min() < -1e-12:
+                return Verdict("failed", f"On {probe.label}: the {what} contain a negative value ({w.min():.3g}).")
+            sums = w.sum(axis=1)
+            worst = int(np.argmax(np.abs(sums - 1)))
+            if abs(sums[worst] - 1) > 1e-6:
+                return Verdict("failed", f"On {probe.label}: row {worst} of the {what} sums to {sums[worst]:.4g}; "
+                                         "each query's weights must sum to 1 (softmax over the keys, axis=-1).")
+    return Verdict("passed", f"Weights are non-negative and each row sums to 1 on {len(results)} case(s).")
+
+
+def _permute(value, order: np.ndarray, axes: tuple):
+    if isinstance(value, list):
+        return [_permute(v, order, axes) for v in value]
+    for axis in axes:
+        value = np.take(value, order, axis=axis)
+    return value
+
+
+def judge_permutation(fn, ctx: Context, results) -> Verdict:
+    (base_probe, base), (probe, permuted) = results
+    for p, o in results:
+        failed = _failed_call(p, o)
+        if failed:
+            return failed
+    order = make.token_permutation(base_probe.case.n, ctx.seed)
+    for part, value in base.parts.values.items():
+        if part not in permuted.parts.values:
+            continue
+        problem = compare(permuted.parts.values[part], _permute(value, order, TOKEN_AXES[part]), ctx.tolerance)
+        if problem:
+            return Verdict("failed", f"Permuting the tokens (order {order.tolist()}) should permute the "
+                                     f"{PART_WORDS[part]} the same way, but the result {problem}.")
+    return Verdict("passed", f"Permuting the tokens (order {order.tolist()}) permutes the results the same way.")
+
+
+def judge_unmodified(fn, ctx: Context, results) -> Verdict:
+    (probe, outcome), = results
+    failed = _failed_call(probe, outcome)
+    if failed:
+        return failed
+    for name, sent, after in zip(fn.params, outcome.sent, outcome.inputs_after or []):
+        if isinstance(sent, np.ndarray) and (after is None or after.shape != sent.shape
+                                             or not np.array_equal(after, sent)):
+            return Verdict("failed", f"The function changed its argument `{name}` in place; "
+                                     "work on a copy (e.g. `x = x - m`, not `x -= m`).")
+    return Verdict("passed", "The inputs are left unmodified.")
+
+
+def judge_structure(fn, ctx: Context, results) -> Verdict:
+    (probe, outcome), = results
+    failed = _failed_call(probe, outcome)
+    if failed:
+        return failed
+    conv = fn.convention
+    problems = list(outcome.parts.problems)
+    for part, expected in conv.expected_parts(probe.case).items():
+        actual = outcome.parts.values.get(part)
+        if actual is None:
+            continue
+        if isinstance(expected, list):
+            if not isinstance(actual, list) or len(actual) != len(expected):
+                problems.append(f"the {PART_WORDS[part]} should be a list of {len(expected)} N x N arrays")
+            continue
+        if actual.shape != expected.shape:
+            problem = compare(actual, expected, ctx.tolerance, conv.columns and part == "output")
+            problems.append(f"the {PART_WORDS[part]} {problem}")
+    if problems:
+        return Verdict("failed", f"Returned {outcome.parts.returned}: " + "; ".join(problems) + ".")
+    return Verdict("passed", f"Returns {outcome.parts.returned}, as expected.")
+
+
+def judge_forbidden(fn, ctx: Context, results) -> Verdict:
+    uses = ctx.forbidden_uses.get(fn.name, [])
+    if uses:
+        return Verdict("failed", f"Uses {', '.join(sorted(uses))}, which this assignment forbids: "
+                                 "implement attention with NumPy operations only.")
+    return Verdict("passed", "Uses no forbidden library.")
+
+
+def _fixed(fn, ctx):
+    return [Probe(c) for c in FIXED_DATA[fn.fixed_data]()]
+
+
+def _random(fn, ctx):
+    return [Probe(c) for c in make.random_cases(fn.convention, ctx.seed)]
+
+
+def _base(fn, ctx, **kw):
+    return Probe(make.base_case(fn.convention, ctx.seed), **kw)
+
+
+def _permutation(fn, ctx):
+    base = make.base_case(fn.convention, ctx.seed)
+    return [Probe(base), Probe(base.permuted(make.token_permutation(base.n, ctx.seed)))]
+
+
+def _layouts(fn, ctx):
+    return [_base(fn, ctx, variant="fortran"), _base(fn, ctx, variant="strided")]
+
+
+def _dtypes(fn, ctx):
+    probes = [_base(fn, ctx, variant="float32")]
+    if fn.convention.int_inputs != "none":
+        probes.append(Probe(make.integer_case(fn.convention, ctx.seed), variant="int"))
+    return probes
+
+
+def _always(conv, has_fixed):
+    return True
+
+
+CHECKS: dict[str, CheckKind] = {c.name: c for c in [
+    CheckKind("fixed", "Data from the assignment sheet", 3, lambda conv, has_fixed: has_fixed,
+              _fixed, judge_against_reference),
+    CheckKind("random_shapes", "Randomized shapes (N != D, N = 1, N = 64, several H)", 3, _always,
+              _random, judge_against_reference),
+    CheckKind("single_head", "H = 1 gives single-head attention", 1, lambda conv, f: conv.heads == "many",
+              lambda fn, ctx: [Probe(make.single_head_case(fn.convention, ctx.seed))], judge_against_reference),
+    CheckKind("weights_distribution", "Attention weights are a distribution", 1,
+              lambda conv, f: _returns_weights(conv),
+              lambda fn, ctx: [_base(fn, ctx), *_random(fn, ctx)], judge_distribution),
+    CheckKind("permutation_equivariance", "Permuting tokens permutes the results", 1, _always,
+              _permutation, judge_permutation),
+    CheckKind("memory_layout", "Fortran-ordered and non-contiguous inputs", 1, _always,
+              _layouts, judge_against_reference),
+    CheckKind("dtypes", "float32 and integer inputs", 1, _always, _dtypes, judge_against_reference),
+    CheckKind("inputs_unmodified", "Inputs are left unmodified", 1, _always,
+              lambda fn, ctx: [_base(fn, ctx, return_inputs=True)], judge_unmodified),
+    CheckKind("return_structure", "Return type and shapes", 1, _always,
+              lambda fn, ctx: [_base(fn, ctx)], judge_structure),
+    CheckKind("numerical_stability", "Large scores (seed 002's magnitudes) stay finite", 1, _always,
+              lambda fn, ctx: [Probe(make.large_score_case(fn.convention, ctx.seed))], judge_stability),
+    CheckKind("forbidden_libraries", "No neural-network or softmax libraries", 0, _always,
+              lambda fn, ctx: [], judge_forbidden),
+]}

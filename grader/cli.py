@@ -1,0 +1,86 @@
+"""Command line: `grader check`, `grader assignments`, `grader settings`."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import __version__
+from .grade import grade_path
+from .loader import SubmissionError, load_submission
+from .report_html import write_html
+from .settings import add_arguments, from_namespace, markdown_table
+from .spec import SpecError, builtin_names, load_assignment
+from .terminal import summary
+
+EXIT_FULL_MARKS, EXIT_FAILURES, EXIT_UNUSABLE = 0, 1, 2
+
+
+def _assignment_for(path: Path, requested: str | None):
+    """An explicit --assignment wins; else the notebook's metadata `grader.assignment`; else rows."""
+    if requested:
+        return load_assignment(requested)
+    nb = load_submission(path)
+    return load_assignment(nb.metadata.get("grader", {}).get("assignment", "rows"))
+
+
+def check(ns) -> int:
+    settings = from_namespace(ns)
+    if len(ns.paths) > 1 and (settings.json or settings.html):
+        raise SubmissionError("--json and --html take one submission at a time")
+    code = EXIT_FULL_MARKS
+    for path in ns.paths:
+        assignment = _assignment_for(path, settings.assignment)
+        load_submission(path)
+        result = grade_path(path, assignment, settings)
+        print(summary(result, staff=settings.staff), flush=True)
+        if settings.json:
+            result.write_json(settings.json)
+        if settings.html:
+            write_html(result, settings.html, staff=settings.staff)
+        if not result.full_marks:
+            code = EXIT_FAILURES
+    return code
+
+
+def list_assignments(ns) -> int:
+    for name in builtin_names():
+        a = load_assignment(name)
+        print(f"{name:<10} {a.title}")
+        for fn in a.functions:
+            print(f"{'':<10}   {fn.name}({', '.join(fn.params)})  [{fn.convention.name}]")
+    return 0
+
+
+def show_settings(ns) -> int:
+    print(markdown_table())
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="grader", description="Grade self-attention notebooks.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check", help="grade notebooks (or .py files) and print a summary")
+    c.add_argument("paths", nargs="+", type=Path, metavar="SUBMISSION")
+    add_arguments(c)
+    c.set_defaults(run=check)
+    sub.add_parser("assignments", help="list the built-in assignments").set_defaults(run=list_assignments)
+    sub.add_parser("settings", help="print the settings table (markdown)").set_defaults(run=show_settings)
+    return p
+
+
+def main(argv=None) -> int:
+    ns = parser().parse_args(argv)
+    try:
+        return ns.run(ns)
+    except (SubmissionError, SpecError) as exc:
+        print(f"grader: error: {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    except KeyboardInterrupt:
+        print("grader: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""Run a notebook top to bottom in a real Jupyter kernel, then run probe code in it.
+
+Errors are recorded and execution goes on; a cell that runs too long is interrupted; a
+kernel that dies or ignores interrupts ends the run and is said to have done so. Only error
+outputs and the harness's payloads are kept, so a cell that prints hundreds of megabytes
+costs the grader no memory.
+"""
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+
+import nbformat
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+from nbclient.exceptions import DeadKernelError
+
+from .harness import MIME
+from .static_scan import python_source
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# After an interrupt, how long a cell may keep running before the kernel is killed.
+INTERRUPT_GRACE = 5.0
+
+
+@dataclass
+class CellError:
+    cell: int            # index of the cell in the notebook, -1 for the grader's own code
+    kind: str            # error | timeout | kernel_died | deadline
+    ename: str
+    evalue: str
+    traceback: str = ""
+    source: str = ""
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+
+@dataclass
+class ExecutionLog:
+    errors: list[CellError] = field(default_factory=list)
+    cells_run: int = 0
+    seconds: float = 0.0
+    output_bytes: int = 0
+    kernel_alive: bool = True
+
+
+def clean_traceback(lines: list[str], limit: int = 4000) -> str:
+    text = ANSI.sub("", "\n".join(lines))
+    return text if len(text) <= limit else text[:limit] + "\n[traceback truncated]"
+
+
+def kernel_environment(workdir: str) -> dict:
+    """A scrubbed environment: nothing of the grader's own variables reaches the kernel."""
+    keep = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "SYSTEMROOT")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env.update(HOME=workdir, TMPDIR=workdir, IPYTHONDIR=os.path.join(workdir, ".ipython"),
+               MPLBACKEND="Agg", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               MKL_NUM_THREADS="1", PYDEVD_DISABLE_FILE_VALIDATION="1", JUPYTER_PLATFORM_DIRS="1")
+    return env
+
+
+def default_kernel_manager(workdir: str) -> AsyncKernelManager:
+    """The one seam for kernel launching: a pre-warmed kernel can be handed in instead.
+    Unix sockets rather than TCP: the kernel needs no network port."""
+    return AsyncKernelManager(kernel_name="python3", transport="ipc",
+                              ip=os.path.join(workdir, ".kernel"))
+
+
+class CappedClient(NotebookClient):
+    """Keeps only errors and the harness's payloads; counts every byte of the rest."""
+
+    output_bytes = 0
+    probing = False
+
+    def output(self, outs, msg, display_id, cell_index):
+        content = msg["content"]
+        msg_type = msg["msg_type"]
+        if msg_type == "stream":
+            self.output_bytes += len(content.get("text", ""))
+            return None
+        if msg_type in ("display_data", "execute_result"):
+            data = content.get("data", {})
+            if MIME in data and self.probing:
+                outs.append(nbformat.v4.new_output("display_data", data={MIME: data[MIME]}))
+            else:
+                self.output_bytes += sum(len(str(v)) for v in data.values())
+            return None
+        if msg_type == "error":
+            content = dict(content, traceback=content.get("traceback", [])[-30:])
+            msg = dict(msg, content=content)
+        return super().output(outs, msg, display_id, cell_index)
+
+
+CELL_LINE = re.compile(r"Cell In\[\d+\], line (\d+)")
+
+
+def remaining_statements(source: str, error: CellError) -> str | None:
+    """The cell's source after the top-level statement that raised, or None."""
+    match = CELL_LINE.search(error.traceback)
+    if not match:
+        return None
+    line = int(match.group(1))
+    try:
+        tree = ast.parse(python_source(source))
+    except SyntaxError:
+        return None
+    later = [stmt.lineno for stmt in tree.body if stmt.lineno > line]
+    if not later:
+        return None
+    return "\n".join(source.splitlines()[later[0] - 1:])
+
+
+def harness_source() -> str:
+    return resources.files("grader").joinpath("harness.py").read_text()
+
+
+class KernelSession:
+    """One kernel in a fresh temporary directory, for one submission."""
+
+    def __init__(self, cell_timeout: float, notebook_timeout: float, output_limit: int,
+                 kernel_manager_factory=default_kernel_manager):
+        self.cell_timeout = cell_timeout
+        self.notebook_timeout = notebook_timeout
+        self.output_limit = output_limit
+        self.kernel_manager_factory = kernel_manager_factory
+        self.alive = False
+        self.log = ExecutionLog()
+
+    async def __aenter__(self) -> "KernelSession":
+        self.workdir = tempfile.mkdtemp(prefix="grader-kernel-")
+        self.client = CappedClient(nbformat.v4.new_notebook(), km=self.kernel_manager_factory(self.workdir),
+                                   kernel_name="python3", allow_errors=True, interrupt_on_timeout=True,
+                                   iopub_timeout=2, shutdown_kernel="immediate",
+                                   on_cell_executed=self._remember_reply)
+        self._kernel = self.client.async_setup_kernel(cwd=self.workdir, env=kernel_environment(self.workdir),
+                                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await self._kernel.__aenter__()
+        self.alive = True
+        payload, error = await self.run_code(
+            "import types as _t, sys as _s\n"
+            "_m = _t.ModuleType('_attention_grader_harness')\n"
+            f"exec(compile({harness_source()!r}, '<grader-harness>', 'exec'), _m.__dict__)\n"
+            f"_s.modules[_m.__name__] = _m\n_m.install({int(self.output_limit)})\n"
+            "del _t, _s, _m", timeout=60)
+        if error:
+            raise RuntimeError(f"could not start the grading harness: {error.ename}: {error.evalue}")
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        try:
+            await self._kernel.__aexit__(None, None, None)
+        except Exception:  # noqa: BLE001 - a dead or killed kernel may fail to shut down cleanly
+            pass
+        finally:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _remember_reply(self, cell, cell_index, execute_reply):
+        self._reply = execute_reply
+
+    async def _kill(self) -> None:
+        self.alive = False
+        try:
+            await self.client.km.shutdown_kernel(now=True)
+        except Exception:  # noqa: BLE001
+            pass
+
+    async def _execute(self, cell, index: int, timeout: float):
+        """Execute one cell; returns (reply content or None, CellError or None)."""
+        self.client.timeout = max(1, int(round(timeout)))
+        self.client.error_on_timeout = {"ename": "Timeout", "evalue": f"interrupted after {timeout:.0f} s"}
+        self._reply = None
+        try:
+            await asyncio.wait_for(self.client.async_execute_cell(cell, max(index, 0), store_history=index >= 0),
+                                   timeout + INTERRUPT_GRACE)
+        except asyncio.TimeoutError:
+            await self._kill()
+            return None, CellError(index, "deadline", "Timeout",
+                                   f"still running {INTERRUPT_GRACE:.0f} s after an interrupt; the kernel was stopped")
+        except DeadKernelError:
+            self.alive = False
+            return None, CellError(index, "kernel_died", "KernelDied",
+                                   "the Python process running the notebook died (os._exit, a crash or a segfault)")
+        reply = (self._reply or {}).get("content", {})
+        if reply.get("status") == "error" and reply.get("ename") == "Timeout":
+            return reply, CellError(index, "timeout", "Timeout",
+                                    f"the cell ran longer than {timeout:.0f} s and was interrupted")
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                return reply, CellError(index, "error", out.get("ename", ""), str(out.get("evalue", ""))[:1000],
+                                        clean_traceback(out.get("traceback", [])))
+        return reply, None
+
+    async def run_notebook(self, nb) -> ExecutionLog:
+        self.client.nb = nb
+        self.client.probing = False
+        started = time.monotonic()
+        deadline = started + self.notebook_timeout
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code" or not cell.source.strip():
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self.alive:
+                if self.alive:
+                    self.log.errors.append(CellError(index, "deadline", "Deadline",
+                                                     f"the notebook's {self.notebook_timeout:.0f} s were used up; "
+                                                     "this and later cells did not run", source=cell.source))
+                break
+            await self._run_cell(cell, index, deadline)
+            self.log.cells_run += 1
+        self.log.seconds = time.monotonic() - started
+        self.log.output_bytes = self.client.output_bytes
+        self.log.kernel_alive = self.alive
+        return self.log
+
+    async def _run_cell(self, cell, index: int, deadline: float) -> None:
+        """Run a cell; when a statement raises, record it and run the rest of the cell from the
+        next top-level statement, so an error early in a cell does not lose the functions
+        defined after it."""
+        source = cell.source
+        while True:
+            _, error = await self._execute(cell, index, min(self.cell_timeout, deadline - time.monotonic()))
+            cell.outputs = []
+            if not error:
+                return
+            error.source = source
+            self.log.errors.append(error)
+            rest = remaining_statements(cell.source, error) if error.kind == "error" else None
+            if not rest or deadline - time.monotonic() <= 0:
+                return
+            error.evalue += " (the rest of the cell was run after the failing statement)"
+            cell = nbformat.v4.new_code_cell(rest)
+            self.client.nb.cells[index] = cell
+
+    async def run_code(self, code: str, timeout: float):
+        """Run grader code in the kernel; returns (last harness payload or None, CellError or None)."""
+        if not self.alive:
+            return None, CellError(-1, "kernel_died", "KernelDied", "the kernel is no longer running")
+        cell = nbformat.v4.new_code_cell(code)
+        self.client.nb = nbformat.v4.new_notebook(cells=[cell])
+        self.client.probing = True
+        _, error = await self._execute(cell, -1, timeout)
+        payloads = [o["data"][MIME] for o in cell.outputs
+                    if o.get("output_type") == "display_data" and MIME in o.get("data", {})]
+        return (payloads[-1] if payloads else None), error

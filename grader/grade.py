@@ -1,0 +1,196 @@
+"""Grade one submission: scan, execute, probe, judge, score."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import static_scan
+from .checks import CHECKS, Context, Outcome, Probe
+from .execution import KernelSession, default_kernel_manager
+from .loader import code_cells, load_submission
+from .result import CheckResult, GradeResult
+from .returns import BadValue, canonical_parts, decode_array
+from .spec import Assignment, FunctionSpec
+
+HARNESS = "__import__('sys').modules['_attention_grader_harness']"
+
+
+def _encode_argument(value, variant: str) -> dict:
+    if isinstance(value, (int, np.integer)):
+        return {"int": int(value)}
+    buffer = io.BytesIO()
+    np.save(buffer, value, allow_pickle=False)
+    layout = {"fortran": "F", "strided": "strided"}.get(variant, "C") if value.ndim == 2 else "C"
+    return {"npy": base64.b64encode(buffer.getvalue()).decode("ascii"), "layout": layout}
+
+
+def variant_arguments(args: list, variant: str) -> list:
+    def convert(a):
+        if not isinstance(a, np.ndarray):
+            return a
+        if variant == "float32" and a.dtype.kind == "f":
+            return a.astype(np.float32)
+        if variant == "int" and a.dtype.kind == "f" and np.array_equal(a, np.round(a)):
+            return a.astype(np.int64)
+        return a
+    return [convert(a) for a in args]
+
+
+class FunctionProber:
+    """Runs one function's probes in the kernel, each once, and turns replies into Outcomes."""
+
+    def __init__(self, session: KernelSession, fn: FunctionSpec, call_timeout: float):
+        self.session, self.fn, self.call_timeout = session, fn, call_timeout
+        self.cache: dict[tuple, Outcome] = {}
+        self.timed_out = False
+        self.by_keyword = False
+
+    async def outcome(self, probe: Probe) -> Outcome:
+        if probe.key not in self.cache:
+            self.cache[probe.key] = await self._run(probe)
+        return self.cache[probe.key]
+
+    async def _run(self, probe: Probe) -> Outcome:
+        args = variant_arguments(self.fn.convention.call_arguments(probe.case), probe.variant)
+        if self.timed_out:
+            return Outcome("timeout", error="skipped: an earlier call of this function timed out", sent=args)
+        request = {"names": self.fn.names, "params": list(self.fn.params),
+                   "args": [_encode_argument(a, probe.variant) for a in args],
+                   "return_inputs": probe.return_inputs}
+        payload, error = await self.session.run_code(f"{HARNESS}.call({request!r})", self.call_timeout)
+        if payload is None:
+            if error and error.kind in ("timeout", "deadline"):
+                self.timed_out = True
+                return Outcome("timeout", error=f"the call did not finish within {self.call_timeout:.0f} s", sent=args)
+            if error and error.kind == "kernel_died":
+                return Outcome("dead", error="the kernel died during the call (os._exit, a crash or a segfault)",
+                               sent=args)
+            detail = f"{error.ename}: {error.evalue}" if error else "no reply"
+            return Outcome("error", error=f"the call could not be made ({detail})", sent=args)
+        if not payload.get("found"):
+            return Outcome("missing", error=f"no function named `{self.fn.name}` is defined", sent=args)
+        self.by_keyword = self.by_keyword or bool(payload.get("by_keyword"))
+        if "error" in payload:
+            e = payload["error"]
+            where = f" ({e['where'][-1]})" if e.get("where") else ""
+            return Outcome("error", error=f"the call raised {e['type']}: {e['message']}{where}", sent=args)
+        inputs_after = None
+        if "inputs_after" in payload:
+            inputs_after = []
+            for item in payload["inputs_after"]:
+                try:
+                    inputs_after.append(decode_array(item) if item.get("kind") == "array" else None)
+                except BadValue:
+                    inputs_after.append(None)
+        return Outcome("ok", parts=canonical_parts(self.fn.convention, payload.get("value", {})), sent=args,
+                       inputs_after=inputs_after)
+
+
+def _not_implemented(fn: FunctionSpec, why: str) -> list[CheckResult]:
+    return [CheckResult(f"{fn.name}.{kind}", fn.name, kind, CHECKS[kind].title, "failed", 0.0, points,
+                        f"Not implemented: {why}.", hidden=kind in fn.hidden)
+            for kind, points in fn.points.items()]
+
+
+def _forbidden_uses(fn: FunctionSpec, info: dict, scan, forbidden) -> list[str]:
+    modules = list(info.get("modules", [])) + scan.function_imports.get(info.get("name", fn.name), [])
+    return sorted({hit for m in modules if (hit := static_scan.matches(m, forbidden))})
+
+
+async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Context, call_timeout: float):
+    name = info.get("name", fn.name)
+    if not info.get("found"):
+        also = f" (nor {', '.join(fn.aliases)})" if fn.aliases else ""
+        return _not_implemented(fn, f"no function named `{fn.name}`{also} is defined after running the notebook")
+    if name in scan.stubs:
+        return _not_implemented(fn, f"`{name}` still has the template's placeholder body")
+    prober = FunctionProber(session, fn, call_timeout)
+    results = []
+    for kind, points in fn.points.items():
+        check = CHECKS[kind]
+        probes = check.probes(fn, ctx)
+        outcomes = [(p, await prober.outcome(p)) for p in probes]
+        verdict = check.judge(fn, ctx, outcomes)
+        results.append(CheckResult(f"{fn.name}.{kind}", fn.name, kind, check.title, verdict.status,
+                                   points if verdict.status == "passed" else 0.0, points, verdict.message,
+                                   hidden=kind in fn.hidden, figures=verdict.figures))
+    info["called_by_keyword"] = prober.by_keyword
+    return results
+
+
+def _apply_penalty(checks: list[CheckResult], fn: FunctionSpec, uses: list[str], penalty: str) -> None:
+    if not uses or penalty != "zero_function":
+        return
+    for c in checks:
+        if c.function == fn.name and c.points:
+            c.points = 0.0
+            c.message += f" (Points withheld: the function uses {', '.join(uses)}.)"
+
+
+async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
+                         kernel_manager_factory=default_kernel_manager) -> GradeResult:
+    result = GradeResult(submission=submission, assignment=assignment.name, seed=settings.seed)
+    started = time.monotonic()
+    graded_names = {n for f in assignment.functions for n in f.names}
+    scan = static_scan.scan(code_cells(nb), graded_names)
+    result.policy["forbidden"] = list(assignment.forbidden)
+    result.policy["penalty"] = assignment.penalty
+    for cell, line, module in scan.imports:
+        hit = static_scan.matches(module, assignment.forbidden)
+        if hit:
+            result.policy["findings"].append({"source": "static", "module": hit, "cell": cell, "line": line})
+    async with KernelSession(settings.cell_timeout, settings.notebook_timeout, settings.output_limit,
+                             kernel_manager_factory) as session:
+        result.timing["kernel_start"] = round(time.monotonic() - started, 3)
+        log = await session.run_notebook(nb)
+        result.errors = [e.to_json() for e in log.errors]
+        result.timing["execution"] = round(log.seconds, 3)
+        probing_started = time.monotonic()
+        functions = {f.name: f.names for f in assignment.functions}
+        described, error = await session.run_code(f"{HARNESS}.describe({functions!r}, {list(assignment.forbidden)!r})",
+                                                  settings.call_timeout)
+        described = described or {"functions": {}, "imported": []}
+        for module in described.get("imported", []):
+            result.policy["findings"].append({"source": "runtime", "module": module})
+        uses = {}
+        for fn in assignment.functions:
+            info = dict(described["functions"].get(fn.name, {"found": False}))
+            info["stub"] = info.get("name", fn.name) in scan.stubs
+            uses[fn.name] = _forbidden_uses(fn, info, scan, assignment.forbidden)
+            result.functions[fn.name] = info
+        ctx = Context(settings.seed, assignment.tolerance, uses)
+        for fn in assignment.functions:
+            checks = await _grade_function(session, fn, result.functions[fn.name], scan, ctx, settings.call_timeout)
+            _apply_penalty(checks, fn, uses[fn.name], assignment.penalty)
+            result.checks.extend(checks)
+        result.timing["probing"] = round(time.monotonic() - probing_started, 3)
+        result.timing["output_characters"] = log.output_bytes
+    if any(e["kind"] == "deadline" for e in result.errors):
+        result.status = "timeout"
+    elif any(e["kind"] == "kernel_died" for e in result.errors) or error and not described["functions"]:
+        result.status = "error"
+    result.timing["total"] = round(time.monotonic() - started, 3)
+    result.total()
+    return result
+
+
+def grade_path(path: Path, assignment: Assignment, settings, **kw) -> GradeResult:
+    """Grade a file; raises SubmissionError when the file cannot be read as a submission."""
+    nb = load_submission(path)
+    try:
+        return asyncio.run(grade_notebook(nb, assignment, settings, Path(path).name, **kw))
+    except Exception as exc:  # noqa: BLE001 - a grader fault still yields a valid result
+        result = GradeResult(submission=Path(path).name, assignment=assignment.name, seed=settings.seed,
+                             status="error")
+        result.errors.append({"cell": -1, "kind": "grader_error", "ename": type(exc).__name__,
+                              "evalue": str(exc)[:500], "traceback": "", "source": ""})
+        result.checks = [c for fn in assignment.functions for c in _not_implemented(fn, "grading could not finish")]
+        for c in result.checks:
+            c.status, c.message = "error", f"Grading could not finish: {type(exc).__name__}: {exc}"[:500]
+        result.total()
+        return result

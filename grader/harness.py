@@ -1,0 +1,244 @@
+"""Runs inside the student's kernel, never in the grader process.
+
+The grader sends this file's text to the kernel before the notebook runs. It knows nothing of
+the reference, the expected values or the comparison: it decodes plain arrays, calls a
+student function, and publishes what came back as np.save bytes (allow_pickle=False) plus
+type names. Everything it publishes is re-validated by the grader, so a student who tampers
+with it can only break their own probes.
+"""
+import base64
+import builtins
+import inspect
+import io
+import sys
+import time
+import traceback
+import types
+
+import numpy as np
+from IPython import get_ipython
+from IPython.display import publish_display_data
+
+MIME = "application/vnd.attention-grader+json"
+_save = np.save
+_load = np.load
+_array = np.array
+_ndarray = np.ndarray
+_publish = publish_display_data
+_FunctionType = types.FunctionType
+_IGNORED = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}
+_MAX_ITEMS = 64
+
+_defined = {}  # name -> (function object, data globals it read when its cell ran)
+
+
+def _code_names(code, seen=None):
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _is_data(value):
+    return not (isinstance(value, (types.ModuleType, type)) or callable(value))
+
+
+def _data_globals(fn):
+    return {n: fn.__globals__[n] for n in _code_names(fn.__code__)
+            if n in fn.__globals__ and n not in _IGNORED and not n.startswith("_")
+            and _is_data(fn.__globals__[n])}
+
+
+def _snapshot_definitions(*_args):
+    """After each cell: remember the data globals of functions that cell (re)defined, so a
+    function is called with the notebook state it was written and tried against."""
+    ns = get_ipython().user_ns
+    for name, value in list(ns.items()):
+        if isinstance(value, _FunctionType) and getattr(value, "__module__", None) == "__main__":
+            if _defined.get(name, (None,))[0] is not value:
+                _defined[name] = (value, _data_globals(value))
+
+
+def _limit_writes(stream, budget):
+    original = stream.write
+    state = {"left": budget, "told": False}
+
+    def write(text):
+        if state["left"] <= 0:
+            if not state["told"]:
+                state["told"] = True
+                original("\n[output limit reached: further output is discarded]\n")
+            return len(text)
+        state["left"] -= len(text)
+        return original(text[: max(0, state["left"] + len(text))])
+
+    try:
+        stream.write = write
+    except (AttributeError, TypeError):
+        pass
+
+
+def install(output_budget):
+    _limit_writes(sys.stdout, output_budget)
+    _limit_writes(sys.stderr, output_budget)
+    get_ipython().events.register("post_run_cell", _snapshot_definitions)
+
+
+def _publish_result(payload):
+    _publish({MIME: payload})
+
+
+def _find(names):
+    ns = get_ipython().user_ns
+    for name in names:
+        if name in ns and callable(ns[name]):
+            return name, ns[name]
+    return None, None
+
+
+def _as_defined(name, fn):
+    record = _defined.get(name)
+    if record is None or record[0] is not fn or not record[1] or not isinstance(fn, _FunctionType):
+        return fn
+    scope = dict(fn.__globals__)
+    scope.update(record[1])
+    clone = _FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    clone.__kwdefaults__ = fn.__kwdefaults__
+    return clone
+
+
+def _decode(arg):
+    if "int" in arg:
+        return int(arg["int"])
+    value = _load(io.BytesIO(base64.b64decode(arg["npy"])), allow_pickle=False)
+    layout = arg.get("layout", "C")
+    if layout == "F":
+        return np.asfortranarray(value)
+    if layout == "strided" and value.ndim >= 1:
+        wide = np.zeros(value.shape[:-1] + (value.shape[-1] * 2,), dtype=value.dtype)
+        wide[..., ::2] = value
+        return wide[..., ::2]
+    return value
+
+
+def _npy(array):
+    buffer = io.BytesIO()
+    _save(buffer, array, allow_pickle=False)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _encode(value, depth=0):
+    type_name = type(value).__name__
+    if isinstance(value, (tuple, list)) and depth < 2:
+        return {"kind": "sequence", "type": type_name,
+                "items": [_encode(v, depth + 1) for v in list(value)[:_MAX_ITEMS]], "length": len(value)}
+    if value is None:
+        return {"kind": "none", "type": "NoneType"}
+    try:
+        array = _array(value, copy=True, subok=False)
+        if not isinstance(array, _ndarray) or array.dtype.kind not in "biufc":
+            return {"kind": "other", "type": type_name,
+                    "detail": f"not numeric (dtype {getattr(array, 'dtype', '?')})"}
+        return {"kind": "array", "type": type_name, "npy": _npy(array)}
+    except BaseException as exc:  # noqa: BLE001 - a hostile __array__ may raise anything
+        return {"kind": "other", "type": type_name, "detail": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def _error(exc):
+    frames = traceback.extract_tb(exc.__traceback__)[1:]
+    where = [f"line {f.lineno} in {f.name}: {f.line}" for f in frames[-3:] if f.filename.startswith("<ipython")
+             or f.filename.startswith("/tmp")]
+    return {"type": type(exc).__name__, "message": str(exc)[:500], "where": where}
+
+
+def call(request):
+    """Call one student function on decoded arrays and publish its return value."""
+    name, fn = _find(request["names"])
+    if fn is None:
+        _publish_result({"found": False})
+        return
+    args = [_decode(a) for a in request["args"]]
+    params = request["params"]
+    fn = _as_defined(name, fn)
+    by_keyword = False
+    try:
+        declared = list(inspect.signature(fn).parameters)
+        by_keyword = set(params) <= set(declared) and declared[: len(params)] != list(params)
+    except (TypeError, ValueError):
+        pass
+    started = time.perf_counter()
+    try:
+        if by_keyword:
+            value = fn(**dict(zip(params, args)))
+        else:
+            value = fn(*args)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - student code may raise anything
+        _publish_result({"found": True, "name": name, "by_keyword": by_keyword, "error": _error(exc)})
+        return
+    elapsed = time.perf_counter() - started
+    payload = {"found": True, "name": name, "by_keyword": by_keyword, "seconds": elapsed,
+               "value": _encode(value)}
+    if request.get("return_inputs"):
+        payload["inputs_after"] = [_encode(a) for a in args]
+    _publish_result(payload)
+
+
+def _module_of(value):
+    if isinstance(value, types.ModuleType):
+        return value.__name__
+    return getattr(value, "__module__", None) or getattr(type(value), "__module__", None)
+
+
+def _references(fn, seen):
+    """Data globals and modules a function reaches, following the notebook's own helpers."""
+    data, modules = {}, set()
+    if not isinstance(fn, _FunctionType) or fn in seen:
+        return data, modules
+    seen.add(fn)
+    for n in _code_names(fn.__code__):
+        if n not in fn.__globals__ or n in _IGNORED:
+            continue
+        value = fn.__globals__[n]
+        if _is_data(value):
+            if not n.startswith("_"):
+                data[n] = value
+            continue
+        module = _module_of(value)
+        if module == "__main__":
+            inner_data, inner_modules = _references(value, seen)
+            data.update(inner_data)
+            modules |= inner_modules
+        elif module:
+            modules.add(module)
+    return data, modules
+
+
+def _summary(value):
+    if isinstance(value, (bool, int, float, str)) and len(repr(value)) <= 40:
+        return repr(value)
+    shape = getattr(value, "shape", None)
+    return f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None else type(value).__name__
+
+
+def describe(functions, watched):
+    """For each graded function: whether it exists, its parameters, the globals it reads (as
+    they were when it was defined) and the modules it reaches; and which watched modules the
+    kernel imported."""
+    found = {}
+    for key, names in functions.items():
+        name, fn = _find(names)
+        if fn is None:
+            found[key] = {"found": False}
+            continue
+        try:
+            params = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            params = []
+        data, modules = _references(_as_defined(name, fn), set())
+        found[key] = {"found": True, "name": name, "params": params,
+                      "globals": {n: _summary(v) for n, v in sorted(data.items())},
+                      "modules": sorted(modules)}
+    loaded = list(sys.modules)
+    _publish_result({"functions": found,
+                     "imported": sorted({w for w in watched for m in loaded if m == w or m.startswith(w + ".")})})

@@ -1,0 +1,61 @@
+"""Read a submission file into a current-format notebook, or say in one line why not."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+
+CELL_MARKER = re.compile(r"^# ?%%.*$", re.MULTILINE)
+MAX_SUBMISSION_BYTES = 50 * 1024 * 1024
+
+
+class SubmissionError(Exception):
+    """The file cannot be graded at all; the message is one line for the user."""
+
+
+def notebook_from_python(source: str):
+    """A .py file becomes one cell, or one cell per '# %%' block when it uses them."""
+    parts = [p for p in CELL_MARKER.split(source) if p.strip()] or [source]
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(p.strip("\n")) for p in parts])
+
+
+def notebook_from_json(text: str, name: str):
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SubmissionError(f"{name} is not a notebook: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
+        raise SubmissionError(f"{name} is not a notebook: it has no cells")
+    try:
+        nb = nbformat.reads(text, as_version=4)
+    except Exception as exc:  # noqa: BLE001 - nbformat raises many kinds for malformed files
+        raise SubmissionError(f"{name} is not a notebook nbformat can read: {str(exc).splitlines()[0][:200]}") from None
+    for cell in nb.cells:
+        if isinstance(cell.get("source"), list):
+            cell.source = "".join(cell.source)
+    return nb
+
+
+def load_submission(path: Path):
+    path = Path(path)
+    if not path.exists():
+        raise SubmissionError(f"no such file: {path}")
+    if not path.is_file():
+        raise SubmissionError(f"not a file: {path}")
+    if path.stat().st_size > MAX_SUBMISSION_BYTES:
+        raise SubmissionError(f"{path.name} is larger than {MAX_SUBMISSION_BYTES // 2**20} MiB")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SubmissionError(f"{path.name} is not text (not UTF-8)") from None
+    if path.suffix == ".py":
+        return notebook_from_python(text)
+    if path.suffix == ".ipynb":
+        return notebook_from_json(text, path.name)
+    raise SubmissionError(f"{path.name}: expected a .ipynb notebook or a .py file")
+
+
+def code_cells(nb) -> list[tuple[int, str]]:
+    return [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"]

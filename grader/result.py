@@ -1,0 +1,60 @@
+"""The one result model: every run, however it ended, produces a valid GradeResult."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import __version__
+
+CHECK_STATUSES = ("passed", "failed", "error", "skipped")
+
+
+@dataclass
+class CheckResult:
+    name: str
+    function: str
+    kind: str
+    title: str
+    status: str
+    points: float
+    max_points: float
+    message: str
+    diagnosis: str | None = None
+    hidden: bool = False
+    figures: list = field(default_factory=list)
+
+
+@dataclass
+class GradeResult:
+    submission: str
+    assignment: str
+    seed: int
+    status: str = "graded"               # graded | error | timeout
+    score: float = 0.0
+    max_score: float = 0.0
+    checks: list[CheckResult] = field(default_factory=list)
+    errors: list[dict] = field(default_factory=list)
+    policy: dict = field(default_factory=lambda: {"forbidden": [], "findings": []})
+    functions: dict = field(default_factory=dict)
+    timing: dict = field(default_factory=dict)
+    grader_version: str = __version__
+
+    def total(self) -> None:
+        self.score = round(sum(c.points for c in self.checks), 6)
+        self.max_score = round(sum(c.max_points for c in self.checks), 6)
+
+    @property
+    def full_marks(self) -> bool:
+        """Every point available was earned; informational (0-point) checks do not count."""
+        return self.status == "graded" and self.score >= self.max_score
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def write_json(self, path: Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2, allow_nan=False))
+        tmp.replace(path)

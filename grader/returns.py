@@ -1,0 +1,164 @@
+"""Turn what a student function returned into checked, canonical arrays, and compare arrays.
+
+Everything here runs in the grader process on data the kernel sent as np.save bytes; nothing
+is unpickled and nothing the student built is trusted as an object.
+"""
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .conventions import PART_WORDS, Convention
+
+MAX_ARRAY_BYTES = 64 * 2**20
+NUMERIC_KINDS = "biuf"
+
+
+class BadValue(Exception):
+    """The kernel sent something that is not a plain numeric array."""
+
+
+def decode_array(encoded: dict) -> np.ndarray:
+    try:
+        raw = base64.b64decode(encoded["npy"], validate=True)
+    except (KeyError, TypeError, ValueError):
+        raise BadValue("unreadable array data") from None
+    if len(raw) > MAX_ARRAY_BYTES:
+        raise BadValue(f"array larger than {MAX_ARRAY_BYTES // 2**20} MiB")
+    try:
+        array = np.load(io.BytesIO(raw), allow_pickle=False)
+    except Exception as exc:  # noqa: BLE001 - any malformed payload is just a bad value
+        raise BadValue(f"unreadable array data ({type(exc).__name__})") from None
+    if type(array) is not np.ndarray or array.dtype.kind not in NUMERIC_KINDS + "c":
+        raise BadValue(f"not a real numeric array (dtype {array.dtype})")
+    if array.dtype.kind == "c":
+        raise BadValue("complex numbers")
+    return array
+
+
+def describe_value(encoded: dict) -> str:
+    kind = encoded.get("kind")
+    if kind == "sequence":
+        inner = ", ".join(describe_value(i) for i in encoded.get("items", [])[:4])
+        more = ", ..." if encoded.get("length", 0) > 4 else ""
+        return f"{encoded.get('type', 'sequence')}({inner}{more})"
+    if kind == "array":
+        try:
+            array = decode_array(encoded)
+            return f"{encoded.get('type', 'array')} {array.shape}"
+        except BadValue:
+            return str(encoded.get("type", "array"))
+    return str(encoded.get("type", "?"))
+
+
+@dataclass
+class Parts:
+    """A return value in canonical form, with what was wrong with its structure."""
+
+    values: dict = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    returned: str = ""
+
+
+def _array_or_problem(encoded: dict, what: str, problems: list[str]):
+    if encoded.get("kind") != "array":
+        detail = encoded.get("detail") or f"a {encoded.get('type')}"
+        problems.append(f"the {what} is not a numeric array: {detail}")
+        return None
+    try:
+        return decode_array(encoded)
+    except BadValue as exc:
+        problems.append(f"the {what} is not usable: {exc}")
+        return None
+
+
+def _per_head(encoded: dict, problems: list[str]):
+    if encoded.get("kind") == "sequence":
+        heads = [_array_or_problem(i, "weights of one head", problems) for i in encoded["items"]]
+        return None if any(h is None for h in heads) else heads
+    stacked = _array_or_problem(encoded, "per-head weights", problems)
+    if stacked is not None and stacked.ndim == 3:
+        return list(stacked)
+    if stacked is not None:
+        problems.append(f"the per-head weights should be a list of N x N arrays, got shape {stacked.shape}")
+    return None
+
+
+def canonical_parts(conv: Convention, encoded: dict) -> Parts:
+    parts = Parts(returned=describe_value(encoded))
+    expected = conv.returns
+    wanted = "(" + ", ".join(PART_WORDS[p] for p in expected) + ")"
+    if conv.returns_tuple:
+        if encoded.get("kind") == "sequence":
+            items = encoded["items"]
+            if len(items) != len(expected):
+                parts.problems.append(f"returned {len(items)} values; expected {len(expected)}: {wanted}")
+            pairs = list(zip(expected, items))
+        else:
+            lone = "output" if "output" in expected else expected[0]
+            parts.problems.append(f"returned only one value ({parts.returned}) where {wanted} was expected; "
+                                  f"it is checked as the {PART_WORDS[lone]}")
+            pairs = [(lone, encoded)]
+    else:
+        if encoded.get("kind") == "sequence" and encoded.get("items"):
+            parts.problems.append(f"returned a {encoded['type']} ({parts.returned}) where a single array was "
+                                  f"expected; its first item is checked")
+            encoded = encoded["items"][0]
+        pairs = [(expected[0], encoded)]
+    for name, item in pairs:
+        value = (_per_head(item, parts.problems) if name == "weights_per_head"
+                 else _array_or_problem(item, PART_WORDS[name], parts.problems))
+        if value is not None and conv.columns and name == "output" and value.ndim == 2:
+            value = value.T
+        if value is not None:
+            parts.values[name] = value
+    return parts
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float = 1e-5
+    atol: float = 1e-8
+
+    def loosened(self, factor: float) -> "Tolerance":
+        return Tolerance(self.rtol * factor, self.atol * factor)
+
+
+def _shape(shape, columns: bool) -> str:
+    return "x".join(map(str, shape[::-1] if columns else shape))
+
+
+def compare(actual, expected, tol: Tolerance, columns: bool = False) -> str | None:
+    """None when equal within tolerance, else a sentence saying what differs."""
+    if isinstance(expected, list):
+        if not isinstance(actual, list):
+            return "is not a list of per-head arrays"
+        if len(actual) != len(expected):
+            return f"has {len(actual)} heads, expected {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            problem = compare(a, e, tol)
+            if problem:
+                return f"of head {i + 1} {problem}"
+        return None
+    if actual.shape != expected.shape:
+        if actual.shape == expected.shape[::-1]:
+            return (f"is transposed: shape {_shape(actual.shape, columns)}, expected "
+                    f"{_shape(expected.shape, columns)}")
+        return f"has shape {_shape(actual.shape, columns)}, expected {_shape(expected.shape, columns)}"
+    actual = actual.astype(np.float64)
+    if not np.all(np.isfinite(actual)):
+        return "contains NaN or inf"
+    excess = np.abs(actual - expected) - (tol.atol + tol.rtol * np.abs(expected))
+    if np.all(excess <= 0):
+        return None
+    if actual.ndim == 2 and actual.shape[0] == actual.shape[1] and actual.shape[0] > 1 and \
+            np.allclose(actual.T, expected, rtol=tol.rtol, atol=tol.atol):
+        return "is transposed"
+    index = np.unravel_index(int(np.argmax(excess)), excess.shape)
+    difference = float(np.abs(actual - expected)[index])
+    shown = index[::-1] if columns and len(index) == 2 else index
+    return (f"differs from the reference: largest difference {difference:.3g} "
+            f"at index {tuple(int(i) for i in shown)}")

@@ -1,0 +1,83 @@
+"""What can be learned from the submission's source without running it: graded functions
+that are still stubs, imports of forbidden libraries."""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from IPython.core.inputtransformer2 import TransformerManager
+
+_transformer = TransformerManager()
+
+
+@dataclass
+class StaticScan:
+    stubs: set = field(default_factory=set)         # graded names whose last definition is a stub
+    defined: set = field(default_factory=set)       # graded names defined at top level somewhere
+    imports: list = field(default_factory=list)     # (cell index, line, module)
+    unparsable: list = field(default_factory=list)  # cell indices that are not valid Python
+    function_imports: dict = field(default_factory=dict)  # function name -> modules imported inside it
+
+
+def python_source(cell_source: str) -> str:
+    """Turn magics and shell escapes into the calls IPython would make, so the cell parses."""
+    try:
+        return _transformer.transform_cell(cell_source)
+    except Exception:  # noqa: BLE001 - IPython's transformer rejects some odd input
+        return cell_source
+
+
+def _is_placeholder(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Pass):
+        return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+        return stmt.value.value is Ellipsis or isinstance(stmt.value.value, str)
+    if isinstance(stmt, ast.Raise):
+        target = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
+        return isinstance(target, ast.Name) and target.id == "NotImplementedError"
+    return isinstance(stmt, ast.Return)
+
+
+def is_stub(node: ast.FunctionDef) -> bool:
+    """A body of only `...`, `pass`, a docstring, `raise NotImplementedError` and returns."""
+    body = node.body
+    has_placeholder = any(not isinstance(s, ast.Return) and not (
+        isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str))
+        for s in body)
+    return all(_is_placeholder(s) for s in body) and has_placeholder
+
+
+def imported_modules(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.lineno, node.module
+            for alias in node.names:
+                yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def scan(cells: list[tuple[int, str]], graded_names: set[str]) -> StaticScan:
+    result = StaticScan()
+    for index, source in cells:
+        try:
+            tree = ast.parse(python_source(source))
+        except SyntaxError:
+            result.unparsable.append(index)
+            continue
+        for line, module in imported_modules(tree):
+            result.imports.append((index, line, module))
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in graded_names:
+                result.defined.add(node.name)
+                (result.stubs.add if is_stub(node) else result.stubs.discard)(node.name)
+                result.function_imports[node.name] = sorted({m for _, m in imported_modules(node)})
+    return result
+
+
+def matches(module: str, forbidden: tuple[str, ...]) -> str | None:
+    for name in forbidden:
+        if module == name or module.startswith(name + "."):
+            return name
+    return None

@@ -1,0 +1,29 @@
+"""The short terminal summary: score, then each check not passed with its message."""
+from __future__ import annotations
+
+import textwrap
+
+from .result import GradeResult
+
+MARKS = {"passed": "ok", "failed": "FAIL", "error": "ERROR", "skipped": "skip"}
+
+
+def summary(result: GradeResult, staff: bool = False) -> str:
+    lines = [f"{result.submission}: {result.score:g} / {result.max_score:g} points "
+             f"({result.assignment}, seed {result.seed}, {result.status})"]
+    width = max((len(c.name) for c in result.checks), default=10)
+    for c in result.checks:
+        lines.append(f"  {MARKS[c.status]:<5} {c.name:<{width}} {c.points:g}/{c.max_points:g}")
+        if c.status != "passed":
+            message = "hidden check: details are shown after grading" if c.hidden and not staff else c.message
+            lines.extend(textwrap.wrap(message, 100, initial_indent=" " * 8, subsequent_indent=" " * 8))
+    for name, info in result.functions.items():
+        if info.get("globals"):
+            shown = ", ".join(f"{k} = {v}" for k, v in info["globals"].items())
+            lines.append(f"  note: {name} reads notebook globals ({shown}); it may break on other shapes")
+    for e in result.errors:
+        where = f"cell {e['cell']}" if e["cell"] >= 0 else "grader"
+        lines.append(f"  {where}: {e['ename']}: {e['evalue']}"[:200])
+    for f in result.policy.get("findings", []):
+        lines.append(f"  policy: imports forbidden library {f['module']} ({f['source']})")
+    return "\n".join(lines)
