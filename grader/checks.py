@@ -83,29 +83,44 @@ def _failed_call(probe: Probe, outcome: Outcome) -> Verdict | None:
     return Verdict("error", f"On {probe.label}: {outcome.error}")
 
 
-def _heatmap(part: str, actual, expected) -> list:
-    if part not in ("weights", "weights_per_head"):
-        return []
-    if part == "weights_per_head":
-        if not isinstance(actual, list) or not actual:
-            return []
-        actual, expected = actual[0], expected[0]
-    if actual.shape != expected.shape or actual.ndim != 2 or actual.shape[0] > HEATMAP_MAX_TOKENS:
-        return []
-    return [{"title": PART_WORDS[part], "student": actual.tolist(), "expected": expected.tolist()}]
+def finite_rows(matrix: np.ndarray) -> list:
+    """Rows for JSON and HTML: NaN and inf become None."""
+    return [[float(v) if np.isfinite(v) else None for v in row] for row in matrix.astype(np.float64)]
+
+
+def weight_heatmaps(conv: Convention, probe: Probe, parts: Parts) -> list:
+    """The student's and the expected attention weights of one case, for the report."""
+    figures = []
+    expected = conv.expected_parts(probe.case)
+    for part in ("weights", "weights_per_head"):
+        if part not in expected or part not in parts.values:
+            continue
+        pairs = [(PART_WORDS[part], parts.values[part], expected[part])]
+        if part == "weights_per_head" and isinstance(parts.values[part], list):
+            pairs = [(f"attention weights, head {i + 1}", a, e)
+                     for i, (a, e) in enumerate(zip(parts.values[part], expected[part]))]
+        for title, actual, wanted in pairs:
+            if getattr(actual, "shape", None) == wanted.shape and wanted.ndim == 2 \
+                    and wanted.shape[0] <= HEATMAP_MAX_TOKENS:
+                figures.append({"title": title, "case": probe.label,
+                                "student": finite_rows(actual), "expected": finite_rows(wanted)})
+    return figures
 
 
 def _reference_mismatch(conv: Convention, probe: Probe, parts: Parts, tol: Tolerance) -> Verdict | None:
     if probe.variant == "float32":
         tol = tol.loosened(FLOAT32_LOOSENING)
-    for part, expected in conv.expected_parts(probe.case).items():
+    expected_parts = conv.expected_parts(probe.case)
+    if not set(expected_parts) & set(parts.values):
+        why = "; ".join(parts.problems) or "nothing usable was returned"
+        return Verdict("failed", f"On {probe.label}: {why}.")
+    for part, expected in expected_parts.items():
         if part not in parts.values:
-            why = "; ".join(parts.problems) or f"no {PART_WORDS[part]} was returned"
-            return Verdict("failed", f"On {probe.label}: {why}.")
+            continue  # a missing part costs the return_structure check, not this one
         problem = compare(parts.values[part], expected, tol, conv.columns and part == "output")
         if problem:
             return Verdict("failed", f"On {probe.label}: the {PART_WORDS[part]} {problem}.",
-                           _heatmap(part, parts.values[part], expected))
+                           weight_heatmaps(conv, probe, parts))
     return None
 
 
@@ -154,7 +169,8 @@ def judge_distribution(fn, ctx: Context, results) -> Verdict:
             worst = int(np.argmax(np.abs(sums - 1)))
             if abs(sums[worst] - 1) > 1e-6:
                 return Verdict("failed", f"On {probe.label}: row {worst} of the {what} sums to {sums[worst]:.4g}; "
-                                         "each query's weights must sum to 1 (softmax over the keys, axis=-1).")
+                                         "each query's weights must sum to 1 (softmax over the keys, axis=-1).",
+                               weight_heatmaps(fn.convention, probe, outcome.parts))
     return Verdict("passed", f"Weights are non-negative and each row sums to 1 on {len(results)} case(s).")
 
 

@@ -1,4 +1,4 @@
-"""Command line: `grader check`, `grader assignments`, `grader settings`."""
+"""Command line: `grader check`, `grader grade`, `grader assignments`, `grader settings`."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .batch import grade_all
 from .grade import grade_path
 from .loader import SubmissionError, load_submission
 from .report_html import write_html
@@ -43,6 +44,13 @@ def check(ns) -> int:
     return code
 
 
+def grade(ns) -> int:
+    settings = from_namespace(ns)
+    rows = grade_all(ns.paths, ns.output, lambda path: _assignment_for(path, settings.assignment), settings)
+    print(f"graded {len(rows)} submissions into {ns.output} (grades.csv, one folder each)")
+    return 0
+
+
 def list_assignments(ns) -> int:
     for name in builtin_names():
         a = load_assignment(name)
@@ -63,8 +71,13 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="grade notebooks (or .py files) and print a summary")
     c.add_argument("paths", nargs="+", type=Path, metavar="SUBMISSION")
-    add_arguments(c)
+    add_arguments(c, "check")
     c.set_defaults(run=check)
+    g = sub.add_parser("grade", help="grade many submissions into OUTDIR: grades.csv, result.json and report.html each")
+    g.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="notebooks, .py files or folders")
+    g.add_argument("-o", "--output", type=Path, required=True, metavar="OUTDIR")
+    add_arguments(g, "grade")
+    g.set_defaults(run=grade)
     sub.add_parser("assignments", help="list the built-in assignments").set_defaults(run=list_assignments)
     sub.add_parser("settings", help="print the settings table (markdown)").set_defaults(run=show_settings)
     return p
@@ -80,6 +93,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("grader: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        print(f"grader: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    except Exception as exc:  # noqa: BLE001 - users get one line, never the grader's traceback
+        print(f"grader: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

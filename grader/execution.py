@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -103,6 +104,9 @@ class CappedClient(NotebookClient):
 CELL_LINE = re.compile(r"Cell In\[\d+\], line (\d+)")
 
 
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+
+
 def remaining_statements(source: str, error: CellError) -> str | None:
     """The cell's source after the top-level statement that raised, or None."""
     match = CELL_LINE.search(error.traceback)
@@ -113,9 +117,12 @@ def remaining_statements(source: str, error: CellError) -> str | None:
         tree = ast.parse(python_source(source))
     except SyntaxError:
         return None
-    later = [stmt.lineno for stmt in tree.body if stmt.lineno > line]
-    if not later:
+    later = [stmt for stmt in tree.body if stmt.lineno > line]
+    # Only definitions are worth rescuing; statements that use the failed one's results would
+    # just fail again.
+    if not any(isinstance(s, DEFINITIONS) for s in later):
         return None
+    later = [s.lineno for s in later]
     return "\n".join(source.splitlines()[later[0] - 1:])
 
 
@@ -199,13 +206,13 @@ class KernelSession:
                                         clean_traceback(out.get("traceback", [])))
         return reply, None
 
-    async def run_notebook(self, nb) -> ExecutionLog:
+    async def run_notebook(self, nb, skip=frozenset()) -> ExecutionLog:
         self.client.nb = nb
         self.client.probing = False
         started = time.monotonic()
         deadline = started + self.notebook_timeout
         for index, cell in enumerate(nb.cells):
-            if cell.cell_type != "code" or not cell.source.strip():
+            if cell.cell_type != "code" or not cell.source.strip() or index in skip:
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self.alive:
@@ -251,3 +258,31 @@ class KernelSession:
         payloads = [o["data"][MIME] for o in cell.outputs
                     if o.get("output_type") == "display_data" and MIME in o.get("data", {})]
         return (payloads[-1] if payloads else None), error
+
+
+MAX_RESTARTS = 2
+
+
+@asynccontextmanager
+async def executed_notebook(nb, cell_timeout: float, notebook_timeout: float, output_limit: int,
+                            kernel_manager_factory=default_kernel_manager):
+    """Yield (session, log) after running the notebook. A cell that kills the kernel is
+    recorded, and the notebook runs again in a new kernel without it (at most MAX_RESTARTS
+    times, within the same overall deadline), so one fatal cell does not cost every function."""
+    started = time.monotonic()
+    skipped: set[int] = set()
+    earlier: list[CellError] = []
+    while True:
+        remaining = max(1.0, notebook_timeout - (time.monotonic() - started))
+        async with KernelSession(cell_timeout, remaining, output_limit, kernel_manager_factory) as session:
+            log = await session.run_notebook(nb, frozenset(skipped))
+            fatal = [e for e in log.errors if e.kind == "kernel_died" and e.cell >= 0]
+            if fatal and len(skipped) < MAX_RESTARTS and time.monotonic() - started < notebook_timeout:
+                fatal[-1].evalue += "; the notebook was run again in a new kernel without this cell"
+                skipped.add(fatal[-1].cell)
+                earlier.extend(log.errors)
+                continue
+            log.errors = earlier + log.errors
+            log.seconds = time.monotonic() - started
+            yield session, log
+            return

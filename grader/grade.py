@@ -11,7 +11,7 @@ import numpy as np
 
 from . import static_scan
 from .checks import CHECKS, Context, Outcome, Probe
-from .execution import KernelSession, default_kernel_manager
+from .execution import KernelSession, default_kernel_manager, executed_notebook
 from .loader import code_cells, load_submission
 from .result import CheckResult, GradeResult
 from .returns import BadValue, canonical_parts, decode_array
@@ -144,10 +144,8 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
         hit = static_scan.matches(module, assignment.forbidden)
         if hit:
             result.policy["findings"].append({"source": "static", "module": hit, "cell": cell, "line": line})
-    async with KernelSession(settings.cell_timeout, settings.notebook_timeout, settings.output_limit,
-                             kernel_manager_factory) as session:
-        result.timing["kernel_start"] = round(time.monotonic() - started, 3)
-        log = await session.run_notebook(nb)
+    async with executed_notebook(nb, settings.cell_timeout, settings.notebook_timeout, settings.output_limit,
+                                 kernel_manager_factory) as (session, log):
         result.errors = [e.to_json() for e in log.errors]
         result.timing["execution"] = round(log.seconds, 3)
         probing_started = time.monotonic()
@@ -172,7 +170,7 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
         result.timing["output_characters"] = log.output_bytes
     if any(e["kind"] == "deadline" for e in result.errors):
         result.status = "timeout"
-    elif any(e["kind"] == "kernel_died" for e in result.errors) or error and not described["functions"]:
+    elif not log.kernel_alive or error and not described["functions"]:
         result.status = "error"
     result.timing["total"] = round(time.monotonic() - started, 3)
     result.total()

@@ -18,7 +18,9 @@ def _environment() -> jinja2.Environment:
 
 
 def heat_colour(value: float) -> str:
-    """White for 0 to deep blue for 1; out-of-range values are clipped."""
+    """White for 0 to deep blue for 1; out-of-range values are clipped; missing ones grey."""
+    if value is None:
+        return "rgb(200,200,200)"
     v = min(max(float(value), 0.0), 1.0)
     r, g, b = (int(255 - v * (255 - c)) for c in (33, 102, 172))
     return f"rgb({r},{g},{b})"

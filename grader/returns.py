@@ -66,12 +66,12 @@ class Parts:
 def _array_or_problem(encoded: dict, what: str, problems: list[str]):
     if encoded.get("kind") != "array":
         detail = encoded.get("detail") or f"a {encoded.get('type')}"
-        problems.append(f"the {what} is not a numeric array: {detail}")
+        problems.append(f"the {what} could not be read as a numeric array ({detail})")
         return None
     try:
         return decode_array(encoded)
     except BadValue as exc:
-        problems.append(f"the {what} is not usable: {exc}")
+        problems.append(f"the {what} could not be used ({exc})")
         return None
 
 

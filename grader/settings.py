@@ -14,6 +14,7 @@ class Setting:
     type: type
     default: Any
     help: str
+    commands: tuple = ("check", "grade")
 
     @property
     def flag(self) -> str:
@@ -29,16 +30,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("notebook_timeout", float, 300.0, "seconds the whole notebook may run"),
     Setting("call_timeout", float, 10.0, "seconds one call of a student function may run"),
     Setting("output_limit", int, 1_000_000, "characters of output the notebook may print before the rest is discarded"),
-    Setting("json", Path, None, "write the result as JSON to this path"),
-    Setting("html", Path, None, "write the self-contained HTML report to this path"),
+    Setting("json", Path, None, "write the result as JSON to this path", ("check",)),
+    Setting("html", Path, None, "write the self-contained HTML report to this path", ("check",)),
     Setting("staff", bool, False, "show hidden checks' messages (teaching staff view)"),
 )
 
 Settings = make_dataclass("Settings", [(s.name, s.type, s.default) for s in SETTINGS], frozen=True)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     for s in SETTINGS:
+        if command not in s.commands:
+            continue
         if s.type is bool:
             parser.add_argument(s.flag, dest=s.name, action="store_true", default=s.default, help=s.help)
         else:
@@ -48,12 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def from_namespace(ns: argparse.Namespace) -> "Settings":
-    return Settings(**{f.name: getattr(ns, f.name) for f in fields(Settings)})
+    return Settings(**{f.name: getattr(ns, f.name) for f in fields(Settings) if hasattr(ns, f.name)})
 
 
 def markdown_table() -> str:
-    rows = ["| option | type | default | what it does |", "| --- | --- | --- | --- |"]
+    rows = ["| option | type | default | commands | what it does |", "| --- | --- | --- | --- | --- |"]
     for s in SETTINGS:
         default = "off" if s.type is bool else ("none" if s.default is None else f"`{s.default}`")
-        rows.append(f"| `{s.flag}` | {s.type.__name__} | {default} | {s.help} |")
+        rows.append(f"| `{s.flag}` | {s.type.__name__} | {default} | {', '.join(s.commands)} | {s.help} |")
     return "\n".join(rows)

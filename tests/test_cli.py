@@ -1,0 +1,99 @@
+"""The command line as a user meets it: exit codes, one-line errors, files written."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, SUBMISSIONS
+
+FAST = ["--cell-timeout", "4", "--call-timeout", "2"]
+
+
+def run(*args, cwd=None):
+    return subprocess.run(["grader", *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["check", "does_not_exist.ipynb"], "no such file"),
+    (["check", FIXTURES / "not_json.ipynb"], "not valid JSON"),
+    (["check", FIXTURES / "not_a_notebook.ipynb"], "has no cells"),
+    (["check", SUBMISSIONS / "worked_solution.ipynb", "--assignment", "nonsense"], "unknown assignment"),
+    (["check", SUBMISSIONS / "worked_solution.ipynb", "--assignment", "missing.toml"], "no such assignment spec"),
+])
+def test_unusable_input_is_one_line_and_exit_2(args, words):
+    done = run(*args)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0]
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_full_marks_exit_0_with_json_and_html(tmp_path):
+    done = run("check", SUBMISSIONS / "worked_solution.ipynb", "--json", tmp_path / "r.json",
+               "--html", tmp_path / "r.html", *FAST)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "25 / 25 points" in done.stdout
+    result = json.loads((tmp_path / "r.json").read_text())
+    for key in ("score", "max_score", "assignment", "seed", "checks", "errors", "policy", "timing"):
+        assert key in result
+    for check in result["checks"]:
+        assert set(check) >= {"name", "function", "status", "points", "max_points", "message", "diagnosis", "hidden"}
+        assert check["status"] in ("passed", "failed", "error", "skipped")
+    assert result["seed"] == 20261122
+    assert "<html" in (tmp_path / "r.html").read_text()
+
+
+def test_failures_exit_1_and_summary_names_them():
+    done = run("check", SUBMISSIONS / "mistake_softmax_axis.ipynb", *FAST)
+    assert done.returncode == 1
+    assert "FAIL  self_attention.weights_distribution" in done.stdout
+    assert "sums to" in done.stdout
+
+
+def test_assignment_from_metadata_and_explicit_spec_file(tmp_path):
+    spec = tmp_path / "course.toml"
+    spec.write_text('name = "course"\n[[functions]]\nname = "apply_softmax"\nconvention = "softmax_rows"\n'
+                    'skip = ["dtypes"]\nhidden = ["random_shapes"]\n[functions.points]\nrandom_shapes = 5\n')
+    done = run("check", SUBMISSIONS / "two_head_sheet_002.ipynb", "--assignment", spec, "--json",
+               tmp_path / "r.json", *FAST)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((tmp_path / "r.json").read_text())
+    names = {c["name"]: c for c in result["checks"]}
+    assert result["assignment"] == "course"
+    assert "apply_softmax.dtypes" not in names
+    assert names["apply_softmax.random_shapes"]["max_points"] == 5
+    assert names["apply_softmax.random_shapes"]["hidden"] is True
+
+
+def test_hidden_check_messages_are_withheld_from_students(tmp_path):
+    spec = tmp_path / "hidden.toml"
+    spec.write_text('[[functions]]\nname = "self_attention"\nconvention = "rows_single"\nhidden = ["random_shapes"]\n')
+    student = run("check", SUBMISSIONS / "mistake_no_scaling.ipynb", "--assignment", spec, *FAST)
+    staff = run("check", SUBMISSIONS / "mistake_no_scaling.ipynb", "--assignment", spec, "--staff", *FAST)
+    def message_after(output, check):
+        lines = output.splitlines()
+        index = next(i for i, line in enumerate(lines) if check in line)
+        return lines[index + 1]
+    assert "hidden check" in message_after(student.stdout, "self_attention.random_shapes")
+    assert "differs from the reference" in message_after(staff.stdout, "self_attention.random_shapes")
+
+
+def test_assignments_lists_the_five_builtins():
+    done = run("assignments")
+    assert done.returncode == 0
+    for name in ("rows", "columns", "two-head", "sdpa", "qkv"):
+        assert any(line.startswith(name + " ") for line in done.stdout.splitlines())
+
+
+def test_readme_settings_table_is_generated_from_the_declaration():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert run("settings").stdout.strip() in readme
+
+
+def test_bad_spec_is_a_one_line_error(tmp_path):
+    spec = tmp_path / "bad.toml"
+    spec.write_text('[[functions]]\nname = "f"\nconvention = "no_such_convention"\n')
+    done = run("check", SUBMISSIONS / "worked_solution.ipynb", "--assignment", spec)
+    assert done.returncode == 2 and "unknown 'no_such_convention'" in done.stderr.replace('"', "'")

@@ -1,0 +1,64 @@
+"""Execution in a real kernel: errors do not stop the notebook, output is capped in the grader."""
+import json
+import subprocess
+import sys
+import textwrap
+
+from conftest import FIXTURES, grade
+from grader.execution import CellError, remaining_statements
+
+
+def test_rest_of_a_cell_runs_after_a_failing_statement():
+    source = "x = 1\nfloat(object())\ny = 2\ndef f():\n    return y\n"
+    error = CellError(0, "error", "TypeError", "", "Cell In[3], line 2\n----> 2 float(object())")
+    assert remaining_statements(source, error) == "y = 2\ndef f():\n    return y"
+
+
+def test_rest_of_a_cell_is_not_rerun_without_definitions_after_the_error():
+    error = CellError(0, "error", "TypeError", "", "Cell In[3], line 1")
+    assert remaining_statements("float(object())\nprint(1)\n", error) is None
+
+
+def test_huge_output_does_not_grow_the_grader(tmp_path):
+    """200 MB printed by a cell; the grader process's peak memory stays far below that."""
+    script = textwrap.dedent(f"""
+        import resource, sys
+        from pathlib import Path
+        from grader.grade import grade_path
+        from grader.settings import Settings
+        from grader.spec import load_assignment
+        result = grade_path(Path({str(FIXTURES / 'hostile_huge_output.ipynb')!r}), load_assignment('rows'),
+                            Settings(cell_timeout=60.0, call_timeout=5.0))
+        print(result.score, result.timing["output_characters"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    score, printed, peak_kib = done.stdout.split()
+    assert float(score) == 25
+    assert int(printed) < 2_000_000, "the kernel-side cap should discard most of the output"
+    assert int(peak_kib) < 200 * 1024
+
+
+def test_kernel_death_is_reported_and_the_notebook_rerun_without_that_cell():
+    result = grade(FIXTURES / "hostile_os_exit.ipynb", "rows")
+    died = [e for e in result.errors if e["kind"] == "kernel_died"]
+    assert died and "run again in a new kernel" in died[0]["evalue"]
+    assert result.score == result.max_score
+
+
+def test_globals_read_by_a_function_are_reported():
+    from conftest import SUBMISSIONS
+    result = grade(SUBMISSIONS / "mistake_global_D.ipynb", "rows")
+    assert result.functions["self_attention"]["globals"] == {"D": "6"}
+    assert result.functions["multi_head_attention"]["globals"] == {"D": "6"}
+
+
+def test_reordered_parameters_are_called_by_keyword():
+    result = grade(FIXTURES / "reordered_params.ipynb", "rows")
+    assert result.functions["self_attention"]["called_by_keyword"] is True
+    assert result.functions["multi_head_attention"]["called_by_keyword"] is False
+
+
+def test_result_json_is_strict_json(tmp_path):
+    result = grade(FIXTURES / "hostile_monkeypatch_numpy.ipynb", "rows")
+    result.write_json(tmp_path / "r.json")
+    json.loads((tmp_path / "r.json").read_text())

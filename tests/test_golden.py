@@ -1,0 +1,22 @@
+"""Every fixture and sample notebook, graded through a real kernel, against its golden verdict."""
+import pytest
+
+from conftest import ROOT, grade
+from golden import load
+
+ENTRIES = load()
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["path"].split("/")[-1] for e in ENTRIES])
+def test_golden_verdict(entry):
+    result = grade(ROOT / entry["path"], entry["assignment"])
+    checks = {c.name: c for c in result.checks}
+    assert result.status == entry["status"]
+    assert result.score == pytest.approx(entry["score"])
+    assert result.max_score == pytest.approx(entry["max_score"])
+    assert sorted({e["kind"] for e in result.errors}) == entry["error_kinds"]
+    for name, check in checks.items():
+        assert check.status == entry["not_passed"].get(name, "passed"), f"{name}: {check.message}"
+    assert set(entry["not_passed"]) <= set(checks)
+    for name, words in entry["messages"].items():
+        assert words in checks[name].message, f"{name}: {checks[name].message}"

@@ -1,0 +1,39 @@
+"""The HTML report opens offline in a real headless Chromium with no console errors."""
+import pytest
+
+from conftest import SUBMISSIONS, chromium_path, grade
+from grader.report_html import write_html
+
+playwright = pytest.importorskip("playwright.sync_api")
+
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.mark.parametrize("name, assignment", [("mistake_softmax_axis.ipynb", "rows"),
+                                              ("columns_sheet_003.ipynb", "columns"),
+                                              ("blank_template.ipynb", "rows")])
+def test_report_renders_without_console_errors_or_fetches(tmp_path, name, assignment):
+    if not chromium_path():
+        pytest.fail("Chromium is not installed (apt-get install chromium)")
+    result = grade(SUBMISSIONS / name, assignment)
+    page_path = tmp_path / "report.html"
+    write_html(result, page_path)
+    problems, requests = [], []
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS)
+        page = browser.new_page()
+        page.on("console", lambda m: m.type in ("error", "warning") and problems.append(m.text))
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(page_path.as_uri())
+        score = page.inner_text(".score")
+        rows = page.locator("table.checks > tbody > tr").count()
+        heatmaps = page.locator("table.heat").count()
+        browser.close()
+    assert problems == []
+    assert all(url.startswith("file://") for url in requests), requests
+    assert score.replace(" ", "") == f"{result.score:g}/{result.max_score:g}"
+    assert rows == len(result.checks) + 1
+    if any(c.figures for c in result.checks):
+        assert heatmaps >= 2
