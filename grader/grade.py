@@ -116,6 +116,10 @@ async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Cont
         probes = check.probes(fn, ctx)
         outcomes = [(p, await prober.outcome(p)) for p in probes]
         verdict = check.judge(fn, ctx, outcomes)
+        if verdict.status != "passed" and info.get("globals") and probes:
+            shown = ", ".join(f"{k} = {v}" for k, v in info["globals"].items())
+            verdict.message += (f" Note: `{name}` reads the notebook's globals ({shown}) instead of taking "
+                                "everything from its arguments, which breaks on other shapes.")
         results.append(CheckResult(f"{fn.name}.{kind}", fn.name, kind, check.title, verdict.status,
                                    points if verdict.status == "passed" else 0.0, points, verdict.message,
                                    hidden=kind in fn.hidden, figures=verdict.figures))

@@ -31,7 +31,9 @@ def test_huge_output_does_not_grow_the_grader(tmp_path):
                             Settings(cell_timeout=60.0, call_timeout=5.0))
         print(result.score, result.timing["output_characters"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
     score, printed, peak_kib = done.stdout.split()
     assert float(score) == 25
     assert int(printed) < 2_000_000, "the kernel-side cap should discard most of the output"

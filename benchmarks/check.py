@@ -1,0 +1,46 @@
+"""Seconds per notebook for `grader check`, against executing the same notebook alone with
+a fresh nbclient kernel, measured in the same run. Prints the ratio (grader / bare run).
+
+    python benchmarks/check.py [--repeat 3] [NOTEBOOK ...]
+"""
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = [ROOT / "submissions" / n for n in ("worked_solution.ipynb", "mistake_softmax_axis.ipynb",
+                                              "columns_sheet_003.ipynb", "qkv_correct.ipynb")]
+BARE = ("import sys, nbformat\nfrom nbclient import NotebookClient\n"
+        "nb = nbformat.read(sys.argv[1], as_version=4)\n"
+        "NotebookClient(nb, kernel_name='python3', allow_errors=True, timeout=30).execute()\n")
+
+
+def timed(command: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path, default=DEFAULT)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    grader, bare = [], []
+    for _ in range(args.repeat):
+        for nb in args.notebooks:
+            # Interleaved, so drift on a shared machine hits both alike.
+            bare.append(timed([sys.executable, "-c", BARE, str(nb)]))
+            grader.append(timed([sys.executable, "-m", "grader.cli", "check", str(nb)]))
+    g, b = statistics.median(grader), statistics.median(bare)
+    print(f"notebooks: {len(args.notebooks)} x {args.repeat} runs (medians)")
+    print(f"bare nbclient execution: {b:.2f} s per notebook")
+    print(f"grader check:            {g:.2f} s per notebook")
+    print(f"ratio grader / bare:     {g / b:.2f}")
+
+
+if __name__ == "__main__":
+    main()
