@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 
 import nbformat
@@ -28,6 +28,8 @@ from .harness import MIME
 from .static_scan import python_source
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+HARNESS_MODULE = "_attention_grader_harness"
+HARNESS = f"__import__('sys').modules[{HARNESS_MODULE!r}]"
 # After an interrupt, how long a cell may keep running before the kernel is killed.
 INTERRUPT_GRACE = 5.0
 
@@ -133,11 +135,10 @@ def harness_source() -> str:
 class KernelSession:
     """One kernel in a fresh temporary directory, for one submission."""
 
-    def __init__(self, cell_timeout: float, notebook_timeout: float, output_limit: int,
-                 kernel_manager_factory=default_kernel_manager):
-        self.cell_timeout = cell_timeout
-        self.notebook_timeout = notebook_timeout
-        self.output_limit = output_limit
+    def __init__(self, settings, kernel_manager_factory=default_kernel_manager):
+        self.settings = settings
+        self.cell_timeout = settings.cell_timeout
+        self.notebook_timeout = settings.notebook_timeout
         self.kernel_manager_factory = kernel_manager_factory
         self.alive = False
         self.log = ExecutionLog()
@@ -148,19 +149,29 @@ class KernelSession:
                                    kernel_name="python3", allow_errors=True, interrupt_on_timeout=True,
                                    iopub_timeout=2, shutdown_kernel="immediate",
                                    on_cell_executed=self._remember_reply)
+        self._write_startup_file()
         self._kernel = self.client.async_setup_kernel(cwd=self.workdir, env=kernel_environment(self.workdir),
                                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         await self._kernel.__aenter__()
         self.alive = True
-        payload, error = await self.run_code(
-            "import types as _t, sys as _s\n"
-            "_m = _t.ModuleType('_attention_grader_harness')\n"
-            f"exec(compile({harness_source()!r}, '<grader-harness>', 'exec'), _m.__dict__)\n"
-            f"_s.modules[_m.__name__] = _m\n_m.install({int(self.output_limit)})\n"
-            "del _t, _s, _m", timeout=60)
-        if error:
-            raise RuntimeError(f"could not start the grading harness: {error.ename}: {error.evalue}")
+        payload, error = await self.run_code(f"{HARNESS}.ready()", timeout=60)
+        if not payload:
+            detail = f"{error.ename}: {error.evalue}" if error else "it did not load"
+            raise RuntimeError(f"could not start the grading harness: {detail}")
         return self
+
+    def _write_startup_file(self) -> None:
+        """The harness loads as an IPython startup file: before the first cell, and outside
+        IPython's per-cell wrapping of the output streams, which would undo the output cap."""
+        startup = os.path.join(self.workdir, ".ipython", "profile_default", "startup")
+        os.makedirs(startup)
+        with open(os.path.join(startup, "00-grader-harness.py"), "w") as f:
+            f.write("import types as _t, sys as _s\n"
+                    f"_m = _t.ModuleType({HARNESS_MODULE!r})\n"
+                    f"exec(compile({harness_source()!r}, '<grader-harness>', 'exec'), _m.__dict__)\n"
+                    f"_s.modules[_m.__name__] = _m\n"
+                    f"_m.install({int(self.settings.cell_output_limit)}, {int(self.settings.output_limit)})\n"
+                    "del _t, _s, _m\n")
 
     async def __aexit__(self, *exc) -> None:
         try:
@@ -264,8 +275,7 @@ MAX_RESTARTS = 2
 
 
 @asynccontextmanager
-async def executed_notebook(nb, cell_timeout: float, notebook_timeout: float, output_limit: int,
-                            kernel_manager_factory=default_kernel_manager):
+async def executed_notebook(nb, settings, kernel_manager_factory=default_kernel_manager):
     """Yield (session, log) after running the notebook. A cell that kills the kernel is
     recorded, and the notebook runs again in a new kernel without it (at most MAX_RESTARTS
     times, within the same overall deadline), so one fatal cell does not cost every function."""
@@ -273,11 +283,11 @@ async def executed_notebook(nb, cell_timeout: float, notebook_timeout: float, ou
     skipped: set[int] = set()
     earlier: list[CellError] = []
     while True:
-        remaining = max(1.0, notebook_timeout - (time.monotonic() - started))
-        async with KernelSession(cell_timeout, remaining, output_limit, kernel_manager_factory) as session:
+        remaining = max(1.0, settings.notebook_timeout - (time.monotonic() - started))
+        async with KernelSession(replace(settings, notebook_timeout=remaining), kernel_manager_factory) as session:
             log = await session.run_notebook(nb, frozenset(skipped))
             fatal = [e for e in log.errors if e.kind == "kernel_died" and e.cell >= 0]
-            if fatal and len(skipped) < MAX_RESTARTS and time.monotonic() - started < notebook_timeout:
+            if fatal and len(skipped) < MAX_RESTARTS and time.monotonic() - started < settings.notebook_timeout:
                 fatal[-1].evalue += "; the notebook was run again in a new kernel without this cell"
                 skipped.add(fatal[-1].cell)
                 earlier.extend(log.errors)

@@ -11,13 +11,12 @@ import numpy as np
 
 from . import static_scan
 from .checks import CHECKS, Context, Outcome, Probe
-from .execution import KernelSession, default_kernel_manager, executed_notebook
+from .execution import HARNESS, KernelSession, default_kernel_manager, executed_notebook
 from .loader import code_cells, load_submission
 from .result import CheckResult, GradeResult
 from .returns import BadValue, canonical_parts, decode_array
 from .spec import Assignment, FunctionSpec
 
-HARNESS = "__import__('sys').modules['_attention_grader_harness']"
 
 
 def _encode_argument(value, variant: str) -> dict:
@@ -148,8 +147,7 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
         hit = static_scan.matches(module, assignment.forbidden)
         if hit:
             result.policy["findings"].append({"source": "static", "module": hit, "cell": cell, "line": line})
-    async with executed_notebook(nb, settings.cell_timeout, settings.notebook_timeout, settings.output_limit,
-                                 kernel_manager_factory) as (session, log):
+    async with executed_notebook(nb, settings, kernel_manager_factory) as (session, log):
         result.errors = [e.to_json() for e in log.errors]
         result.timing["execution"] = round(log.seconds, 3)
         probing_started = time.monotonic()

@@ -60,29 +60,46 @@ def _snapshot_definitions(*_args):
                 _defined[name] = (value, _data_globals(value))
 
 
-def _limit_writes(stream, budget):
-    original = stream.write
-    state = {"left": budget, "told": False}
+_output = {"cell": 0, "notebook": 0, "cell_budget": 0, "notebook_budget": 0, "told": False}
 
-    def write(text):
-        if state["left"] <= 0:
-            if not state["told"]:
-                state["told"] = True
-                original("\n[output limit reached: further output is discarded]\n")
+
+def _limit_writes(stream_class):
+    """Cap what the notebook prints, at the class so that IPython's per-cell wrapping of
+    `stream.write` still ends here, and so do threads that print after their cell ended."""
+    original = stream_class.write
+    if getattr(original, "_grader_capped", False):
+        return
+
+    def write(self, text):
+        allowed = min(_output["cell_budget"] - _output["cell"], _output["notebook_budget"] - _output["notebook"])
+        if allowed <= 0:
+            if not _output["told"]:
+                _output["told"] = True
+                original(self, "\n[output limit reached: further output is discarded]\n")
             return len(text)
-        state["left"] -= len(text)
-        return original(text[: max(0, state["left"] + len(text))])
+        _output["cell"] += len(text)
+        _output["notebook"] += len(text)
+        return original(self, text[:allowed])
 
-    try:
-        stream.write = write
-    except (AttributeError, TypeError):
-        pass
+    write._grader_capped = True
+    stream_class.write = write
 
 
-def install(output_budget):
-    _limit_writes(sys.stdout, output_budget)
-    _limit_writes(sys.stderr, output_budget)
+def _new_cell(*_args):
+    _output["cell"] = 0
+    _output["told"] = False
+
+
+def install(cell_budget, notebook_budget):
+    _output.update(cell_budget=cell_budget, notebook_budget=notebook_budget)
+    for stream in {type(sys.stdout), type(sys.stderr)}:
+        _limit_writes(stream)
+    get_ipython().events.register("pre_run_cell", _new_cell)
     get_ipython().events.register("post_run_cell", _snapshot_definitions)
+
+
+def ready():
+    _publish_result({"ready": True})
 
 
 def _publish_result(payload):
