@@ -61,7 +61,8 @@ def write_csv(rows: list[tuple[str, GradeResult]], path: Path) -> None:
     tmp.replace(path)
 
 
-def grade_all(paths: list[Path], outdir: Path, assignment_for, settings, stream=sys.stderr) -> list:
+def grade_all(paths: list[Path], outdir: Path, assignment_for, settings_for, settings, stream=sys.stderr) -> list:
+    """`settings` are the command line's; `settings_for(assignment)` adds a spec's limits."""
     submissions = collect(paths)
     ids = unique_ids(submissions)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -69,7 +70,7 @@ def grade_all(paths: list[Path], outdir: Path, assignment_for, settings, stream=
     for done, path in enumerate(submissions, 1):
         try:
             assignment = assignment_for(path)
-            result = grade_path(path, assignment, settings)
+            result = grade_path(path, assignment, settings_for(assignment))
         except SubmissionError as exc:
             result = unreadable(path, settings.assignment or "?", settings.seed, str(exc))
         folder = outdir / ids[path]

@@ -33,7 +33,7 @@ def check(ns) -> int:
     for path in ns.paths:
         assignment = _assignment_for(path, settings.assignment)
         load_submission(path)
-        result = grade_path(path, assignment, settings)
+        result = grade_path(path, assignment, from_namespace(ns, assignment.limits))
         print(summary(result, staff=settings.staff), flush=True)
         if settings.json:
             result.write_json(settings.json)
@@ -46,7 +46,8 @@ def check(ns) -> int:
 
 def grade(ns) -> int:
     settings = from_namespace(ns)
-    rows = grade_all(ns.paths, ns.output, lambda path: _assignment_for(path, settings.assignment), settings)
+    rows = grade_all(ns.paths, ns.output, lambda path: _assignment_for(path, settings.assignment),
+                     lambda assignment: from_namespace(ns, assignment.limits), settings)
     print(f"graded {len(rows)} submissions into {ns.output} (grades.csv, one folder each)")
     return 0
 

@@ -25,6 +25,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
 from .harness import MIME
+from .sandbox import Sandbox, grader_paths
 from .static_scan import python_source
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -37,7 +38,7 @@ INTERRUPT_GRACE = 5.0
 @dataclass
 class CellError:
     cell: int            # index of the cell in the notebook, -1 for the grader's own code
-    kind: str            # error | timeout | kernel_died | deadline
+    kind: str            # error | timeout | memory | kernel_died | deadline
     ename: str
     evalue: str
     traceback: str = ""
@@ -54,6 +55,8 @@ class ExecutionLog:
     seconds: float = 0.0
     output_bytes: int = 0
     kernel_alive: bool = True
+    leftover_processes: int = 0
+    isolation: dict = field(default_factory=dict)
 
 
 def clean_traceback(lines: list[str], limit: int = 4000) -> str:
@@ -71,11 +74,24 @@ def kernel_environment(workdir: str) -> dict:
     return env
 
 
-def default_kernel_manager(workdir: str) -> AsyncKernelManager:
+class SandboxedKernelManager(AsyncKernelManager):
+    """Starts the kernel through the sandbox's launcher."""
+
+    sandbox: Sandbox | None = None
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        command = super().format_kernel_cmd(extra_arguments)
+        return self.sandbox.wrap(command, self.connection_file) if self.sandbox else command
+
+
+def default_kernel_manager(workdir: str, sandbox: Sandbox | None = None) -> AsyncKernelManager:
     """The one seam for kernel launching: a pre-warmed kernel can be handed in instead.
-    Unix sockets rather than TCP: the kernel needs no network port."""
-    return AsyncKernelManager(kernel_name="python3", transport="ipc",
-                              ip=os.path.join(workdir, ".kernel"))
+    Unix sockets rather than TCP: the kernel needs no network port, and they work across
+    the sandbox's network namespace."""
+    km = SandboxedKernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(workdir, ".kernel"),
+                                connection_file=os.path.join(workdir, ".kernel.json"))
+    km.sandbox = sandbox
+    return km
 
 
 class CappedClient(NotebookClient):
@@ -145,14 +161,27 @@ class KernelSession:
 
     async def __aenter__(self) -> "KernelSession":
         self.workdir = tempfile.mkdtemp(prefix="grader-kernel-")
-        self.client = CappedClient(nbformat.v4.new_notebook(), km=self.kernel_manager_factory(self.workdir),
+        self._write_startup_file()
+        self.sandbox = Sandbox(self.settings, self.workdir, grader_paths([self.settings.assignment or ""]))
+        self.sandbox.prepare()
+        self.client = CappedClient(nbformat.v4.new_notebook(),
+                                   km=self.kernel_manager_factory(self.workdir, self.sandbox),
                                    kernel_name="python3", allow_errors=True, interrupt_on_timeout=True,
                                    iopub_timeout=2, shutdown_kernel="immediate",
                                    on_cell_executed=self._remember_reply)
-        self._write_startup_file()
-        self._kernel = self.client.async_setup_kernel(cwd=self.workdir, env=kernel_environment(self.workdir),
-                                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        await self._kernel.__aenter__()
+        # The kernel's own stderr goes to a file outside its reach, for when it fails to start.
+        self.kernel_log = tempfile.TemporaryFile()
+        self._kernel = self.client.async_setup_kernel(
+            cwd=self.workdir, env=self.sandbox.environment(kernel_environment(self.workdir)),
+            preexec_fn=self.sandbox.preexec, stdout=subprocess.DEVNULL, stderr=self.kernel_log)
+        try:
+            await self._kernel.__aenter__()
+        except Exception as exc:
+            self.kernel_log.seek(0)
+            tail = self.kernel_log.read()[-600:].decode(errors="replace").strip().splitlines()[-3:]
+            self.sandbox.cleanup()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise RuntimeError(f"the kernel did not start ({exc}): {' | '.join(tail)}") from None
         self.alive = True
         payload, error = await self.run_code(f"{HARNESS}.ready()", timeout=60)
         if not payload:
@@ -176,10 +205,19 @@ class KernelSession:
     async def __aexit__(self, *exc) -> None:
         try:
             await self._kernel.__aexit__(None, None, None)
+            # nbclient shuts down only kernels it started itself; this one came from the factory.
+            if self.client.kc is not None:
+                self.client.kc.stop_channels()
+            await self.client.km.shutdown_kernel(now=True)
         except Exception:  # noqa: BLE001 - a dead or killed kernel may fail to shut down cleanly
             pass
         finally:
+            self.log.leftover_processes += len(self.sandbox.cleanup())
             shutil.rmtree(self.workdir, ignore_errors=True)
+            self.kernel_log.close()
+
+    def _memory_message(self, what: str) -> str:
+        return f"memory limit exceeded ({self.settings.memory_limit} MiB): {what}"
 
     def _remember_reply(self, cell, cell_index, execute_reply):
         self._reply = execute_reply
@@ -205,13 +243,19 @@ class KernelSession:
                                    f"still running {INTERRUPT_GRACE:.0f} s after an interrupt; the kernel was stopped")
         except DeadKernelError:
             self.alive = False
+            if self.sandbox.memory_exceeded():
+                return None, CellError(index, "memory", "MemoryLimit", self._memory_message("the kernel was stopped"))
             return None, CellError(index, "kernel_died", "KernelDied",
-                                   "the Python process running the notebook died (os._exit, a crash or a segfault)")
+                                   "the Python process running the notebook died (os._exit, a crash, a segfault "
+                                   "or the CPU time limit)")
         reply = (self._reply or {}).get("content", {})
         if reply.get("status") == "error" and reply.get("ename") == "Timeout":
             return reply, CellError(index, "timeout", "Timeout",
                                     f"the cell ran longer than {timeout:.0f} s and was interrupted")
         for out in cell.get("outputs", []):
+            if out.get("output_type") == "error" and out.get("ename") == "MemoryError":
+                return reply, CellError(index, "memory", "MemoryError", self._memory_message("the cell raised MemoryError"),
+                                        clean_traceback(out.get("traceback", [])))
             if out.get("output_type") == "error":
                 return reply, CellError(index, "error", out.get("ename", ""), str(out.get("evalue", ""))[:1000],
                                         clean_traceback(out.get("traceback", [])))
@@ -272,27 +316,31 @@ class KernelSession:
 
 
 MAX_RESTARTS = 2
+KERNEL_DEATHS = ("KernelDied", "MemoryLimit")
 
 
 @asynccontextmanager
 async def executed_notebook(nb, settings, kernel_manager_factory=default_kernel_manager):
     """Yield (session, log) after running the notebook. A cell that kills the kernel is
     recorded, and the notebook runs again in a new kernel without it (at most MAX_RESTARTS
-    times, within the same overall deadline), so one fatal cell does not cost every function."""
+    times, within the same overall deadline), so one fatal cell does not cost every function.
+    Once the context exits, log.leftover_processes counts what every attempt left running."""
     started = time.monotonic()
     skipped: set[int] = set()
-    earlier: list[CellError] = []
+    earlier: list[ExecutionLog] = []
     while True:
         remaining = max(1.0, settings.notebook_timeout - (time.monotonic() - started))
         async with KernelSession(replace(settings, notebook_timeout=remaining), kernel_manager_factory) as session:
             log = await session.run_notebook(nb, frozenset(skipped))
-            fatal = [e for e in log.errors if e.kind == "kernel_died" and e.cell >= 0]
+            fatal = [e for e in log.errors if e.ename in KERNEL_DEATHS and e.cell >= 0]
             if fatal and len(skipped) < MAX_RESTARTS and time.monotonic() - started < settings.notebook_timeout:
                 fatal[-1].evalue += "; the notebook was run again in a new kernel without this cell"
                 skipped.add(fatal[-1].cell)
-                earlier.extend(log.errors)
+                earlier.append(log)
                 continue
-            log.errors = earlier + log.errors
+            log.errors = [e for old in earlier for e in old.errors] + log.errors
             log.seconds = time.monotonic() - started
+            log.isolation = session.sandbox.report()
             yield session, log
-            return
+        log.leftover_processes += sum(old.leftover_processes for old in earlier)
+        return

@@ -170,6 +170,7 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
             result.checks.extend(checks)
         result.timing["probing"] = round(time.monotonic() - probing_started, 3)
         result.timing["output_characters"] = log.output_bytes
+    result.isolation = {**log.isolation, "leftover_processes_killed": log.leftover_processes}
     if any(e["kind"] == "deadline" for e in result.errors):
         result.status = "timeout"
     elif not log.kernel_alive or error and not described["functions"]:

@@ -38,6 +38,7 @@ class GradeResult:
     policy: dict = field(default_factory=lambda: {"forbidden": [], "findings": []})
     functions: dict = field(default_factory=dict)
     timing: dict = field(default_factory=dict)
+    isolation: dict = field(default_factory=dict)
     grader_version: str = __version__
 
     def total(self) -> None:

@@ -31,6 +31,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("call_timeout", float, 10.0, "seconds one call of a student function may run"),
     Setting("output_limit", int, 1_000_000, "characters of output the whole notebook may print; the rest is discarded"),
     Setting("cell_output_limit", int, 200_000, "characters of output one cell may print; the rest is discarded"),
+    Setting("sandbox", bool, True, "isolate the kernel (limits, namespaces, cgroups, unprivileged user) where the "
+            "machine allows it; --no-sandbox runs it as a plain subprocess"),
+    Setting("memory_limit", int, 2048, "MiB of memory one submission may use"),
+    Setting("max_processes", int, 64, "processes one submission may run at once"),
+    Setting("cpu_limit", float, 600.0, "seconds of CPU time one submission's kernel may use"),
     Setting("json", Path, None, "write the result as JSON to this path", ("check",)),
     Setting("html", Path, None, "write the self-contained HTML report to this path", ("check",)),
     Setting("staff", bool, False, "show hidden checks' messages (teaching staff view)"),
@@ -39,25 +44,37 @@ SETTINGS: tuple[Setting, ...] = (
 Settings = make_dataclass("Settings", [(s.name, s.type, s.default) for s in SETTINGS], frozen=True)
 
 
+# Settings an assignment spec may set in its [limits] table; the command line still wins.
+SPEC_SETTINGS = ("cell_timeout", "notebook_timeout", "call_timeout", "output_limit", "cell_output_limit",
+                 "memory_limit", "max_processes", "cpu_limit")
+
+
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    """Every option defaults to None on the command line, so an explicit value can be told
+    from the declared default (which a spec's [limits] may replace)."""
     for s in SETTINGS:
         if command not in s.commands:
             continue
+        shown = f" (default: {'on' if s.default is True else 'off' if s.default is False else s.default})"
         if s.type is bool:
-            parser.add_argument(s.flag, dest=s.name, action="store_true", default=s.default, help=s.help)
+            parser.add_argument(s.flag, dest=s.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=s.help + shown)
         else:
-            parser.add_argument(s.flag, dest=s.name, type=s.type, default=s.default,
-                                metavar=s.type.__name__.upper(),
-                                help=f"{s.help} (default: {s.default})" if s.default is not None else s.help)
+            parser.add_argument(s.flag, dest=s.name, type=s.type, default=None, metavar=s.type.__name__.upper(),
+                                help=s.help + (shown if s.default is not None else ""))
 
 
-def from_namespace(ns: argparse.Namespace) -> "Settings":
-    return Settings(**{f.name: getattr(ns, f.name) for f in fields(Settings) if hasattr(ns, f.name)})
+def from_namespace(ns: argparse.Namespace, spec_limits: dict | None = None) -> "Settings":
+    chosen = {s.name: s.default for s in SETTINGS}
+    chosen.update({k: v for k, v in (spec_limits or {}).items() if k in SPEC_SETTINGS})
+    chosen.update({s.name: getattr(ns, s.name) for s in SETTINGS if getattr(ns, s.name, None) is not None})
+    return Settings(**chosen)
 
 
 def markdown_table() -> str:
     rows = ["| option | type | default | commands | what it does |", "| --- | --- | --- | --- | --- |"]
     for s in SETTINGS:
-        default = "off" if s.type is bool else ("none" if s.default is None else f"`{s.default}`")
+        default = ({True: "on", False: "off"}[s.default] if s.type is bool
+                   else "none" if s.default is None else f"`{s.default}`")
         rows.append(f"| `{s.flag}` | {s.type.__name__} | {default} | {', '.join(s.commands)} | {s.help} |")
     return "\n".join(rows)

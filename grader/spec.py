@@ -11,6 +11,7 @@ from grader.reference.sheets import FIXED_DATA
 from .checks import CHECKS
 from .conventions import CONVENTIONS, Convention
 from .returns import Tolerance
+from .settings import SPEC_SETTINGS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -50,6 +51,7 @@ class Assignment:
     forbidden: tuple[str, ...] = DEFAULT_FORBIDDEN
     penalty: str = "zero_function"
     source: str = ""
+    limits: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict, compare=False)
 
 
@@ -103,11 +105,16 @@ def parse(text: str, source: str) -> Assignment:
     if penalty not in PENALTIES:
         raise SpecError(f"{source}: policy.penalty must be one of {', '.join(PENALTIES)}")
     tol = raw.get("tolerance", {})
+    limits = raw.get("limits", {})
+    unknown = set(limits) - set(SPEC_SETTINGS)
+    if unknown:
+        raise SpecError(f"{source}: unknown limit {sorted(unknown)[0]!r} (limits: {', '.join(SPEC_SETTINGS)})")
     return Assignment(
         name=raw.get("name", Path(source).stem), title=raw.get("title", ""),
         functions=tuple(_function(f, f"{source}: function {i + 1}") for i, f in enumerate(functions)),
         tolerance=Tolerance(float(tol.get("rtol", 1e-5)), float(tol.get("atol", 1e-8))),
-        forbidden=tuple(policy.get("forbidden", DEFAULT_FORBIDDEN)), penalty=penalty, source=source, raw=raw)
+        forbidden=tuple(policy.get("forbidden", DEFAULT_FORBIDDEN)), penalty=penalty, source=source,
+        limits=dict(limits), raw=raw)
 
 
 def load_assignment(name_or_path: str) -> Assignment:

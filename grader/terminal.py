@@ -24,6 +24,11 @@ def summary(result: GradeResult, staff: bool = False) -> str:
     for e in result.errors:
         where = f"cell {e['cell']}" if e["cell"] >= 0 else "grader"
         lines.append(f"  {where}: {e['ename']}: {e['evalue']}"[:200])
+    iso = result.isolation
+    if iso.get("level") == "partial":
+        lines.append(f"  isolation: partial (missing: {', '.join(iso['missing'])})")
+    if iso.get("leftover_processes_killed"):
+        lines.append(f"  note: {iso['leftover_processes_killed']} process(es) left running by the notebook were killed")
     for f in result.policy.get("findings", []):
         lines.append(f"  policy: imports forbidden library {f['module']} ({f['source']})")
     return "\n".join(lines)

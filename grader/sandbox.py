@@ -1,0 +1,288 @@
+"""Isolation of one submission's kernel: resource limits, namespaces, cgroups, an unprivileged
+user, and afterwards the removal of every process it started.
+
+Each mechanism is used where the machine allows it; the result records which were active,
+and grading goes on with "isolation: partial" where some are missing.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import os
+import pwd
+import resource
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import time
+import uuid
+from importlib import resources
+from pathlib import Path
+
+MARKER = "SANDBOX_ID"
+PR_SET_PDEATHSIG = 1
+UNPRIVILEGED_USER = "nobody"
+SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+UNSHARE = ("unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--net", "--ipc", "--uts")
+# What "isolation: full" means; anything missing from it makes the isolation partial.
+REQUIRED = ("memory limit", "process limit", "cpu limit", "pid namespace", "network namespace",
+            "private filesystem", "unprivileged user", "scrubbed environment")
+
+
+@functools.lru_cache(maxsize=1)
+def namespaces_available() -> bool:
+    if not shutil.which("unshare") or os.geteuid() != 0:
+        return False
+    try:
+        done = subprocess.run([*UNSHARE, "true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+@functools.lru_cache(maxsize=1)
+def unprivileged_ids() -> tuple[int, int] | None:
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(UNPRIVILEGED_USER)
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+def _own_cgroup(controller: str) -> Path | None:
+    """This process's cgroup directory for a v1 controller, or the v2 one ('')."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controller and controller in controllers.split(","):
+            base = Path("/sys/fs/cgroup") / controller
+        elif not controller and controllers == "":
+            base = Path("/sys/fs/cgroup")
+            if not (base / "cgroup.controllers").exists():
+                return None
+        else:
+            continue
+        directory = base / path.lstrip("/")
+        return directory if directory.is_dir() else None
+    return None
+
+
+class Cgroup:
+    """A child cgroup for one kernel (v1 memory and pids controllers, or v2)."""
+
+    def __init__(self, name: str, memory_bytes: int, max_processes: int):
+        self.dirs: dict[str, Path] = {}
+        self.files: dict[str, Path] = {}
+        v2 = _own_cgroup("")
+        wanted = ({"memory": ("memory.max", memory_bytes), "pids": ("pids.max", max_processes)} if v2 else
+                  {"memory": ("memory.limit_in_bytes", memory_bytes), "pids": ("pids.max", max_processes)})
+        for controller, (limit_file, value) in wanted.items():
+            parent = v2 if v2 else _own_cgroup(controller)
+            if parent is None:
+                continue
+            directory = parent / name
+            try:
+                directory.mkdir(exist_ok=True)
+                (directory / limit_file).write_text(str(value))
+            except OSError:
+                _remove_quietly(directory)
+                continue
+            self.dirs[controller] = directory
+
+    def join(self) -> None:
+        """Called in the kernel's launcher process before exec: move it into the cgroup."""
+        for directory in set(self.dirs.values()):
+            (directory / "cgroup.procs").write_text(str(os.getpid()))
+
+    def pids(self) -> set[int]:
+        found = set()
+        for directory in set(self.dirs.values()):
+            try:
+                found |= {int(p) for p in (directory / "cgroup.procs").read_text().split()}
+            except OSError:
+                pass
+        return found
+
+    def memory_exceeded(self) -> bool:
+        directory = self.dirs.get("memory")
+        if directory is None:
+            return False
+        for name in ("memory.failcnt", "memory.events"):
+            try:
+                text = (directory / name).read_text()
+            except OSError:
+                continue
+            if name == "memory.failcnt":
+                return int(text.strip() or 0) > 0
+            counts = dict(line.split() for line in text.splitlines() if line.strip())
+            return int(counts.get("oom_kill", 0)) > 0 or int(counts.get("max", 0)) > 0
+        return False
+
+    def remove(self) -> None:
+        for _ in range(50):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        for directory in set(self.dirs.values()):
+            _remove_quietly(directory)
+
+
+def _remove_quietly(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:
+        pass
+
+
+def marked_processes(marker: str) -> list[int]:
+    """Processes whose environment carries this sandbox's marker."""
+    needle = f"{MARKER}={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def interpreter_paths() -> list[str]:
+    """What the kernel's interpreter reads: its executable, standard library and packages."""
+    paths = {os.path.dirname(os.path.realpath(sys.executable)), sys.prefix, sys.base_prefix,
+             *site.getsitepackages()}
+    return sorted(os.path.realpath(p) for p in paths if os.path.isdir(p))
+
+
+def reachable_by_others(path: str) -> bool:
+    parts = Path(path).resolve().parts
+    return all(os.stat(Path(*parts[:i])).st_mode & 0o001 for i in range(1, len(parts)))
+
+
+def grader_paths(extra: list[str]) -> list[str]:
+    """Everything of the grader's the kernel must not read: its package, the reference, the
+    templates, a source checkout, and the assignment spec."""
+    paths = {str(Path(resources.files(p))) for p in ("grader", "grader.reference", "grader.templates")}
+    paths |= {str(Path(p).resolve()) for p in extra if p}
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / "reference").is_dir():
+        paths.add(str(checkout))
+    return sorted(paths)
+
+
+class Sandbox:
+    def __init__(self, settings, workdir: str, hidden: list[str] = ()):
+        self.enabled = settings.sandbox
+        self.memory_bytes = int(settings.memory_limit * 2**20)
+        self.max_processes = settings.max_processes
+        self.cpu_seconds = int(settings.cpu_limit)
+        self.workdir = workdir
+        self.marker = uuid.uuid4().hex
+        self.hidden = list(hidden)
+        self.active: list[str] = ["scrubbed environment"]
+        self.cgroup: Cgroup | None = None
+        self.namespaces = self.enabled and namespaces_available()
+        self.ids = unprivileged_ids() if self.enabled else None
+        if self.ids and not self.namespaces and not all(map(reachable_by_others, interpreter_paths())):
+            self.ids = None
+
+    def prepare(self) -> None:
+        if not self.enabled:
+            return
+        self.cgroup = Cgroup(f"grader-{self.marker[:12]}", self.memory_bytes + 256 * 2**20, self.max_processes)
+        self.active.append("memory limit")
+        self.active.append("cpu limit")
+        if "pids" in self.cgroup.dirs or self.ids:
+            self.active.append("process limit")
+        if "memory" in self.cgroup.dirs:
+            self.active.append("memory cgroup")
+        if self.namespaces:
+            self.active += ["pid namespace", "network namespace", "private filesystem"]
+        if self.ids:
+            self.active.append("unprivileged user")
+            for root, dirs, files in os.walk(self.workdir):
+                for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                    os.chown(name, *self.ids)
+
+    def environment(self, env: dict) -> dict:
+        return {**env, MARKER: self.marker}
+
+    def wrap(self, command: list[str], connection_file: str) -> list[str]:
+        if not self.enabled or not (self.namespaces or self.ids):
+            return command
+        policy = {"workdir": self.workdir, "tmpfs": list(SHARED_TMP), "hide": self.hidden,
+                  "expose": interpreter_paths() + [self.workdir],
+                  "mount": self.namespaces, "connection_file": connection_file,
+                  "uid": self.ids[0] if self.ids else None, "gid": self.ids[1] if self.ids else None}
+        launcher = resources.files("grader").joinpath("sandbox_launcher.py").read_text()
+        prefix = list(UNSHARE) + ["--"] if self.namespaces else []
+        return [*prefix, sys.executable, "-I", "-S", "-c", launcher, json.dumps(policy), *command]
+
+    def preexec(self) -> None:
+        """In the launched process, before exec: limits, inherited by everything it starts;
+        and death with the grader, so a killed grader leaves no kernel behind."""
+        if not self.enabled:
+            return
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+        limits = [(resource.RLIMIT_AS, self.memory_bytes), (resource.RLIMIT_CPU, self.cpu_seconds),
+                  (resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, 256 * 2**20)]
+        if self.ids and not (self.cgroup and "pids" in self.cgroup.dirs):
+            limits.append((resource.RLIMIT_NPROC, self.max_processes))
+        for kind, value in limits:
+            try:
+                resource.setrlimit(kind, (value, value))
+            except (ValueError, OSError):
+                pass
+        if self.cgroup:
+            self.cgroup.join()
+
+    def memory_exceeded(self) -> bool:
+        return bool(self.cgroup and self.cgroup.memory_exceeded())
+
+    def _running(self) -> set[int]:
+        return (self.cgroup.pids() if self.cgroup else set()) | set(marked_processes(self.marker))
+
+    def cleanup(self) -> list[int]:
+        """Kill whatever the submission left running; returns what had to be killed. The
+        kernel's own processes get a moment to finish exiting first."""
+        deadline = time.monotonic() + 1.0
+        while self._running() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        leftovers = set(self.cgroup.pids()) if self.cgroup else set()
+        if self.cgroup:
+            self.cgroup.remove()
+        for _ in range(50):
+            marked = marked_processes(self.marker)
+            if not marked:
+                break
+            leftovers |= set(marked)
+            for pid in marked:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        return sorted(leftovers)
+
+    def report(self) -> dict:
+        missing = [m for m in REQUIRED if m not in self.active]
+        return {"level": "full" if not missing else "partial", "active": self.active, "missing": missing}

@@ -1,0 +1,104 @@
+"""Runs as process 1 of the kernel's new PID, mount and network namespaces, still as root,
+just before the kernel starts. Never imported by the grader: its text is passed to
+`python -I -S -c`.
+
+argv: policy JSON, then the kernel command. It gives the sandbox a private /tmp, hides the
+grader's files, drops to the unprivileged user, starts the kernel as its child and reaps
+every orphan until the kernel exits; when it exits, the kernel namespace and everything
+left in it are killed.
+"""
+import ctypes
+import json
+import os
+import signal
+import sys
+
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def mount(source, target, fstype=None, flags=0, data=None):
+    if _libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
+                   data.encode() if data else None) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {source} on {target}: {os.strerror(errno)}")
+
+
+def private_tmp(policy):
+    """tmpfs over the shared temporary folders; the kernel's own folder is bound back."""
+    workdir = policy["workdir"]
+    keep = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
+    for target in policy["tmpfs"]:
+        if os.path.isdir(target):
+            mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "size=512m,mode=1777")
+    os.makedirs(workdir, exist_ok=True)
+    mount(f"/proc/self/fd/{keep}", workdir, None, MS_BIND)
+    os.close(keep)
+
+
+def expose(paths):
+    """Let the unprivileged user reach the interpreter and the kernel's folder: a folder on
+    their way that others may not enter (such as /root) is replaced, in this namespace only,
+    by an empty tmpfs holding just the needed child, bound back from the original."""
+    needed = {}
+    for path in paths:
+        parts = path.rstrip("/").split("/")
+        for depth in range(2, len(parts)):
+            ancestor, child = "/".join(parts[:depth]) or "/", parts[depth]
+            if not os.stat(ancestor).st_mode & 0o001:
+                needed.setdefault(ancestor, set()).add(child)
+                break
+    for ancestor in sorted(needed, key=len, reverse=True):
+        kept = {c: os.open(os.path.join(ancestor, c), os.O_RDONLY | os.O_DIRECTORY) for c in needed[ancestor]}
+        mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0711")
+        for child, fd in kept.items():
+            os.mkdir(os.path.join(ancestor, child))
+            mount(f"/proc/self/fd/{fd}", os.path.join(ancestor, child), None, MS_BIND | MS_REC)
+            os.close(fd)
+
+
+def hide(paths):
+    empty = "/tmp/.grader-hidden"
+    os.makedirs(empty, mode=0o000, exist_ok=True)
+    for path in paths:
+        if os.path.isdir(path):
+            mount(empty, path, None, MS_BIND)
+        elif os.path.isfile(path):
+            mount("/dev/null", path, None, MS_BIND)
+
+
+def drop_privileges(uid, gid, connection_file):
+    if connection_file and os.path.exists(connection_file):
+        os.chown(connection_file, uid, gid)
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+
+
+def main():
+    policy = json.loads(sys.argv[1])
+    command = sys.argv[2:]
+    if policy.get("mount"):
+        private_tmp(policy)
+        expose(policy["expose"])
+        hide(policy["hide"])
+    if policy.get("uid") is not None:
+        drop_privileges(policy["uid"], policy["gid"], policy.get("connection_file"))
+    # Interrupts reach the kernel through its process group; this reaper must not die of them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The kernel's parent is this process, PID 1 here, so it cannot watch the grader's PID.
+    os.environ.pop("JPY_PARENT_PID", None)
+    kernel = os.fork()
+    if kernel == 0:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.execv(command[0], command)
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            sys.exit(0)
+        if pid == kernel:
+            sys.exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+main()
