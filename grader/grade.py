@@ -19,6 +19,10 @@ from .spec import Assignment, FunctionSpec
 
 
 
+# Importing these from a submission is flagged: the grader and its reference are off limits.
+GRADER_MODULES = ("grader", "reference", "_attention_grader_harness")
+
+
 def _encode_argument(value, variant: str) -> dict:
     if isinstance(value, (int, np.integer)):
         return {"int": int(value)}
@@ -147,6 +151,9 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
         hit = static_scan.matches(module, assignment.forbidden)
         if hit:
             result.policy["findings"].append({"source": "static", "module": hit, "cell": cell, "line": line})
+        if static_scan.matches(module, GRADER_MODULES):
+            result.policy["findings"].append({"source": "static", "module": module, "cell": cell, "line": line,
+                                              "kind": "grader_import"})
     async with executed_notebook(nb, settings, kernel_manager_factory) as (session, log):
         result.errors = [e.to_json() for e in log.errors]
         result.timing["execution"] = round(log.seconds, 3)
@@ -170,7 +177,8 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
             result.checks.extend(checks)
         result.timing["probing"] = round(time.monotonic() - probing_started, 3)
         result.timing["output_characters"] = log.output_bytes
-    result.isolation = {**log.isolation, "leftover_processes_killed": log.leftover_processes}
+    result.isolation = {**log.isolation, "leftover_processes_killed": log.leftover_processes,
+                        "background_processes_stopped": log.background_stopped}
     if any(e["kind"] == "deadline" for e in result.errors):
         result.status = "timeout"
     elif not log.kernel_alive or error and not described["functions"]:

@@ -98,6 +98,21 @@ def install(cell_budget, notebook_budget):
     get_ipython().events.register("post_run_cell", _snapshot_definitions)
 
 
+def reap():
+    """Collect the notebook's finished child processes: until reaped, they hold process slots."""
+    import os
+    reaped = 0
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        reaped += 1
+    _publish_result({"reaped": reaped})
+
+
 def ready():
     _publish_result({"ready": True})
 

@@ -24,6 +24,10 @@ from pathlib import Path
 
 MARKER = "SANDBOX_ID"
 PR_SET_PDEATHSIG = 1
+# A kernel maps about 1 GiB of address space (libraries, thread stacks) before it holds any
+# data; the address-space limit allows for that on top of the memory limit itself, which the
+# memory cgroup enforces exactly where there is one.
+ADDRESS_SPACE_HEADROOM = 2**30
 UNPRIVILEGED_USER = "nobody"
 SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 UNSHARE = ("unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--net", "--ipc", "--uts")
@@ -115,16 +119,17 @@ class Cgroup:
         directory = self.dirs.get("memory")
         if directory is None:
             return False
-        for name in ("memory.failcnt", "memory.events"):
+        for name in ("memory.oom_control", "memory.events"):
             try:
-                text = (directory / name).read_text()
-            except OSError:
+                counts = dict(line.split() for line in (directory / name).read_text().splitlines() if line.strip())
+            except (OSError, ValueError):
                 continue
-            if name == "memory.failcnt":
-                return int(text.strip() or 0) > 0
-            counts = dict(line.split() for line in text.splitlines() if line.strip())
-            return int(counts.get("oom_kill", 0)) > 0 or int(counts.get("max", 0)) > 0
-        return False
+            if "oom_kill" in counts:
+                return int(counts["oom_kill"]) > 0
+        try:
+            return int((directory / "memory.failcnt").read_text().strip() or 0) > 0
+        except (OSError, ValueError):
+            return False
 
     def remove(self) -> None:
         for _ in range(50):
@@ -146,6 +151,20 @@ def _remove_quietly(directory: Path) -> None:
         directory.rmdir()
     except OSError:
         pass
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _start_time(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def marked_processes(marker: str) -> list[int]:
@@ -205,7 +224,7 @@ class Sandbox:
     def prepare(self) -> None:
         if not self.enabled:
             return
-        self.cgroup = Cgroup(f"grader-{self.marker[:12]}", self.memory_bytes + 256 * 2**20, self.max_processes)
+        self.cgroup = Cgroup(f"grader-{self.marker[:12]}", self.memory_bytes, self.max_processes)
         self.active.append("memory limit")
         self.active.append("cpu limit")
         if "pids" in self.cgroup.dirs or self.ids:
@@ -243,7 +262,7 @@ class Sandbox:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         except (OSError, AttributeError):
             pass
-        limits = [(resource.RLIMIT_AS, self.memory_bytes), (resource.RLIMIT_CPU, self.cpu_seconds),
+        limits = [(resource.RLIMIT_AS, self.memory_bytes + ADDRESS_SPACE_HEADROOM), (resource.RLIMIT_CPU, self.cpu_seconds),
                   (resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, 256 * 2**20)]
         if self.ids and not (self.cgroup and "pids" in self.cgroup.dirs):
             limits.append((resource.RLIMIT_NPROC, self.max_processes))
@@ -257,6 +276,25 @@ class Sandbox:
 
     def memory_exceeded(self) -> bool:
         return bool(self.cgroup and self.cgroup.memory_exceeded())
+
+    def stop_background(self, launched_pid: int | None) -> int:
+        """Kill what the notebook left running besides the kernel, so that probing is not
+        starved by it; returns how many processes were stopped."""
+        if not launched_pid:
+            return 0
+        keep = {launched_pid}
+        for _ in range(2 if self.namespaces else 0):  # unshare -> launcher -> kernel
+            # The oldest child: orphans adopted by the launcher, even forks of the kernel
+            # itself, started later.
+            children = [p for p in self._running() if _parent(p) in keep and p not in keep]
+            keep |= set(sorted(children, key=_start_time)[:1])
+        stray = self._running() - keep
+        for pid in stray:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        return len(stray)
 
     def _running(self) -> set[int]:
         return (self.cgroup.pids() if self.cgroup else set()) | set(marked_processes(self.marker))

@@ -47,8 +47,18 @@ def is_stub(node: ast.FunctionDef) -> bool:
     return all(_is_placeholder(s) for s in body) and has_placeholder
 
 
+IMPORT_CALLS = ("__import__", "import_module")
+
+
 def imported_modules(tree: ast.AST):
+    """Import statements, and __import__/importlib.import_module calls with a literal name."""
     for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name in IMPORT_CALLS:
+                yield node.lineno, node.args[0].value
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name

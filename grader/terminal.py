@@ -27,8 +27,12 @@ def summary(result: GradeResult, staff: bool = False) -> str:
     iso = result.isolation
     if iso.get("level") == "partial":
         lines.append(f"  isolation: partial (missing: {', '.join(iso['missing'])})")
+    if iso.get("background_processes_stopped"):
+        lines.append(f"  note: {iso['background_processes_stopped']} background process(es) the notebook started "
+                     "were stopped before its functions were called")
     if iso.get("leftover_processes_killed"):
         lines.append(f"  note: {iso['leftover_processes_killed']} process(es) left running by the notebook were killed")
     for f in result.policy.get("findings", []):
-        lines.append(f"  policy: imports forbidden library {f['module']} ({f['source']})")
+        what = "tries to import the grader" if f.get("kind") == "grader_import" else "imports forbidden library"
+        lines.append(f"  policy: {what} {f['module']} ({f['source']})")
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """Golden verdicts for the fixture and sample notebooks: tests/fixtures/expected.json.
 
-Each entry names a notebook, its assignment, the result status and score, and the status of
+Each entry names a notebook, its assignment, any settings it is graded with, the result
+status and score, and the status of
 every check that is not `passed` (all others must pass), with words its message must contain.
 `python tests/golden.py` prints the current verdicts in that form, for review before editing
 the golden file by hand.
@@ -28,5 +29,5 @@ if __name__ == "__main__":
     from conftest import ROOT, grade
     current = {}
     for entry in load():
-        current[entry["path"]] = verdict(grade(ROOT / entry["path"], entry["assignment"]))
+        current[entry["path"]] = verdict(grade(ROOT / entry["path"], entry["assignment"], **entry.get("settings", {})))
     print(json.dumps(current, indent=1))

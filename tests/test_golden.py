@@ -1,7 +1,7 @@
 """Every fixture and sample notebook, graded through a real kernel, against its golden verdict."""
 import pytest
 
-from conftest import ROOT, grade
+from conftest import ROOT, grade, sandbox_processes
 from golden import load
 
 ENTRIES = load()
@@ -9,7 +9,7 @@ ENTRIES = load()
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e["path"].split("/")[-1] for e in ENTRIES])
 def test_golden_verdict(entry):
-    result = grade(ROOT / entry["path"], entry["assignment"])
+    result = grade(ROOT / entry["path"], entry["assignment"], **entry.get("settings", {}))
     checks = {c.name: c for c in result.checks}
     assert result.status == entry["status"]
     assert result.score == pytest.approx(entry["score"])
@@ -20,3 +20,4 @@ def test_golden_verdict(entry):
     assert set(entry["not_passed"]) <= set(checks)
     for name, words in entry["messages"].items():
         assert words in checks[name].message, f"{name}: {checks[name].message}"
+    assert sandbox_processes() == [], "a process of the submission is still running"

@@ -1,0 +1,142 @@
+"""The hostile suite: what a submission must not be able to do, graded through the real
+sandbox. Where this machine lacks a mechanism, the result must say so instead."""
+import csv
+import os
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, SUBMISSIONS, grade, sandbox_processes
+from grader import sandbox
+
+FULL = sandbox.namespaces_available() and sandbox.unprivileged_ids() is not None
+
+
+def needs_full_isolation():
+    if not FULL:
+        pytest.skip("namespaces or an unprivileged user are not available here; see the isolation report test")
+
+
+def test_isolation_report_names_what_is_active():
+    result = grade(SUBMISSIONS / "worked_solution.ipynb", "rows")
+    iso = result.isolation
+    assert set(iso["active"]) | set(iso["missing"]) >= set(sandbox.REQUIRED)
+    assert iso["level"] == ("full" if not iso["missing"] else "partial")
+    if FULL:
+        assert iso["level"] == "full", iso
+
+
+def test_no_sandbox_says_isolation_is_partial():
+    result = grade(SUBMISSIONS / "worked_solution.ipynb", "rows", sandbox=False)
+    assert result.isolation["level"] == "partial"
+    assert "network namespace" in result.isolation["missing"]
+    assert result.score == result.max_score
+    assert sandbox_processes() == []
+
+
+def test_network_attempt_fails_fast_and_reaches_nothing():
+    needs_full_isolation()
+    accepted = []
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 47613))
+    server.listen()
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept())
+            except OSError:
+                continue
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        result = grade(FIXTURES / "sandbox_network.ipynb", "rows", _fresh="network")
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    assert accepted == []
+    assert result.score == result.max_score
+    errors = [e for e in result.errors if e["ename"] == "OSError"]
+    assert errors and "unreachable" in errors[0]["evalue"].lower()
+    assert not any(e["kind"] == "timeout" for e in result.errors), "the connection attempt must not hang"
+
+
+def test_environment_is_scrubbed(monkeypatch):
+    monkeypatch.setenv("GRADER_TEST_SECRET", "hunter2")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2")
+    result = grade(FIXTURES / "sandbox_environment.ipynb", "rows", _fresh="environment")
+    assert result.score == result.max_score
+
+
+def test_fake_results_files_have_no_effect_and_stay_inside(tmp_path):
+    needs_full_isolation()
+    places = [Path("/tmp/results.json"), Path("/var/tmp/results.json"), Path.home() / "results.json",
+              Path("/autograder/results/results.json"), Path("/grade/results/results.json")]
+    before = {p: p.exists() for p in places}
+    result = grade(FIXTURES / "sandbox_fake_results.ipynb", "rows")
+    assert result.score == result.max_score == 25
+    assert {p: p.exists() for p in places} == before
+
+
+def test_importing_the_grader_fails_and_is_flagged():
+    result = grade(FIXTURES / "sandbox_imports_grader.ipynb", "rows")
+    flagged = {f["module"] for f in result.policy["findings"] if f.get("kind") == "grader_import"}
+    assert {"grader", "grader.reference.attention", "grader.reference.sheets"} <= flagged
+    if FULL:
+        assert [e["ename"] for e in result.errors[:3]] == ["PermissionError"] * 3
+        assert "rows.toml" not in "".join(e["evalue"] for e in result.errors if e["ename"] != "FileNotFoundError")
+
+
+def test_memory_limit_from_the_spec(tmp_path):
+    spec = tmp_path / "tight.toml"
+    spec.write_text('[limits]\nmemory_limit = 512\n[[functions]]\nname = "self_attention"\n'
+                    'convention = "rows_single"\nfixed_data = "sheet_000"\n[functions.points]\nnumerical_stability = 0\n')
+    from grader.cli import main
+    code = main(["check", str(FIXTURES / "sandbox_memory_bomb.ipynb"), "--assignment", str(spec),
+                 "--json", str(tmp_path / "r.json"), "--cell-timeout", "20"])
+    import json
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert code == 0
+    assert any(e["kind"] == "memory" and "memory limit exceeded (512 MiB)" in e["evalue"] for e in result["errors"])
+    assert sandbox_processes() == []
+
+
+def test_infinite_loops_leave_nothing_running():
+    for name in ("hostile_infinite_loop_cell.ipynb", "hostile_infinite_loop_function.ipynb",
+                 "sandbox_double_fork_daemon.ipynb", "sandbox_process_flood.ipynb", "hostile_segfault.ipynb"):
+        grade(FIXTURES / name, "rows")
+        assert sandbox_processes() == [], name
+
+
+def test_batch_of_hostile_and_correct_notebooks(tmp_path):
+    """Hostile cases mixed with correct notebooks: a row for each, full marks for the correct
+    ones, no process left, nothing written outside the output folder."""
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    correct = ["worked_solution.ipynb", "two_head_sheet_002.ipynb"]
+    hostile = ["sandbox_fake_results.ipynb", "sandbox_process_flood.ipynb", "sandbox_double_fork_daemon.ipynb",
+               "hostile_os_exit.ipynb", "sandbox_thread_output.ipynb", "not_json.ipynb"]
+    for name in correct:
+        (batch / name).write_bytes((SUBMISSIONS / name).read_bytes())
+    for name in hostile:
+        (batch / name).write_bytes((FIXTURES / name).read_bytes())
+    tmp_before = set(os.listdir("/tmp"))
+    out = tmp_path / "out"
+    done = subprocess.run(["grader", "grade", str(batch), "-o", str(out), "--cell-timeout", "4",
+                           "--call-timeout", "2"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = {r["submission"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert set(rows) == set(correct) | set(hostile)
+    for name in correct:
+        assert rows[name]["score"] == rows[name]["max_score"] and rows[name]["status"] == "graded"
+    assert rows["not_json.ipynb"]["status"] == "error"
+    assert sandbox_processes() == []
+    new_in_tmp = set(os.listdir("/tmp")) - tmp_before
+    assert not [n for n in new_in_tmp if n.startswith("grader-kernel-") or n == "results.json"], new_in_tmp
