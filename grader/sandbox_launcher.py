@@ -24,16 +24,23 @@ def mount(source, target, fstype=None, flags=0, data=None):
         raise OSError(errno, f"mount {source} on {target}: {os.strerror(errno)}")
 
 
+def _inside(path, folder):
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
 def private_tmp(policy):
-    """tmpfs over the shared temporary folders; the kernel's own folder is bound back."""
-    workdir = policy["workdir"]
-    keep = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
-    for target in policy["tmpfs"]:
-        if os.path.isdir(target):
-            mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "size=512m,mode=1777")
-    os.makedirs(workdir, exist_ok=True)
-    mount(f"/proc/self/fd/{keep}", workdir, None, MS_BIND)
-    os.close(keep)
+    """tmpfs over the shared temporary folders; the kernel's own folder, and the interpreter
+    if it lives there (a virtual environment in /tmp), are bound back."""
+    targets = [t for t in policy["tmpfs"] if os.path.isdir(t)]
+    wanted = sorted({p for p in [policy["workdir"], *policy["expose"]] if any(_inside(p, t) for t in targets)})
+    roots = [p for p in wanted if not any(_inside(p, q) and p != q for q in wanted)]
+    kept = {p: os.open(p, os.O_RDONLY | os.O_DIRECTORY) for p in roots}
+    for target in targets:
+        mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "size=512m,mode=1777")
+    for path, fd in kept.items():
+        os.makedirs(path, exist_ok=True)
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        os.close(fd)
 
 
 def expose(paths):
