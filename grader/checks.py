@@ -161,7 +161,7 @@ def judge_distribution(fn, ctx: Context, results) -> Verdict:
             return Verdict("failed", f"On {probe.label}: no attention weights were returned.")
         for what, w in weights:
             w = w.astype(np.float64)
-            if w.ndim != 2 or not np.all(np.isfinite(w)):
+            if w.ndim != 2 or w.size == 0 or not np.all(np.isfinite(w)):
                 return Verdict("failed", f"On {probe.label}: the {what} are not a finite N x N matrix.")
             if w.min() < -1e-12:
                 return Verdict("failed", f"On {probe.label}: the {what} contain a negative value ({w.min():.3g}).")

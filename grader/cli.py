@@ -1,4 +1,4 @@
-"""Command line: `grader check`, `grader grade`, `grader assignments`, `grader settings`."""
+"""Command line: `grader check`, `grader grade`, `grader lms`, `grader assignments`, `grader settings`."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +8,8 @@ from pathlib import Path
 from . import __version__
 from .batch import grade_all
 from .grade import grade_path
+from .lms import PLATFORMS
+from .lms import run as run_lms
 from .loader import SubmissionError, load_submission
 from .report_html import write_html
 from .settings import add_arguments, from_namespace, markdown_table
@@ -52,6 +54,13 @@ def grade(ns) -> int:
     return 0
 
 
+def lms(ns) -> int:
+    root = ns.root or Path(PLATFORMS[ns.platform].default_root)
+    data = run_lms(ns.platform, root, ns.assignment, lambda assignment: from_namespace(ns, assignment.limits))
+    print(f"wrote {PLATFORMS[ns.platform].results_path(root)}")
+    return 0 if data.get("tests") is not None else 3
+
+
 def list_assignments(ns) -> int:
     for name in builtin_names():
         a = load_assignment(name)
@@ -79,6 +88,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("-o", "--output", type=Path, required=True, metavar="OUTDIR")
     add_arguments(g, "grade")
     g.set_defaults(run=grade)
+    lms_parser = sub.add_parser("lms", help="grade inside an LMS container and write its results file")
+    lms_parser.add_argument("platform", choices=sorted(PLATFORMS))
+    lms_parser.add_argument("--root", type=Path, default=None,
+                            help="the platform's folder (default: /autograder for gradescope, /grade for prairielearn)")
+    add_arguments(lms_parser, "lms")
+    lms_parser.set_defaults(run=lms)
     sub.add_parser("assignments", help="list the built-in assignments").set_defaults(run=list_assignments)
     sub.add_parser("settings", help="print the settings table (markdown)").set_defaults(run=show_settings)
     return p

@@ -124,7 +124,8 @@ CONVENTIONS: dict[str, Convention] = {c.name: c for c in [
         "sdpa", "scaled dot-product attention on Q, K, V; returns (scores, weights, output)",
         ("Q", "K", "V"), ("scores", "weights", "output"),
         lambda c: [attention(c)["heads"][0][p] for p in "qkv"],
-        lambda r, c: {p: _first_head(r)[p] for p in ("scores", "weights", "output")},
+        lambda r, c: {"scores": _first_head(r)["scores"], "weights": _first_head(r)["weights"],
+                      "output": r["output"]},
         int_inputs="qkv"),
     Convention(
         "qkv_projections", "projections first: returns (Q, K, V)",

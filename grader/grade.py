@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from . import static_scan
-from .checks import CHECKS, Context, Outcome, Probe
+from .checks import CHECKS, Context, Outcome, Probe, Verdict
+from .diagnosis import diagnose
 from .execution import HARNESS, KernelSession, default_kernel_manager, executed_notebook
 from .loader import code_cells, load_submission
 from .result import CheckResult, GradeResult
@@ -118,14 +119,18 @@ async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Cont
         check = CHECKS[kind]
         probes = check.probes(fn, ctx)
         outcomes = [(p, await prober.outcome(p)) for p in probes]
-        verdict = check.judge(fn, ctx, outcomes)
-        if verdict.status != "passed" and info.get("globals") and probes:
-            shown = ", ".join(f"{k} = {v}" for k, v in info["globals"].items())
-            verdict.message += (f" Note: `{name}` reads the notebook's globals ({shown}) instead of taking "
-                                "everything from its arguments, which breaks on other shapes.")
+        diagnosis = None
+        try:
+            verdict = check.judge(fn, ctx, outcomes)
+            if verdict.status == "failed":
+                diagnosis, note = diagnose(fn, kind, outcomes, ctx.tolerance, info)
+                verdict.message += note
+        except Exception as exc:  # noqa: BLE001 - one unjudgeable result must not sink the others
+            verdict = Verdict("error", f"The grader could not judge what the function returned "
+                                       f"({type(exc).__name__}: {exc}).")
         results.append(CheckResult(f"{fn.name}.{kind}", fn.name, kind, check.title, verdict.status,
                                    points if verdict.status == "passed" else 0.0, points, verdict.message,
-                                   hidden=kind in fn.hidden, figures=verdict.figures))
+                                   diagnosis=diagnosis, hidden=kind in fn.hidden, figures=verdict.figures))
     info["called_by_keyword"] = prober.by_keyword
     return results
 

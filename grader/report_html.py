@@ -12,7 +12,7 @@ from .result import GradeResult
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FunctionLoader(
         lambda name: resources.files("grader.templates").joinpath(name).read_text()),
-        autoescape=True, trim_blocks=True, lstrip_blocks=True)
+        autoescape=True, trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.do"])
     env.filters["heat"] = heat_colour
     return env
 

@@ -205,6 +205,10 @@ def grader_paths(extra: list[str]) -> list[str]:
     return sorted(paths)
 
 
+# Every marker handed out by this process, so its own submissions' processes can be found.
+CREATED_MARKERS: list[str] = []
+
+
 class Sandbox:
     def __init__(self, settings, workdir: str, hidden: list[str] = ()):
         self.enabled = settings.sandbox
@@ -212,7 +216,9 @@ class Sandbox:
         self.max_processes = settings.max_processes
         self.cpu_seconds = int(settings.cpu_limit)
         self.workdir = workdir
-        self.marker = uuid.uuid4().hex
+        # The grader's PID first, so the processes of one grader's submissions can be told apart.
+        self.marker = f"{os.getpid()}.{uuid.uuid4().hex}"
+        CREATED_MARKERS.append(self.marker)
         self.hidden = list(hidden)
         self.active: list[str] = ["scrubbed environment"]
         self.cgroup: Cgroup | None = None
@@ -224,7 +230,7 @@ class Sandbox:
     def prepare(self) -> None:
         if not self.enabled:
             return
-        self.cgroup = Cgroup(f"grader-{self.marker[:12]}", self.memory_bytes, self.max_processes)
+        self.cgroup = Cgroup(f"grader-{self.marker.split('.')[1][:12]}", self.memory_bytes, self.max_processes)
         self.active.append("memory limit")
         self.active.append("cpu limit")
         if "pids" in self.cgroup.dirs or self.ids:

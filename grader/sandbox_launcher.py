@@ -65,11 +65,14 @@ def expose(paths):
 
 
 def hide(paths):
-    empty = "/tmp/.grader-hidden"
-    os.makedirs(empty, mode=0o000, exist_ok=True)
+    """Folders become a package whose import fails with a plain message; files become empty."""
+    stub = "/tmp/.grader-hidden"
+    os.makedirs(stub, mode=0o755, exist_ok=True)
+    with open(os.path.join(stub, "__init__.py"), "w") as f:
+        f.write('raise ImportError("the grader is not available to submissions")\n')
     for path in paths:
         if os.path.isdir(path):
-            mount(empty, path, None, MS_BIND)
+            mount(stub, path, None, MS_BIND)
         elif os.path.isfile(path):
             mount("/dev/null", path, None, MS_BIND)
 

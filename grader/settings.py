@@ -14,7 +14,7 @@ class Setting:
     type: type
     default: Any
     help: str
-    commands: tuple = ("check", "grade")
+    commands: tuple = ("check", "grade", "lms")
 
     @property
     def flag(self) -> str:
@@ -38,7 +38,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("cpu_limit", float, 600.0, "seconds of CPU time one submission's kernel may use"),
     Setting("json", Path, None, "write the result as JSON to this path", ("check",)),
     Setting("html", Path, None, "write the self-contained HTML report to this path", ("check",)),
-    Setting("staff", bool, False, "show hidden checks' messages (teaching staff view)"),
+    Setting("staff", bool, False, "show hidden checks' messages (teaching staff view)", ("check", "grade")),
 )
 
 Settings = make_dataclass("Settings", [(s.name, s.type, s.default) for s in SETTINGS], frozen=True)

@@ -35,15 +35,30 @@ def chromium_path():
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def sandbox_processes() -> list[int]:
-    """Live processes started for any submission (they all carry the sandbox marker)."""
-    from grader.sandbox import MARKER
+def sandbox_processes(grader_pid: int | None = None) -> list[int]:
+    """Live processes of submissions (each carries its sandbox's marker): those graded by the
+    grader process `grader_pid`, or by default those of sandboxes this test process created,
+    so that other graders running on the machine do not count."""
+    from grader.sandbox import CREATED_MARKERS, MARKER
+    prefix = MARKER.encode() + b"="
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and any(v.startswith(MARKER.encode() + b"=")
-                                            for v in (entry / "environ").read_bytes().split(b"\0")):
-                found.append(int(entry.name))
+            environ = (entry / "environ").read_bytes().split(b"\0") if entry.name.isdigit() else []
         except OSError:
             continue
+        for value in environ:
+            if value.startswith(prefix):
+                marker = value[len(prefix):].decode()
+                if (marker.startswith(f"{grader_pid}.") if grader_pid else marker in CREATED_MARKERS):
+                    found.append(int(entry.name))
     return found
+
+
+def run_grader(args: list, cwd=None, timeout=600):
+    """Run the `grader` command; returns (returncode, stdout, stderr, pid)."""
+    import subprocess
+    process = subprocess.Popen(["grader", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=cwd)
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err, process.pid

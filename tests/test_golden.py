@@ -18,6 +18,7 @@ def test_golden_verdict(entry):
     for name, check in checks.items():
         assert check.status == entry["not_passed"].get(name, "passed"), f"{name}: {check.message}"
     assert set(entry["not_passed"]) <= set(checks)
+    assert {c.name: c.diagnosis for c in result.checks if c.diagnosis} == entry["diagnoses"]
     for name, words in entry["messages"].items():
         assert words in checks[name].message, f"{name}: {checks[name].message}"
     assert sandbox_processes() == [], "a process of the submission is still running"

@@ -1,0 +1,174 @@
+"""LMS entrypoints: Gradescope's autograder layout and PrairieLearn's external grader.
+
+Whatever happens (no notebook, garbage, a dead kernel, a fault in the grader), a valid
+results file is written, by the grader's own process, after the student's code has finished.
+"""
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from pathlib import Path
+
+from .grade import grade_path
+from .loader import SubmissionError, load_submission
+from .report_html import write_html
+from .result import GradeResult
+from .spec import Assignment, SpecError, load_assignment
+
+SUFFIXES = (".ipynb", ".py")
+VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
+
+
+class Platform:
+    name = ""
+    default_root = ""
+    submission_folder = ""
+    spec_folder = ""
+
+    def results_path(self, root: Path) -> Path:
+        return root / "results" / "results.json"
+
+
+class Gradescope(Platform):
+    name, default_root, submission_folder, spec_folder = "gradescope", "/autograder", "submission", "source"
+
+    def render(self, result: GradeResult | None, problem: str, seconds: float, assignment: Assignment | None) -> dict:
+        hidden_as = (assignment.raw.get("lms", {}).get("hidden_visibility", "after_published")
+                     if assignment else "after_published")
+        if hidden_as not in VISIBILITIES:
+            hidden_as = "after_published"
+        tests = []
+        if result is not None:
+            for c in result.checks:
+                output = (f"Likely mistake: {c.diagnosis}. " if c.diagnosis else "") + c.message
+                tests.append({"name": c.name, "score": c.points, "max_score": c.max_points,
+                              "status": "passed" if c.status == "passed" else "failed",
+                              "output": output, "output_format": "text",
+                              "visibility": hidden_as if c.hidden else "visible"})
+        if problem:
+            tests.append({"name": "grader error", "score": 0, "max_score": 0, "status": "failed",
+                          "output": problem, "output_format": "text", "visibility": "hidden"})
+        return {"score": result.score if result else 0.0, "execution_time": int(round(seconds)),
+                "output": summary_html(result, problem), "output_format": "html",
+                "stdout_visibility": "hidden", "tests": tests}
+
+
+class PrairieLearn(Platform):
+    name, default_root, submission_folder, spec_folder = "prairielearn", "/grade", "student", "tests"
+
+    def render(self, result: GradeResult | None, problem: str, seconds: float, assignment: Assignment | None) -> dict:
+        tests = []
+        if result is not None:
+            for c in result.checks:
+                message = (f"Likely mistake: {c.diagnosis}. " if c.diagnosis else "") + \
+                          ("Hidden check." if c.hidden else c.message)
+                tests.append({"name": c.name, "description": c.title, "points": c.points,
+                              "max_points": c.max_points, "message": message, "output": ""})
+        if problem:
+            tests.append({"name": "grader error", "description": "shown to course staff", "points": 0,
+                          "max_points": 0, "message": problem, "output": ""})
+        gradable = result is not None and not any(e.get("kind") == "grader_error" for e in result.errors)
+        score = (result.score / result.max_score) if result and result.max_score else 0.0
+        return {"gradable": bool(gradable), "score": min(max(score, 0.0), 1.0),
+                "message": summary_line(result, problem), "output": summary_text(result, problem),
+                "tests": tests}
+
+
+PLATFORMS = {p.name: p for p in (Gradescope(), PrairieLearn())}
+
+
+def find_submission(folder: Path) -> Path:
+    if not folder.is_dir():
+        raise SubmissionError(f"the submission folder {folder} does not exist")
+    found = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in SUFFIXES
+                   and ".ipynb_checkpoints" not in p.parts and not p.name.startswith("."))
+    notebooks = [p for p in found if p.suffix == ".ipynb"]
+    if len(notebooks) == 1 or len(found) == 1:
+        return (notebooks or found)[0]
+    if not found:
+        raise SubmissionError("no notebook (.ipynb) or Python file (.py) was found in the submission")
+    names = ", ".join(str(p.relative_to(folder)) for p in found[:6])
+    raise SubmissionError(f"several candidate files were submitted ({names}); submit exactly one notebook")
+
+
+def choose_assignment(requested: str | None, root: Path, platform: Platform, submission: Path | None):
+    """--assignment, else assignment.toml among the course's files, else the notebook's metadata."""
+    if requested:
+        return load_assignment(requested)
+    course_spec = root / platform.spec_folder / "assignment.toml"
+    if course_spec.is_file():
+        return load_assignment(str(course_spec))
+    name = "rows"
+    if submission is not None:
+        try:
+            name = load_submission(submission).metadata.get("grader", {}).get("assignment", "rows")
+        except SubmissionError:
+            pass
+    return load_assignment(name)
+
+
+def summary_line(result: GradeResult | None, problem: str) -> str:
+    if result is None:
+        return f"Not graded: {problem}"
+    return f"Score {result.score:g} / {result.max_score:g} ({result.status})."
+
+
+def summary_text(result: GradeResult | None, problem: str) -> str:
+    lines = [summary_line(result, problem)]
+    if result is not None:
+        for c in result.checks:
+            if c.status != "passed" and not c.hidden:
+                lines.append(f"- {c.name}: {c.diagnosis + ': ' if c.diagnosis else ''}{c.message}")
+        lines += [f"- cell {e['cell']}: {e['ename']}: {e['evalue']}" for e in result.errors if e["cell"] >= 0]
+    return "\n".join(lines)
+
+
+def summary_html(result: GradeResult | None, problem: str) -> str:
+    from html import escape
+    if result is None:
+        return f"<p><b>Not graded.</b> {escape(problem)}</p>"
+    items = "".join(f"<li><code>{escape(c.name)}</code>: {escape(c.diagnosis or c.message)}</li>"
+                    for c in result.checks if c.status != "passed" and not c.hidden)
+    errors = "".join(f"<li>cell {e['cell']}: {escape(e['ename'])}: {escape(e['evalue'])}</li>"
+                     for e in result.errors if e["cell"] >= 0)
+    return (f"<p><b>Score {result.score:g} / {result.max_score:g}</b> (seed {result.seed}, "
+            f"isolation {escape(result.isolation.get('level', 'none'))}). The full report with heatmaps is "
+            f"saved as report.html beside results.json.</p>"
+            + (f"<p>Checks not passed:</p><ul>{items}</ul>" if items else "")
+            + (f"<p>Errors while running the notebook:</p><ul>{errors}</ul>" if errors else ""))
+
+
+def write_results(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o755)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, allow_nan=False))
+    tmp.chmod(0o644)
+    tmp.replace(path)
+
+
+def run(platform_name: str, root: Path, requested: str | None, settings_for) -> dict:
+    """Grade the submission under root and write the platform's results file; returns it.
+    `settings_for(assignment)` gives the settings with that assignment's limits applied."""
+    platform = PLATFORMS[platform_name]
+    started = time.monotonic()
+    result, problem, assignment, submission = None, "", None, None
+    try:
+        try:
+            submission = find_submission(root / platform.submission_folder)
+        except SubmissionError as exc:
+            problem = str(exc)
+        assignment = choose_assignment(requested, root, platform, submission)
+        if submission is not None:
+            result = grade_path(submission, assignment, settings_for(assignment))
+            if any(e.get("kind") == "grader_error" for e in result.errors):
+                problem = "; ".join(e["evalue"] for e in result.errors if e.get("kind") == "grader_error")
+            write_html(result, root / "results" / "report.html")
+    except (SubmissionError, SpecError) as exc:
+        problem = str(exc)
+    except Exception as exc:  # noqa: BLE001 - whatever failed, a valid results file is still written
+        problem = f"unexpected error in the grader: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+    data = platform.render(result, problem, time.monotonic() - started, assignment)
+    write_results(platform.results_path(root), data)
+    return data

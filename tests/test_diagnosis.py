@@ -1,0 +1,112 @@
+"""The library of known mistakes: distinct from each other and from the reference on the
+checks' inputs, and never pinned on a correct submission."""
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, SUBMISSIONS, grade
+from grader import cases
+from grader.conventions import CONVENTIONS
+from grader.diagnosis import applicable, mistake_parts, same
+from grader.reference.mistakes import MISTAKES
+
+SEED = 20261122
+
+
+def _differ(a: dict, b: dict) -> bool:
+    return any(not same(a[p], b[p], 1e-5, 1e-8) for p in a if p in b)
+
+
+@pytest.mark.parametrize("name", sorted(CONVENTIONS))
+def test_mistakes_are_distinct_on_the_randomized_inputs(name):
+    conv = CONVENTIONS[name]
+    inputs = cases.random_cases(conv, SEED) + [cases.base_case(conv, SEED)]
+    mistakes = [m for m in applicable(conv) if m.id != "softmax_overflow"]
+    computed = {m.id: [mistake_parts(conv, m, c) for c in inputs] for m in mistakes}
+    reference = [conv.expected_parts(c) for c in inputs]
+    for m in mistakes:
+        assert any(_differ(a, r) for a, r in zip(computed[m.id], reference)), f"{m.id} equals the reference"
+    for a, b in itertools.combinations(mistakes, 2):
+        assert any(_differ(x, y) for x, y in zip(computed[a.id], computed[b.id])), f"{a.id} coincides with {b.id}"
+
+
+@pytest.mark.parametrize("name", sorted(CONVENTIONS))
+def test_overflow_shows_only_on_large_scores(name):
+    conv = CONVENTIONS[name]
+    overflow = [m for m in applicable(conv) if m.id == "softmax_overflow"]
+    if not overflow:
+        return
+    large = cases.large_score_case(conv, SEED)
+    broken = mistake_parts(conv, overflow[0], large)
+    assert any(not np.all(np.isfinite(v)) for v in
+               (x for value in broken.values() for x in (value if isinstance(value, list) else [value])))
+
+
+@pytest.mark.parametrize("path, assignment", [
+    (SUBMISSIONS / "worked_solution.ipynb", "rows"),
+    (FIXTURES / "correct_einsum_batched.ipynb", "rows"),
+    (SUBMISSIONS / "qkv_correct.ipynb", "qkv"),
+    (SUBMISSIONS / "columns_correct.ipynb", "columns"),
+    (SUBMISSIONS / "sdpa_sheet_004.ipynb", "sdpa"),
+    (SUBMISSIONS / "two_head_sheet_002.ipynb", "two-head"),
+])
+def test_correct_submissions_get_no_diagnosis(path, assignment):
+    result = grade(path, assignment)
+    diagnosed = {c.name: c.diagnosis for c in result.checks if c.diagnosis and c.kind != "numerical_stability"}
+    assert diagnosed == {}
+
+
+EXPECTED = {
+    "mistake_softmax_whole_matrix.ipynb": "softmax_whole_matrix",
+    "mistake_scaled_twice.ipynb": "scaled_twice",
+    "mistake_scaled_after_softmax.ipynb": "scaled_after_softmax",
+    "mistake_keys_times_queries.ipynb": "keys_times_queries",
+    "mistake_transposed_attention.ipynb": "transposed_attention",
+    "mistake_values_from_x.ipynb": "values_from_x",
+    "mistake_interleaved_heads.ipynb": "interleaved_heads",
+    "mistake_heads_over_tokens.ipynb": "heads_over_tokens",
+    "mistake_heads_reversed.ipynb": "heads_reversed",
+    "mistake_heads_stacked.ipynb": "heads_stacked_on_tokens",
+    "mistake_projection_missing.ipynb": "projection_missing",
+    "mistake_projection_wrong_side.ipynb": "projection_wrong_side",
+    "mistake_biases_missing.ipynb": "biases_missing",
+    "mistake_biases_before_product.ipynb": "biases_before_product",
+    "transposed_output.ipynb": "transposed_output",
+}
+TITLES = {m.id: m.title for m in MISTAKES}
+
+
+@pytest.mark.parametrize("fixture, mistake", sorted(EXPECTED.items()))
+def test_each_mistake_is_named_on_its_fixture(fixture, mistake):
+    nb = FIXTURES / fixture
+    assignment = "columns" if "projection" in fixture or "biases" in fixture else "rows"
+    result = grade(nb, assignment)
+    diagnoses = {c.diagnosis for c in result.checks if c.diagnosis and c.kind != "numerical_stability"}
+    assert TITLES[mistake] in diagnoses, diagnoses
+    fixed = [c for c in result.checks if c.kind in ("random_shapes",) and c.status == "failed"]
+    assert all(c.diagnosis == TITLES[mistake] for c in fixed), [(c.name, c.diagnosis) for c in fixed]
+
+
+@pytest.mark.parametrize("fixture, words", [
+    ("submissions/mistake_softmax_axis.ipynb", "softmax over the wrong axis"),
+    ("submissions/mistake_no_scaling.ipynb", "scores not scaled"),
+    ("submissions/mistake_scale_by_D.ipynb", "scaled by sqrt(D) instead of sqrt(d_k)"),
+    ("submissions/mistake_global_D.ipynb", "reads notebook globals (D)"),
+    ("submissions/worked_solution.ipynb", "softmax without max-subtraction overflows"),
+    ("tests/fixtures/mistake_combined_wrongly.ipynb", "weights right but combined wrongly with V"),
+    ("submissions/columns_sheet_003.ipynb", "attention matrix transposed before it is applied to V"),
+])
+def test_other_diagnoses(fixture, words):
+    root = Path(__file__).resolve().parent.parent
+    assignment = "columns" if "columns" in fixture else "rows"
+    result = grade(root / fixture, assignment)
+    assert words in {c.diagnosis for c in result.checks}
+
+
+def test_readme_lists_every_diagnosis():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for mistake in MISTAKES:
+        assert mistake.title in readme, mistake.title
+    assert "reads notebook globals" in readme and "weights right but combined wrongly with V" in readme

