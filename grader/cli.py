@@ -12,19 +12,11 @@ from .lms import PLATFORMS
 from .lms import run as run_lms
 from .loader import SubmissionError, load_submission
 from .report_html import write_html
-from .settings import add_arguments, from_namespace, markdown_table
-from .spec import SpecError, builtin_names, load_assignment
+from .settings import add_arguments, explicit_values, from_namespace, markdown_table
+from .spec import SpecError, assignment_for_submission, builtin_names, load_assignment
 from .terminal import summary
 
 EXIT_FULL_MARKS, EXIT_FAILURES, EXIT_UNUSABLE = 0, 1, 2
-
-
-def _assignment_for(path: Path, requested: str | None):
-    """An explicit --assignment wins; else the notebook's metadata `grader.assignment`; else rows."""
-    if requested:
-        return load_assignment(requested)
-    nb = load_submission(path)
-    return load_assignment(nb.metadata.get("grader", {}).get("assignment", "rows"))
 
 
 def check(ns) -> int:
@@ -33,8 +25,8 @@ def check(ns) -> int:
         raise SubmissionError("--json and --html take one submission at a time")
     code = EXIT_FULL_MARKS
     for path in ns.paths:
-        assignment = _assignment_for(path, settings.assignment)
         load_submission(path)
+        assignment = assignment_for_submission(path, settings.assignment)
         result = grade_path(path, assignment, from_namespace(ns, assignment.limits))
         print(summary(result, staff=settings.staff), flush=True)
         if settings.json:
@@ -47,10 +39,11 @@ def check(ns) -> int:
 
 
 def grade(ns) -> int:
-    settings = from_namespace(ns)
-    rows = grade_all(ns.paths, ns.output, lambda path: _assignment_for(path, settings.assignment),
-                     lambda assignment: from_namespace(ns, assignment.limits), settings)
-    print(f"graded {len(rows)} submissions into {ns.output} (grades.csv, one folder each)")
+    if ns.workers is not None and ns.workers < 1:
+        raise SubmissionError("--workers must be at least 1")
+    report = grade_all(ns.paths, ns.output, explicit_values(ns), workers=ns.workers, force=ns.force)
+    print(f"{report.graded} graded, {report.skipped} unchanged and skipped, into {ns.output} "
+          f"(grades.csv, summary.html, one folder per submission)")
     return 0
 
 
@@ -86,6 +79,9 @@ def parser() -> argparse.ArgumentParser:
     g = sub.add_parser("grade", help="grade many submissions into OUTDIR: grades.csv, result.json and report.html each")
     g.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="notebooks, .py files or folders")
     g.add_argument("-o", "--output", type=Path, required=True, metavar="OUTDIR")
+    g.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="submissions graded at once, each in its own kernel (default: the number of cores)")
+    g.add_argument("--force", action="store_true", help="regrade submissions whose results are up to date")
     add_arguments(g, "grade")
     g.set_defaults(run=grade)
     lms_parser = sub.add_parser("lms", help="grade inside an LMS container and write its results file")

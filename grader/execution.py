@@ -26,7 +26,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
 from .harness import MIME
-from .sandbox import Sandbox, grader_paths
+from .sandbox import Sandbox, grader_paths, run_id
 from .static_scan import python_source
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -175,7 +175,7 @@ class KernelSession:
         self.log = ExecutionLog()
 
     async def __aenter__(self) -> "KernelSession":
-        self.workdir = tempfile.mkdtemp(prefix="grader-kernel-")
+        self.workdir = tempfile.mkdtemp(prefix=f"grader-kernel-{run_id()}-")
         self._write_startup_file()
         self.sandbox = Sandbox(self.settings, self.workdir, grader_paths([self.settings.assignment or ""]))
         self.sandbox.prepare()

@@ -11,10 +11,10 @@ import traceback
 from pathlib import Path
 
 from .grade import grade_path
-from .loader import SubmissionError, load_submission
+from .loader import SubmissionError
 from .report_html import write_html
 from .result import GradeResult
-from .spec import Assignment, SpecError, load_assignment
+from .spec import Assignment, SpecError, assignment_for_submission, load_assignment
 
 SUFFIXES = (".ipynb", ".py")
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
@@ -99,13 +99,7 @@ def choose_assignment(requested: str | None, root: Path, platform: Platform, sub
     course_spec = root / platform.spec_folder / "assignment.toml"
     if course_spec.is_file():
         return load_assignment(str(course_spec))
-    name = "rows"
-    if submission is not None:
-        try:
-            name = load_submission(submission).metadata.get("grader", {}).get("assignment", "rows")
-        except SubmissionError:
-            pass
-    return load_assignment(name)
+    return assignment_for_submission(submission, None) if submission else load_assignment("rows")
 
 
 def summary_line(result: GradeResult | None, problem: str) -> str:

@@ -36,3 +36,31 @@ def write_html(result: GradeResult, path: Path, staff: bool = False) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(render(result, staff), encoding="utf-8")
     tmp.replace(path)
+
+
+def histogram(percentages: list[float], bins: int = 10) -> list[dict]:
+    counts = [0] * bins
+    for p in percentages:
+        counts[min(int(p / (100 / bins)), bins - 1)] += 1
+    return [{"low": i * 100 // bins, "high": (i + 1) * 100 // bins, "count": c} for i, c in enumerate(counts)]
+
+
+def write_summary(results: list[dict], folders: list[str], duplicates: list, path: Path) -> None:
+    """The class dashboard: score histogram, pass rate per check, common diagnoses, failures."""
+    from collections import Counter
+    rows = [dict(r, folder=f) for r, f in zip(results, folders)]
+    percentages = [100 * r["score"] / r["max_score"] for r in rows if r.get("max_score")]
+    checks: dict[str, list[int]] = {}
+    for r in rows:
+        for c in r["checks"]:
+            checks.setdefault(c["name"], []).append(c["status"] == "passed")
+    pass_rates = [{"name": n, "rate": 100 * sum(v) / len(v), "count": len(v)} for n, v in checks.items()]
+    diagnoses = Counter((c["function"], c["diagnosis"]) for r in rows for c in r["checks"] if c.get("diagnosis"))
+    page = _environment().get_template("summary.html.j2").render(
+        rows=rows, bins=histogram(percentages), pass_rates=pass_rates, diagnoses=diagnoses.most_common(12),
+        failures=[r for r in rows if r["status"] != "graded"], duplicates=duplicates,
+        mean=sum(percentages) / len(percentages) if percentages else 0.0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(path)

@@ -205,6 +205,11 @@ def grader_paths(extra: list[str]) -> list[str]:
     return sorted(paths)
 
 
+def run_id() -> str:
+    """The PID of the grader process that started this run; batch workers inherit it."""
+    return os.environ.setdefault("GRADER_RUN_ID", str(os.getpid()))
+
+
 # Every marker handed out by this process, so its own submissions' processes can be found.
 CREATED_MARKERS: list[str] = []
 
@@ -216,8 +221,8 @@ class Sandbox:
         self.max_processes = settings.max_processes
         self.cpu_seconds = int(settings.cpu_limit)
         self.workdir = workdir
-        # The grader's PID first, so the processes of one grader's submissions can be told apart.
-        self.marker = f"{os.getpid()}.{uuid.uuid4().hex}"
+        # The grading run first, so the processes of one run's submissions can be told apart.
+        self.marker = f"{run_id()}.{uuid.uuid4().hex}"
         CREATED_MARKERS.append(self.marker)
         self.hidden = list(hidden)
         self.active: list[str] = ["scrubbed environment"]

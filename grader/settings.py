@@ -64,11 +64,21 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                                 help=s.help + (shown if s.default is not None else ""))
 
 
-def from_namespace(ns: argparse.Namespace, spec_limits: dict | None = None) -> "Settings":
+def explicit_values(ns: argparse.Namespace) -> dict:
+    """The settings the command line gave explicitly."""
+    return {s.name: getattr(ns, s.name) for s in SETTINGS if getattr(ns, s.name, None) is not None}
+
+
+def settings_from(explicit: dict, spec_limits: dict | None = None) -> "Settings":
+    """Declared defaults, then a spec's [limits], then what the command line gave."""
     chosen = {s.name: s.default for s in SETTINGS}
     chosen.update({k: v for k, v in (spec_limits or {}).items() if k in SPEC_SETTINGS})
-    chosen.update({s.name: getattr(ns, s.name) for s in SETTINGS if getattr(ns, s.name, None) is not None})
+    chosen.update(explicit)
     return Settings(**chosen)
+
+
+def from_namespace(ns: argparse.Namespace, spec_limits: dict | None = None) -> "Settings":
+    return settings_from(explicit_values(ns), spec_limits)
 
 
 def markdown_table() -> str:

@@ -127,3 +127,15 @@ def load_assignment(name_or_path: str) -> Assignment:
             raise SpecError(f"no such assignment spec file: {path}")
         return parse(path.read_text(encoding="utf-8"), str(path))
     raise SpecError(f"unknown assignment {name_or_path!r}; built-in ones: {', '.join(builtin_names())}")
+
+
+def assignment_for_submission(path: Path, requested: str | None) -> Assignment:
+    """An explicit choice wins; else the notebook's metadata `grader.assignment`; else rows."""
+    if requested:
+        return load_assignment(requested)
+    from .loader import SubmissionError, load_submission
+    try:
+        name = load_submission(path).metadata.get("grader", {}).get("assignment", "rows")
+    except SubmissionError:
+        name = "rows"
+    return load_assignment(name)

@@ -59,6 +59,13 @@ def run_grader(args: list, cwd=None, timeout=600):
     """Run the `grader` command; returns (returncode, stdout, stderr, pid)."""
     import subprocess
     process = subprocess.Popen(["grader", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, cwd=cwd)
+                               text=True, cwd=cwd, env=own_run_environment())
     out, err = process.communicate(timeout=timeout)
     return process.returncode, out, err, process.pid
+
+
+def own_run_environment() -> dict:
+    """The environment for a `grader` subprocess that starts a grading run of its own, so its
+    submissions' processes are marked with its own PID."""
+    import os
+    return {k: v for k, v in os.environ.items() if k != "GRADER_RUN_ID"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import FIXTURES, ROOT, SUBMISSIONS, sandbox_processes
+from conftest import FIXTURES, ROOT, SUBMISSIONS, own_run_environment, sandbox_processes
 
 SCHEMAS = {name: json.loads((ROOT / "tests" / "schemas" / f"{name}.json").read_text())
            for name in ("gradescope", "prairielearn")}
@@ -26,7 +26,8 @@ def run_entrypoint(platform, root: Path, files: dict, extra=()):
         else:
             target.write_text(source)
     process = subprocess.Popen(["bash", str(ENTRYPOINTS[platform]), "--root", str(root), *FAST, *extra],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
+                               env=own_run_environment())
     out, err = process.communicate(timeout=300)
     done = subprocess.CompletedProcess(process.args, process.returncode, out, err)
     results = json.loads((root / "results" / "results.json").read_text())

@@ -37,3 +37,23 @@ def test_report_renders_without_console_errors_or_fetches(tmp_path, name, assign
     assert rows == len(result.checks) + 1
     if any(c.figures for c in result.checks):
         assert heatmaps >= 2
+
+
+def test_class_summary_renders_without_console_errors(tmp_path):
+    if not chromium_path():
+        pytest.fail("Chromium is not installed (apt-get install chromium)")
+    from grader.report_html import write_summary
+    results = [dict(grade(SUBMISSIONS / n, a).to_json(), student=n) for n, a in
+               [("worked_solution.ipynb", "rows"), ("mistake_softmax_axis.ipynb", "rows")]]
+    page_path = tmp_path / "summary.html"
+    write_summary(results, ["a", "b"], [("x", ["1.ipynb", "2.ipynb"])], page_path)
+    problems = []
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS)
+        page = browser.new_page()
+        page.on("console", lambda m: m.type in ("error", "warning") and problems.append(m.text))
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.goto(page_path.as_uri())
+        bars = page.locator("svg rect").count()
+        browser.close()
+    assert problems == [] and bars == 10

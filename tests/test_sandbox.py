@@ -143,4 +143,4 @@ def test_batch_of_hostile_and_correct_notebooks(tmp_path):
     assert rows["not_json.ipynb"]["status"] == "error"
     assert sandbox_processes(grader_pid=pid) == []
     new_in_tmp = set(os.listdir("/tmp")) - tmp_before
-    assert not [n for n in new_in_tmp if n.startswith("grader-kernel-") or n == "results.json"], new_in_tmp
+    assert not [n for n in new_in_tmp if n.startswith(f"grader-kernel-{pid}-") or n == "results.json"], new_in_tmp

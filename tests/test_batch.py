@@ -1,0 +1,79 @@
+"""`grader grade` on a mixed LMS export: zips, naming, duplicates, resuming, the summary."""
+import csv
+import io
+import stat
+import zipfile
+from pathlib import Path
+
+from conftest import FIXTURES, SUBMISSIONS, run_grader, sandbox_processes
+from grader.inputs import collect, student_of
+
+FAST = ["--cell-timeout", "4", "--call-timeout", "2", "--workers", "2"]
+
+
+def test_student_ids_from_lms_export_names():
+    assert student_of(Path("doejane_12345_67890_attention.ipynb")) == "12345"
+    assert student_of(Path("doejane_LATE_12345_67890_attention.ipynb")) == "12345"
+    assert student_of(Path("Jane Doe_4242_assignsubmission_file_/hw.ipynb")) == "4242"
+    assert student_of(Path("export/submission_987654/hw.ipynb")) == "987654"
+    assert student_of(Path("my_notebook.ipynb")) == "my_notebook"
+
+
+def _zip(path: Path, members: dict, links=()):
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+        for name in links:
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            zf.writestr(info, "/etc/passwd")
+
+
+def test_zip_extraction_is_safe(tmp_path):
+    archive = tmp_path / "export.zip"
+    good = (SUBMISSIONS / "worked_solution.ipynb").read_bytes()
+    _zip(archive, {"../escape.ipynb": good, "/abs/escape.py": "x = 1", "ok/doejane_1_2_hw.ipynb": good,
+                   "notes.txt": "ignored"}, links=["ok/link.ipynb"])
+    submissions, duplicates = collect([archive], tmp_path / "unpacked")
+    assert [s.student for s in submissions] == ["1"]
+    assert not (tmp_path / "escape.ipynb").exists()
+    assert all((tmp_path / "unpacked") in s.path.parents for s in submissions)
+    assert duplicates == []
+
+
+def test_batch_of_an_lms_export(tmp_path):
+    export = tmp_path / "export"
+    export.mkdir()
+    good = (SUBMISSIONS / "worked_solution.ipynb").read_bytes()
+    (export / "doejane_111_1_hw.ipynb").write_bytes(good)
+    (export / "doejane_111_2_hw_resubmitted.ipynb").write_bytes((SUBMISSIONS / "mistake_no_scaling.ipynb").read_bytes())
+    moodle = export / "Ann Lee_222_assignsubmission_file_"
+    moodle.mkdir()
+    (moodle / "attention.ipynb").write_bytes((FIXTURES / "not_json.ipynb").read_bytes())
+    _zip(tmp_path / "more.zip", {"submission_333/hw.ipynb": (SUBMISSIONS / "two_head_sheet_002.ipynb").read_bytes()})
+    out = tmp_path / "out"
+
+    code, stdout, stderr, pid = run_grader(["grade", export, tmp_path / "more.zip", "-o", out, *FAST])
+    assert code == 0, stderr
+    assert "duplicate student id 111" in stderr
+    rows = list(csv.DictReader(io.StringIO((out / "grades.csv").read_text())))
+    assert sorted(r["student"] for r in rows) == ["111", "111", "222", "333"]
+    by_file = {r["submission"]: r for r in rows}
+    assert by_file["doejane_111_1_hw.ipynb"]["score"] == "25"
+    assert by_file["attention.ipynb"]["status"] == "error"
+    assert by_file["hw.ipynb"]["score"] == by_file["hw.ipynb"]["max_score"]
+    summary = (out / "summary.html").read_text()
+    assert "<svg" in summary and "Duplicate student ids" in summary and "scores not scaled" in summary
+    assert (out / "111-2" / "report.html").exists() and (out / "111" / "result.json").exists()
+    assert sandbox_processes(grader_pid=pid) == []
+
+    code, stdout, _, _ = run_grader(["grade", export, tmp_path / "more.zip", "-o", out, *FAST])
+    assert code == 0 and "0 graded, 4 unchanged" in stdout
+    code, stdout, _, _ = run_grader(["grade", export, "-o", out, "--force", *FAST])
+    assert code == 0 and "3 graded" in stdout
+    assert len(list(csv.DictReader(io.StringIO((out / "grades.csv").read_text())))) == 3
+
+
+def test_unusable_batch_arguments(tmp_path):
+    code, _, stderr, _ = run_grader(["grade", tmp_path / "nothing-here", "-o", tmp_path / "out"])
+    assert code == 2 and len(stderr.strip().splitlines()) == 1 and "no such file or folder" in stderr
