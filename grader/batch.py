@@ -13,6 +13,7 @@ import io
 import json
 import os
 import sys
+import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -25,7 +26,8 @@ from .loader import SubmissionError
 from .report_html import write_html, write_summary
 from .result import GradeResult
 from .settings import settings_from
-from .spec import SpecError, assignment_for_submission
+from .similarity import fingerprint, similar_pairs
+from .spec import SpecError, assignment_for_submission, builtin_names, parse
 
 
 @dataclass
@@ -33,6 +35,7 @@ class BatchReport:
     graded: int = 0
     skipped: int = 0
     duplicates: list = field(default_factory=list)
+    similar: list = field(default_factory=list)
 
 
 def batch_key(submission: Submission, assignment, seed: int) -> str:
@@ -42,28 +45,52 @@ def batch_key(submission: Submission, assignment, seed: int) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
-def unreadable(submission: Submission, seed: int, why: str) -> GradeResult:
-    result = GradeResult(submission=submission.path.name, assignment="?", seed=seed, status="error")
+def unreadable(name: str, seed: int, why: str) -> GradeResult:
+    result = GradeResult(submission=name, assignment="?", seed=seed, status="error")
     result.errors.append({"cell": -1, "kind": "unreadable", "ename": "SubmissionError", "evalue": why,
                           "traceback": "", "source": ""})
     return result
 
 
-def grade_one(submission: Submission, folder: Path, explicit: dict, key: str) -> dict:
-    """In a worker process: grade, write result.json and report.html, return the row data."""
-    try:
-        assignment = assignment_for_submission(submission.path, explicit.get("assignment"))
-        settings = settings_from(explicit, assignment.limits)
-        result = grade_path(submission.path, assignment, settings)
-    except (SubmissionError, SpecError) as exc:
-        settings = settings_from(explicit)
-        result = unreadable(submission, settings.seed, str(exc))
-    data = result.to_json()
-    data["student"] = submission.student
-    data["batch_key"] = key
+def spec_for_task(explicit: dict) -> tuple | None:
+    """How a worker, which has the grader but not this machine's files, finds the assignment:
+    a built-in name, or the TOML text of a course's spec file."""
+    requested = explicit.get("assignment")
+    if not requested or requested in builtin_names():
+        return ("builtin", requested) if requested else None
+    path = Path(requested)
+    if not path.is_file():
+        raise SpecError(f"no such assignment spec file: {path}")
+    return ("toml", path.read_text(encoding="utf-8"), str(path))
+
+
+def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) -> dict:
+    """Grade one submission from its bytes, anywhere: in a local worker process or on a Dask
+    worker. Returns the result as JSON-ready data; the caller writes the files."""
+    with tempfile.TemporaryDirectory(prefix="grader-task-") as folder:
+        path = Path(folder) / Path(name).name
+        path.write_bytes(content)
+        try:
+            if spec and spec[0] == "toml":
+                assignment = parse(spec[1], spec[2])
+            else:
+                assignment = assignment_for_submission(path, spec[1] if spec else None)
+            result = grade_path(path, assignment, settings_from(explicit, assignment.limits))
+        except (SubmissionError, SpecError) as exc:
+            result = unreadable(path.name, settings_from(explicit).seed, str(exc))
+    return result.to_json()
+
+
+def _dask_wait(futures):
+    from distributed import wait as dask_wait
+    return dask_wait(futures, return_when="FIRST_COMPLETED")
+
+
+def store(folder: Path, data: dict, submission: Submission, key: str, staff: bool) -> None:
+    """Write a submission's result.json and report.html (rendered here, not on the worker)."""
+    data = dict(data, student=submission.student, batch_key=key)
     write_json(folder / "result.json", data)
-    write_html(result, folder / "report.html", staff=settings.staff)
-    return data
+    write_html(GradeResult.from_json(data), folder / "report.html", staff=staff)
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -120,8 +147,24 @@ class Progress:
             print(file=self.stream, flush=True)
 
 
+def local_pool(workers: int):
+    return ProcessPoolExecutor(max_workers=workers)
+
+
+def dask_pool(scheduler: str):
+    """An executor on an existing Dask cluster (distributed's Client is one)."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise SubmissionError("--scheduler needs Dask: pip install 'attention-grader[dask]'") from None
+    try:
+        return Client(scheduler, timeout=30)
+    except OSError as exc:
+        raise SubmissionError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+
+
 def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | None = None, force: bool = False,
-              stream=sys.stderr) -> BatchReport:
+              scheduler: str | None = None, stream=sys.stderr) -> BatchReport:
     outdir.mkdir(parents=True, exist_ok=True)
     submissions, duplicates = collect(paths, outdir / ".submissions")
     report = BatchReport(duplicates=duplicates)
@@ -139,23 +182,24 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
         else:
             todo.append((s, key))
     progress = Progress(len(todo), stream)
-    workers = max(1, min(workers or os.cpu_count() or 1, len(todo) or 1))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        pending = {pool.submit(grade_one, s, outdir / s.folder, explicit, key): s for s, key in todo}
+    spec = spec_for_task(explicit)
+    pool = dask_pool(scheduler) if scheduler else local_pool(max(1, min(workers or os.cpu_count() or 1,
+                                                                         len(todo) or 1)))
+    with pool:
+        pending = {pool.submit(grade_task, s.path.name, s.path.read_bytes(), spec, explicit): (s, key)
+                   for s, key in todo}
         while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            done, _ = wait(list(pending), return_when=FIRST_COMPLETED) if not scheduler else \
+                _dask_wait(list(pending))
             for future in done:
-                s = pending.pop(future)
+                s, key = pending.pop(future)
                 try:
                     data = future.result()
-                    label = f"{s.path.name}: {data['score']:g}/{data['max_score']:g} {data['status']}"
                 except Exception as exc:  # noqa: BLE001 - a lost worker still yields a row
-                    data = unreadable(s, seed, f"grading failed: {type(exc).__name__}: {exc}").to_json()
-                    data.update(student=s.student, batch_key="")
-                    write_json(outdir / s.folder / "result.json", data)
-                    label = f"{s.path.name}: error"
+                    data = unreadable(s.path.name, seed, f"grading failed: {type(exc).__name__}: {exc}").to_json()
+                store(outdir / s.folder, data, s, key, settings_from(explicit).staff)
                 report.graded += 1
-                progress.step(label)
+                progress.step(f"{s.path.name}: {data['score']:g}/{data['max_score']:g} {data['status']}")
     progress.close()
     results = []
     for s in submissions:
@@ -164,5 +208,11 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
         except (OSError, ValueError):
             continue
     write_csv(results, outdir / "grades.csv")
-    write_summary(results, [s.folder for s in submissions], duplicates, outdir / "summary.html")
+    report.similar = similar_pairs([(s.folder, fingerprint(s.path, graded_names(r)))
+                                    for s, r in zip(submissions, results)])
+    write_summary(results, [s.folder for s in submissions], duplicates, report.similar, outdir / "summary.html")
     return report
+
+
+def graded_names(result: dict) -> set[str]:
+    return {info.get("name", fn) for fn, info in result.get("functions", {}).items()} | set(result.get("functions", {}))

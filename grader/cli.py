@@ -39,9 +39,11 @@ def check(ns) -> int:
 
 
 def grade(ns) -> int:
-    if ns.workers is not None and ns.workers < 1:
+    settings = from_namespace(ns)
+    if settings.workers is not None and settings.workers < 1:
         raise SubmissionError("--workers must be at least 1")
-    report = grade_all(ns.paths, ns.output, explicit_values(ns), workers=ns.workers, force=ns.force)
+    report = grade_all(ns.paths, ns.output, explicit_values(ns), workers=settings.workers, force=settings.force,
+                       scheduler=settings.scheduler)
     print(f"{report.graded} graded, {report.skipped} unchanged and skipped, into {ns.output} "
           f"(grades.csv, summary.html, one folder per submission)")
     return 0
@@ -79,15 +81,10 @@ def parser() -> argparse.ArgumentParser:
     g = sub.add_parser("grade", help="grade many submissions into OUTDIR: grades.csv, result.json and report.html each")
     g.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="notebooks, .py files or folders")
     g.add_argument("-o", "--output", type=Path, required=True, metavar="OUTDIR")
-    g.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="submissions graded at once, each in its own kernel (default: the number of cores)")
-    g.add_argument("--force", action="store_true", help="regrade submissions whose results are up to date")
     add_arguments(g, "grade")
     g.set_defaults(run=grade)
     lms_parser = sub.add_parser("lms", help="grade inside an LMS container and write its results file")
     lms_parser.add_argument("platform", choices=sorted(PLATFORMS))
-    lms_parser.add_argument("--root", type=Path, default=None,
-                            help="the platform's folder (default: /autograder for gradescope, /grade for prairielearn)")
     add_arguments(lms_parser, "lms")
     lms_parser.set_defaults(run=lms)
     sub.add_parser("assignments", help="list the built-in assignments").set_defaults(run=list_assignments)

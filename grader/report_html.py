@@ -45,7 +45,7 @@ def histogram(percentages: list[float], bins: int = 10) -> list[dict]:
     return [{"low": i * 100 // bins, "high": (i + 1) * 100 // bins, "count": c} for i, c in enumerate(counts)]
 
 
-def write_summary(results: list[dict], folders: list[str], duplicates: list, path: Path) -> None:
+def write_summary(results: list[dict], folders: list[str], duplicates: list, similar: list, path: Path) -> None:
     """The class dashboard: score histogram, pass rate per check, common diagnoses, failures."""
     from collections import Counter
     rows = [dict(r, folder=f) for r, f in zip(results, folders)]
@@ -58,7 +58,7 @@ def write_summary(results: list[dict], folders: list[str], duplicates: list, pat
     diagnoses = Counter((c["function"], c["diagnosis"]) for r in rows for c in r["checks"] if c.get("diagnosis"))
     page = _environment().get_template("summary.html.j2").render(
         rows=rows, bins=histogram(percentages), pass_rates=pass_rates, diagnoses=diagnoses.most_common(12),
-        failures=[r for r in rows if r["status"] != "graded"], duplicates=duplicates,
+        failures=[r for r in rows if r["status"] != "graded"], duplicates=duplicates, similar=similar,
         mean=sum(percentages) / len(percentages) if percentages else 0.0)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

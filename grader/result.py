@@ -53,6 +53,15 @@ class GradeResult:
     def to_json(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: dict) -> "GradeResult":
+        """The inverse of to_json; keys added beside the contract (such as a batch's) are ignored."""
+        names = {f for f in cls.__dataclass_fields__}
+        result = cls(**{k: v for k, v in data.items() if k in names and k != "checks"})
+        check_names = set(CheckResult.__dataclass_fields__)
+        result.checks = [CheckResult(**{k: v for k, v in c.items() if k in check_names}) for c in data["checks"]]
+        return result
+
     def write_json(self, path: Path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

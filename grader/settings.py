@@ -39,6 +39,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("json", Path, None, "write the result as JSON to this path", ("check",)),
     Setting("html", Path, None, "write the self-contained HTML report to this path", ("check",)),
     Setting("staff", bool, False, "show hidden checks' messages (teaching staff view)", ("check", "grade")),
+    Setting("workers", int, None, "submissions graded at once, each in its own kernel (none: the number of cores)",
+            ("grade",)),
+    Setting("force", bool, False, "regrade submissions whose results are up to date", ("grade",)),
+    Setting("scheduler", str, None, "tcp://HOST:PORT of an existing Dask cluster to grade on instead of local workers",
+            ("grade",)),
+    Setting("root", Path, None, "the platform's folder (none: /autograder for gradescope, /grade for prairielearn)",
+            ("lms",)),
 )
 
 Settings = make_dataclass("Settings", [(s.name, s.type, s.default) for s in SETTINGS], frozen=True)

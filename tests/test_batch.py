@@ -77,3 +77,25 @@ def test_batch_of_an_lms_export(tmp_path):
 def test_unusable_batch_arguments(tmp_path):
     code, _, stderr, _ = run_grader(["grade", tmp_path / "nothing-here", "-o", tmp_path / "out"])
     assert code == 2 and len(stderr.strip().splitlines()) == 1 and "no such file or folder" in stderr
+
+
+def test_similarity_sees_through_renaming_and_comments(tmp_path):
+    from grader.loader import notebook_from_python
+    from grader.similarity import fingerprint, similar_pairs
+    import nbformat
+    original = ("import numpy as np\n# %%\ndef self_attention(X, Wq, Wk, Wv):\n    Q, K, V = X @ Wq, X @ Wk, X @ Wv\n"
+                "    s = Q @ K.T / np.sqrt(K.shape[1])\n    w = np.exp(s - s.max(1, keepdims=True))\n"
+                "    w = w / w.sum(1, keepdims=True)\n    return w @ V, w\n")
+    renamed = ("import numpy as np\n# %%\ndef self_attention(inputs, a, b, c):\n    '''My own work.'''\n"
+               "    # project\n    q, k, v = inputs @ a, inputs @ b, inputs @ c\n"
+               "    scores = q @ k.T / np.sqrt(k.shape[1])\n\n    e = np.exp(scores - scores.max(1, keepdims=True))\n"
+               "    e = e / e.sum(1, keepdims=True)\n    return e @ v, e\n")
+    different = ("import numpy as np\n# %%\ndef self_attention(X, Wq, Wk, Wv):\n"
+                 "    return np.einsum('qk,kv->qv', np.ones((len(X), len(X))) / len(X), X @ Wv), None\n")
+    paths = {}
+    for name, source in [("a", original), ("b", renamed), ("c", different)]:
+        paths[name] = tmp_path / f"{name}.ipynb"
+        nbformat.write(notebook_from_python(source), paths[name])
+    prints = [(n, fingerprint(p, {"self_attention"})) for n, p in paths.items()]
+    pairs = similar_pairs(prints)
+    assert pairs == [{"a": "a", "b": "b", "similarity": 1.0}]

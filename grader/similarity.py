@@ -1,0 +1,72 @@
+"""Pairs of submissions whose graded functions are identical or nearly so once names,
+whitespace, comments and docstrings are normalised: a flag for a human, not a verdict."""
+from __future__ import annotations
+
+import ast
+import difflib
+import itertools
+
+from .loader import SubmissionError, code_cells, load_submission
+from .static_scan import is_stub, python_source
+
+THRESHOLD = 0.92
+
+
+class _Renamer(ast.NodeTransformer):
+    """Local names become v0, v1, ... in order of appearance; attributes (np.exp) stay."""
+
+    def __init__(self):
+        self.names: dict[str, str] = {}
+
+    def _new(self, name: str) -> str:
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def visit_Name(self, node):
+        return ast.copy_location(ast.Name(id=self._new(node.id), ctx=node.ctx), node)
+
+    def visit_arg(self, node):
+        return ast.copy_location(ast.arg(arg=self._new(node.arg)), node)
+
+
+def _without_docstring(fn: ast.FunctionDef) -> ast.FunctionDef:
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:] or [ast.Pass()]
+    return ast.FunctionDef(name="f", args=fn.args, body=body, decorator_list=[], returns=None,
+                           type_comment=None, type_params=[]) if hasattr(ast, "TypeAlias") else \
+        ast.FunctionDef(name="f", args=fn.args, body=body, decorator_list=[], returns=None, type_comment=None)
+
+
+def fingerprint(path, names: set[str]) -> str:
+    """The normalised source of the graded functions a submission defines ('' if none)."""
+    try:
+        cells = code_cells(load_submission(path))
+    except SubmissionError:
+        return ""
+    found: dict[str, str] = {}
+    for _, source in cells:
+        try:
+            tree = ast.parse(python_source(source))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name in names and not is_stub(node):
+                normal = _Renamer().visit(_without_docstring(node))
+                found[node.name] = ast.unparse(ast.fix_missing_locations(normal))
+    return "\n".join(found[n] for n in sorted(found))
+
+
+def similar_pairs(items: list[tuple[str, str]], threshold: float = THRESHOLD) -> list[dict]:
+    """items: (label, fingerprint). Pairs at or above the threshold, most similar first."""
+    pairs = []
+    for (a, fa), (b, fb) in itertools.combinations([i for i in items if i[1]], 2):
+        if fa == fb:
+            pairs.append({"a": a, "b": b, "similarity": 1.0})
+            continue
+        matcher = difflib.SequenceMatcher(None, fa, fb, autojunk=False)
+        if matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold:
+            ratio = matcher.ratio()
+            if ratio >= threshold:
+                pairs.append({"a": a, "b": b, "similarity": round(ratio, 3)})
+    return sorted(pairs, key=lambda p: -p["similarity"])
