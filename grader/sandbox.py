@@ -131,19 +131,33 @@ class Cgroup:
         except (OSError, ValueError):
             return False
 
-    def remove(self) -> None:
-        for _ in range(50):
-            pids = self.pids()
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.02)
+    def remove(self) -> set[int]:
+        """Kill every process left in the cgroup, then remove it; returns what was killed."""
+        killed = kill_until_gone(self.pids)
         for directory in set(self.dirs.values()):
             _remove_quietly(directory)
+        return killed
+
+
+def kill(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def kill_until_gone(find) -> set[int]:
+    """Kill what find() returns until it returns nothing (a second at most); returns all killed."""
+    killed: set[int] = set()
+    for _ in range(50):
+        pids = set(find())
+        if not pids:
+            break
+        killed |= pids
+        kill(pids)
+        time.sleep(0.02)
+    return killed
 
 
 def _remove_quietly(directory: Path) -> None:
@@ -300,11 +314,7 @@ class Sandbox:
             children = [p for p in self._running() if _parent(p) in keep and p not in keep]
             keep |= set(sorted(children, key=_start_time)[:1])
         stray = self._running() - keep
-        for pid in stray:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill(stray)
         return len(stray)
 
     def _running(self) -> set[int]:
@@ -316,20 +326,8 @@ class Sandbox:
         deadline = time.monotonic() + 1.0
         while self._running() and time.monotonic() < deadline:
             time.sleep(0.02)
-        leftovers = set(self.cgroup.pids()) if self.cgroup else set()
-        if self.cgroup:
-            self.cgroup.remove()
-        for _ in range(50):
-            marked = marked_processes(self.marker)
-            if not marked:
-                break
-            leftovers |= set(marked)
-            for pid in marked:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.02)
+        leftovers = self.cgroup.remove() if self.cgroup else set()
+        leftovers |= kill_until_gone(lambda: marked_processes(self.marker))
         return sorted(leftovers)
 
     def report(self) -> dict:
