@@ -25,6 +25,7 @@ from .inputs import Submission, collect
 from .loader import SubmissionError
 from .report_html import write_html, write_summary
 from .result import GradeResult
+from .sandbox import Sandbox
 from .settings import settings_from
 from .similarity import fingerprint, similar_pairs
 from .spec import SpecError, assignment_for_submission, builtin_names, parse
@@ -148,7 +149,8 @@ class Progress:
 
 
 def local_pool(workers: int):
-    return ProcessPoolExecutor(max_workers=workers)
+    """Worker processes that die with the grader, so a killed batch leaves nothing running."""
+    return ProcessPoolExecutor(max_workers=workers, initializer=Sandbox.die_with_parent)
 
 
 def dask_pool(scheduler: str):

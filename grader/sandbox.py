@@ -274,19 +274,24 @@ class Sandbox:
                   "expose": interpreter_paths() + [self.workdir],
                   "mount": self.namespaces, "connection_file": connection_file,
                   "uid": self.ids[0] if self.ids else None, "gid": self.ids[1] if self.ids else None}
-        launcher = resources.files("grader").joinpath("sandbox_launcher.py").read_text()
+        launcher = str(resources.files("grader").joinpath("sandbox_launcher.py"))
         prefix = list(UNSHARE) + ["--"] if self.namespaces else []
-        return [*prefix, sys.executable, "-I", "-S", "-c", launcher, json.dumps(policy), *command]
+        return [*prefix, sys.executable, "-I", "-S", launcher, json.dumps(policy), *command]
+
+    @staticmethod
+    def die_with_parent() -> None:
+        """Ask the kernel to SIGKILL this process when its parent dies."""
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
 
     def preexec(self) -> None:
         """In the launched process, before exec: limits, inherited by everything it starts;
         and death with the grader, so a killed grader leaves no kernel behind."""
         if not self.enabled:
             return
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            pass
+        self.die_with_parent()
         limits = [(resource.RLIMIT_AS, self.memory_bytes + ADDRESS_SPACE_HEADROOM), (resource.RLIMIT_CPU, self.cpu_seconds),
                   (resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, 256 * 2**20)]
         if self.ids and not (self.cgroup and "pids" in self.cgroup.dirs):

@@ -1,6 +1,6 @@
 """Runs as process 1 of the kernel's new PID, mount and network namespaces, still as root,
-just before the kernel starts. Never imported by the grader: its text is passed to
-`python -I -S -c`.
+just before the kernel starts. Never imported by the grader: it runs as
+`python -I -S sandbox_launcher.py POLICY COMMAND...`.
 
 argv: policy JSON, then the kernel command. It gives the sandbox a private /tmp, hides the
 grader's files, drops to the unprivileged user, starts the kernel as its child and reaps
