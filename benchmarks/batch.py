@@ -1,5 +1,7 @@
 """Batch throughput: `grader grade` with one and two workers, against executing the same
 notebooks alone with a fresh nbclient kernel each, sequentially, measured in the same run.
+The bare runs are not sandboxed: the batch's hostile notebooks run there as this user, each
+in a temporary folder.
 Prints submissions per second for each mode and its ratio to the bare execution.
 
     python benchmarks/batch.py [--count 40]
@@ -17,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ["hostile_os_exit.ipynb", "hostile_sys_exit.ipynb", "hostile_huge_output.ipynb",
            "sandbox_process_flood.ipynb", "sandbox_fake_results.ipynb", "sandbox_thread_output.ipynb"]
 BARE = """
-import sys, nbformat
+import sys, tempfile, nbformat
 from pathlib import Path
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
@@ -29,7 +31,9 @@ for path in sorted(Path(sys.argv[1]).glob("*")):
     if nb is None:
         continue
     try:
-        NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=5).execute()
+        with tempfile.TemporaryDirectory() as cwd:
+            NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=5,
+                           resources={"metadata": {"path": cwd}}).execute()
     except (DeadKernelError, Exception):
         pass
 """
