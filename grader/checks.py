@@ -17,7 +17,6 @@ from . import cases as make
 from .conventions import PART_WORDS, TOKEN_AXES, Convention
 from .returns import Parts, Tolerance, compare
 
-VARIANTS = ("plain", "fortran", "strided", "float32", "int")
 FLOAT32_LOOSENING = 1e3
 HEATMAP_MAX_TOKENS = 12
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from . import __version__
 
-CHECK_STATUSES = ("passed", "failed", "error", "skipped")
 
 
 @dataclass

@@ -226,4 +226,3 @@ MISTAKES: tuple[Mistake, ...] = (
        needs={"softmax"}, softmax="naive"),
 )
 
-BY_ID = {m.id: m for m in MISTAKES}
