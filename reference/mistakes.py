@@ -225,4 +225,3 @@ MISTAKES: tuple[Mistake, ...] = (
        "Subtract each row's maximum before exponentiating; softmax does not change under that shift.",
        needs={"softmax"}, softmax="naive"),
 )
-
