@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from grader.reference.attention import attention
 from grader.reference.mistakes import MISTAKES, Mistake, mistaken_attention
 
 from .checks import FLOAT32_LOOSENING, Outcome, Probe
-from .conventions import PART_WORDS, Convention
+from .conventions import Convention
 
 NOT_DIAGNOSED = ("inputs_unmodified", "forbidden_libraries")
 

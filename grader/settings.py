@@ -3,7 +3,7 @@ settings table are both derived from this list."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, fields, make_dataclass
+from dataclasses import dataclass, make_dataclass
 from pathlib import Path
 from typing import Any
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .attention import Case, head_projections, softmax_rows
+from .attention import Case, softmax_rows
 
 
 @dataclass(frozen=True)

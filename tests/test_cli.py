@@ -1,7 +1,6 @@
 """The command line as a user meets it: exit codes, one-line errors, files written."""
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

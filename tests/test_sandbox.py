@@ -3,7 +3,6 @@ sandbox. Where this machine lacks a mechanism, the result must say so instead.""
 import csv
 import os
 import socket
-import subprocess
 import threading
 from pathlib import Path
 
