@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
+from .files import write_atomically, write_json
 from .grade import grade_path
 from .inputs import Submission, collect
 from .loader import SubmissionError
@@ -94,13 +95,6 @@ def store(folder: Path, data: dict, submission: Submission, key: str, staff: boo
     write_html(GradeResult.from_json(data), folder / "report.html", staff=staff)
 
 
-def write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=False))
-    tmp.replace(path)
-
-
 def up_to_date(folder: Path, key: str) -> bool:
     try:
         return json.loads((folder / "result.json").read_text()).get("batch_key") == key
@@ -119,9 +113,7 @@ def write_csv(results: list[dict], path: Path) -> None:
         points = {c["name"]: c["points"] for c in r["checks"]}
         out.writerow([r["submission"], r["student"], f"{r['score']:g}", f"{r['max_score']:g}", r["status"],
                       *(f"{points[n]:g}" if n in points else "" for n in names)])
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(buffer.getvalue())
-    tmp.replace(path)
+    write_atomically(path, buffer.getvalue())
 
 
 class Progress:

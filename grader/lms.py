@@ -5,11 +5,11 @@ results file is written, by the grader's own process, after the student's code h
 """
 from __future__ import annotations
 
-import json
 import time
 import traceback
 from pathlib import Path
 
+from .files import write_json
 from .grade import grade_path
 from .loader import SubmissionError
 from .report_html import write_html
@@ -134,12 +134,10 @@ def summary_html(result: GradeResult | None, problem: str) -> str:
 
 
 def write_results(path: Path, data: dict) -> None:
+    """World-readable in a folder only root may write to: the student's user cannot replace it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.parent.chmod(0o755)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=False))
-    tmp.chmod(0o644)
-    tmp.replace(path)
+    write_json(path, data, mode=0o644)
 
 
 def run(platform_name: str, root: Path, requested: str | None, settings_for) -> dict:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import jinja2
 
+from .files import write_atomically
 from .result import GradeResult
 
 
@@ -31,11 +32,7 @@ def render(result: GradeResult, staff: bool = False) -> str:
 
 
 def write_html(result: GradeResult, path: Path, staff: bool = False) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render(result, staff), encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, render(result, staff))
 
 
 def histogram(percentages: list[float], bins: int = 10) -> list[dict]:
@@ -60,7 +57,4 @@ def write_summary(results: list[dict], folders: list[str], duplicates: list, sim
         rows=rows, bins=histogram(percentages), pass_rates=pass_rates, diagnoses=diagnoses.most_common(12),
         failures=[r for r in rows if r["status"] != "graded"], duplicates=duplicates, similar=similar,
         mean=sum(percentages) / len(percentages) if percentages else 0.0)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, page)

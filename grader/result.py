@@ -1,11 +1,11 @@
 """The one result model: every run, however it ended, produces a valid GradeResult."""
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import __version__
+from .files import write_json
 
 
 
@@ -62,8 +62,4 @@ class GradeResult:
         return result
 
     def write_json(self, path: Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2, allow_nan=False))
-        tmp.replace(path)
+        write_json(path, self.to_json())
