@@ -78,6 +78,23 @@ def large_score_case(conv: Convention, seed: int) -> Case:
     return replace(case, label=f"large scores (max |score| = {max_abs_score(case):.0f}, as in seed 002)")
 
 
+def shaped_like(sheet_cases: list[Case], seed: int) -> list[Case]:
+    """Random values in exactly the shapes of the sheet's data (tokens, features, heads,
+    biases and output projection), so that only the values are new."""
+    rng = np.random.default_rng(seed + 6)
+
+    def like(a):
+        return None if a is None else rng.normal(size=np.shape(a))
+
+    shaped = []
+    for case in sheet_cases:
+        heads = tuple(Head(like(h.wq), like(h.wk), like(h.wv), like(h.bq), like(h.bk), like(h.bv))
+                      for h in case.heads)
+        shaped.append(replace(case, x=like(case.x), heads=heads, wo=like(case.wo),
+                              label=f"random values in the shapes of the {case.label}"))
+    return shaped
+
+
 def token_permutation(n: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed + 5)
     order = rng.permutation(n)

@@ -15,6 +15,7 @@ from grader.reference.sheets import FIXED_DATA
 
 from . import cases as make
 from .conventions import PART_WORDS, TOKEN_AXES, Convention
+from .explain import CORRECT, Predictions, overflow, same
 from .returns import Parts, Tolerance, compare
 
 FLOAT32_LOOSENING = 1e3
@@ -60,6 +61,7 @@ class Context:
     seed: int
     tolerance: Tolerance
     forbidden_uses: dict = field(default_factory=dict)   # function name -> [module, ...]
+    predictions: Predictions = field(default_factory=Predictions, compare=False)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,9 @@ class CheckKind:
     applies: Callable[[Convention, bool], bool]
     probes: Callable
     judge: Callable
+    # A policy check reports a rule broken even at 0 points; any other 0-point check is
+    # informational and never shown as a failure.
+    policy: bool = False
 
 
 def _returns_weights(conv: Convention) -> bool:
@@ -106,39 +111,60 @@ def weight_heatmaps(conv: Convention, probe: Probe, parts: Parts) -> list:
     return figures
 
 
-def _reference_mismatch(conv: Convention, probe: Probe, parts: Parts, tol: Tolerance) -> Verdict | None:
-    if probe.variant == "float32":
-        tol = tol.loosened(FLOAT32_LOOSENING)
-    expected_parts = conv.expected_parts(probe.case)
-    if not set(expected_parts) & set(parts.values):
-        why = "; ".join(parts.problems) or "nothing usable was returned"
-        return Verdict("failed", f"On {probe.label}: {why}.")
+def _missing_part(probe: Probe, parts: Parts, part: str) -> Verdict:
+    heads = f" (H = {len(probe.case.heads)} here)" if part == "weights_per_head" else ""
+    return Verdict("failed", f"On {probe.label}: the {PART_WORDS[part]} {parts.missing(part)}{heads}.")
+
+
+def _tolerance(probe: Probe, tol: Tolerance) -> Tolerance:
+    return tol.loosened(FLOAT32_LOOSENING) if probe.variant == "float32" else tol
+
+
+def _only_overflow(conv: Convention, probe: Probe, parts: Parts, tol: Tolerance, ctx: Context) -> bool:
+    """What came back is exactly what a softmax without max-subtraction gives, and that differs
+    from the reference here only because exp() overflows: the sheets do not ask for the
+    max-subtraction, so only the numerical_stability check judges it."""
+    naive = overflow(conv.name)
+    if naive is None:
+        return False
+    predicted = ctx.predictions.parts(conv, naive, probe.case)
+    reference = ctx.predictions.parts(conv, CORRECT, probe.case)
+    differs = any(not same(predicted[p], reference[p], tol.rtol, tol.atol) for p in parts.values)
+    return differs and all(same(v, predicted[p], tol.rtol, tol.atol) for p, v in parts.values.items())
+
+
+def _reference_mismatch(conv: Convention, probe: Probe, parts: Parts, ctx: Context,
+                        overflow_allowed: bool) -> Verdict | None:
+    tol = _tolerance(probe, ctx.tolerance)
+    expected_parts = ctx.predictions.parts(conv, CORRECT, probe.case)
     for part, expected in expected_parts.items():
         if part not in parts.values:
-            continue  # a missing part costs the return_structure check, not this one
+            return _missing_part(probe, parts, part)
         problem = compare(parts.values[part], expected, tol, conv.columns and part == "output")
         if problem:
+            if overflow_allowed and _only_overflow(conv, probe, parts, tol, ctx):
+                return None
             return Verdict("failed", f"On {probe.label}: the {PART_WORDS[part]} {problem}.",
                            weight_heatmaps(conv, probe, parts))
     return None
 
 
-def judge_against_reference(fn, ctx: Context, results) -> Verdict:
+def _judge_reference(fn, ctx: Context, results, overflow_allowed: bool) -> Verdict:
     for probe, outcome in results:
-        verdict = _failed_call(probe, outcome) or _reference_mismatch(fn.convention, probe, outcome.parts,
-                                                                      ctx.tolerance)
+        verdict = _failed_call(probe, outcome) or _reference_mismatch(fn.convention, probe, outcome.parts, ctx,
+                                                                      overflow_allowed)
         if verdict:
             return verdict
     labels = "; ".join(p.label for p, _ in results)
     return Verdict("passed", f"Matches the reference on {len(results)} case(s): {labels}.")
 
 
+def judge_against_reference(fn, ctx: Context, results) -> Verdict:
+    return _judge_reference(fn, ctx, results, overflow_allowed=True)
+
+
 def judge_stability(fn, ctx: Context, results) -> Verdict:
-    verdict = judge_against_reference(fn, ctx, results)
-    if verdict.status == "failed" and "NaN or inf" in verdict.message:
-        verdict.message += (" exp() of scores this large overflows; subtract each row's maximum before "
-                            "exponentiating (softmax is unchanged by that shift).")
-    return verdict
+    return _judge_reference(fn, ctx, results, overflow_allowed=False)
 
 
 def _weights_in(parts: Parts) -> list:
@@ -150,11 +176,18 @@ def _weights_in(parts: Parts) -> list:
     return found
 
 
+def _weight_parts(conv: Convention) -> list[str]:
+    return [p for p in ("weights", "weights_per_head") if p in conv.returns]
+
+
 def judge_distribution(fn, ctx: Context, results) -> Verdict:
     for probe, outcome in results:
         failed = _failed_call(probe, outcome)
         if failed:
             return failed
+        for part in _weight_parts(fn.convention):
+            if part not in outcome.parts.values:
+                return _missing_part(probe, outcome.parts, part)
         weights = _weights_in(outcome.parts)
         if not weights:
             return Verdict("failed", f"On {probe.label}: no attention weights were returned.")
@@ -188,9 +221,11 @@ def judge_permutation(fn, ctx: Context, results) -> Verdict:
         if failed:
             return failed
     order = make.token_permutation(base_probe.case.n, ctx.seed)
+    for part in fn.convention.returns:
+        for p, o in results:
+            if part not in o.parts.values:
+                return _missing_part(p, o.parts, part)
     for part, value in base.parts.values.items():
-        if part not in permuted.parts.values:
-            continue
         problem = compare(permuted.parts.values[part], _permute(value, order, TOKEN_AXES[part]), ctx.tolerance)
         if problem:
             return Verdict("failed", f"Permuting the tokens (order {order.tolist()}) should permute the "
@@ -293,8 +328,23 @@ CHECKS: dict[str, CheckKind] = {c.name: c for c in [
               lambda fn, ctx: [_base(fn, ctx, return_inputs=True)], judge_unmodified),
     CheckKind("return_structure", "Return type and shapes", 1, _always,
               lambda fn, ctx: [_base(fn, ctx)], judge_structure),
-    CheckKind("numerical_stability", "Large scores (seed 002's magnitudes) stay finite", 1, _always,
+    # Informational by default: no sheet asks for the max-subtraction (seed 002 says students are
+    # not expected to do it; seed 003 hands out a softmax without it). A course may give it points.
+    CheckKind("numerical_stability", "Large scores (seed 002's magnitudes) stay finite", 0, _always,
               lambda fn, ctx: [Probe(make.large_score_case(fn.convention, ctx.seed))], judge_stability),
     CheckKind("forbidden_libraries", "No neural-network or softmax libraries", 0, _always,
-              lambda fn, ctx: [], judge_forbidden),
+              lambda fn, ctx: [], judge_forbidden, policy=True),
 ]}
+
+
+def evidence_probes(fn, ctx: Context) -> list[Probe]:
+    """Inputs a function cannot have seen in advance, with two or more tokens: the randomized
+    cases of the checks, and random values in the shapes of the sheet's own data (so that a
+    function which reads the notebook's sizes from its globals still shows what it computes).
+    The non-answer rule asks whether anything it returns on these is attention."""
+    probes = [*_random(fn, ctx), _base(fn, ctx)]
+    if fn.convention.heads == "many":
+        probes.append(Probe(make.single_head_case(fn.convention, ctx.seed)))
+    if fn.fixed_data:
+        probes += [Probe(c) for c in make.shaped_like(FIXED_DATA[fn.fixed_data](), ctx.seed)]
+    return [p for p in probes if p.case.n >= 2]

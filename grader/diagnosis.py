@@ -1,78 +1,30 @@
 """Name the mistake behind a failed check, by comparing what the student returned with the
-known mistakes computed on the same inputs; when none matches, say where the result is off."""
+known mistakes computed on the same inputs; when none matches, say where the result is off.
+
+A mistake (or a pair of them) is named only when its prediction matches everything the
+student returned on the check's inputs and differs from the reference there: a mistake that
+changes nothing on these inputs explains nothing.
+"""
 from __future__ import annotations
 
 import numpy as np
 
-from grader.reference.mistakes import MISTAKES, Mistake, mistaken_attention
-
 from .checks import FLOAT32_LOOSENING, Outcome, Probe
 from .conventions import Convention
+from .explain import CORRECT, Explanation, Predictions, explanations, same
 
 NOT_DIAGNOSED = ("inputs_unmodified", "forbidden_libraries")
-
-
-def features(conv: Convention) -> set[str]:
-    """What a convention's functions compute, which decides the mistakes they can make."""
-    computes_scores = conv.name not in ("softmax_rows", "qkv_projections")
-    found = set()
-    if computes_scores:
-        found.add("scores")
-        if conv.scaled:
-            found.add("scaled")
-    if conv.name not in ("scores", "qkv_projections"):
-        found.add("softmax")
-    if conv.params[0] == "X" and conv.name != "qkv_projections":
-        found.add("projections")
-    if conv.params[0] in ("X", "Q") and conv.heads != "one" or conv.params[0] == "X" and not conv.square:
-        found.add("model_dim")
-    if conv.heads == "many":
-        found.add("fused_heads")
-    if conv.heads != "one":
-        found.add("heads")
-    if conv.projection:
-        found.add("projection")
-    if conv.biases:
-        found.add("biases")
-    if conv.square:
-        found.add("square")
-    if "output" in conv.returns:
-        found.add("output")
-    return found
-
-
-def applicable(conv: Convention) -> list[Mistake]:
-    have = features(conv)
-    return [m for m in MISTAKES if m.needs <= have]
-
-
-def mistake_parts(conv: Convention, mistake: Mistake, case) -> dict:
-    case = conv.prepare(case)
-    return conv.expected(mistaken_attention(case, mistake.variant), case)
-
-
-def same(actual, expected, rtol: float, atol: float) -> bool:
-    """Equal within tolerance, with NaN and inf required in the same places."""
-    if isinstance(expected, list):
-        return isinstance(actual, list) and len(actual) == len(expected) and all(
-            same(a, e, rtol, atol) for a, e in zip(actual, expected))
-    if not isinstance(actual, np.ndarray) or actual.shape != expected.shape:
-        return False
-    actual, expected = actual.astype(np.float64), expected.astype(np.float64)
-    finite = np.isfinite(expected)
-    if not np.array_equal(np.isfinite(actual), finite):
-        return False
-    return bool(np.allclose(actual[finite], expected[finite], rtol=rtol, atol=atol))
 
 
 def _tolerance(probe: Probe, tol):
     return tol.loosened(FLOAT32_LOOSENING) if probe.variant == "float32" else tol
 
 
-def _matches(conv, mistake, results, tol) -> bool:
+def _agrees(conv, explanation: Explanation, results, tol, predictions: Predictions) -> bool:
+    """The explanation predicts every part the student returned, on every case."""
     compared = False
     for probe, outcome in results:
-        wanted = mistake_parts(conv, mistake, probe.case)
+        wanted = predictions.parts(conv, explanation, probe.case)
         t = _tolerance(probe, tol)
         for part, value in outcome.parts.values.items():
             if part in wanted:
@@ -82,10 +34,21 @@ def _matches(conv, mistake, results, tol) -> bool:
     return compared
 
 
-def _weights_right(conv, results, tol) -> bool:
+def _differs_from_reference(conv, explanation: Explanation, results, tol, predictions: Predictions) -> bool:
+    for probe, outcome in results:
+        wanted = predictions.parts(conv, explanation, probe.case)
+        reference = predictions.parts(conv, CORRECT, probe.case)
+        t = _tolerance(probe, tol)
+        if any(part in wanted and not same(wanted[part], reference[part], t.rtol, t.atol)
+               for part in outcome.parts.values):
+            return True
+    return False
+
+
+def _weights_right(conv, results, tol, predictions: Predictions) -> bool:
     checked = False
     for probe, outcome in results:
-        expected = conv.expected_parts(probe.case)
+        expected = predictions.parts(conv, CORRECT, probe.case)
         for part in ("weights", "weights_per_head"):
             if part in expected and part in outcome.parts.values:
                 t = _tolerance(probe, tol)
@@ -115,24 +78,28 @@ def locate(conv: Convention, results, tol) -> str:
     return ""
 
 
-def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: dict) -> tuple[str | None, str]:
+def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: dict,
+             predictions: Predictions) -> tuple[str | None, str]:
     """(diagnosis or None, sentence to add to the check's message) for a failed check."""
     if kind in NOT_DIAGNOSED:
         return None, ""
-    usable = [(p, o) for p, o in results if o.status == "ok" and o.parts is not None]
+    usable = [(p, o) for p, o in results if o.status == "ok" and o.parts is not None and o.parts.values]
     if not usable:
         return None, ""
     conv = fn.convention
-    for mistake in applicable(conv):
-        if _matches(conv, mistake, usable, tol):
-            return mistake.title, f" {mistake.explanation} {mistake.hint}"
+    if _agrees(conv, CORRECT, usable, tol, predictions):
+        return None, ""   # what came back is right: the failure is a missing or unreadable part
+    for explanation in explanations(conv.name):
+        if _agrees(conv, explanation, usable, tol, predictions) and \
+                _differs_from_reference(conv, explanation, usable, tol, predictions):
+            return explanation.title, f" {explanation.advice}"
     if info.get("globals"):
         shown = ", ".join(f"{k} = {v}" for k, v in info["globals"].items())
         title = f"reads notebook globals ({', '.join(info['globals'])})"
         return title, (f" The function reads the notebook's globals ({shown}) instead of taking "
                        "sizes from its arguments, so it only works for the notebook's own shapes. Derive sizes "
                        "from the arguments (for example their .shape).")
-    if "output" in conv.returns and _weights_right(conv, usable, tol):
+    if "output" in conv.returns and _weights_right(conv, usable, tol, predictions):
         title = "weights right but combined wrongly with V"
         return title, (" Your attention weights match the reference, so the error "
                        "comes after the softmax: look at how the weights multiply V (output = weights @ V) "

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import static_scan
-from .checks import CHECKS, Context, Outcome, Probe, Verdict
+from . import answers, static_scan
+from .checks import CHECKS, Context, Outcome, Probe, Verdict, evidence_probes
 from .diagnosis import diagnose
 from .execution import HARNESS, KernelSession, default_kernel_manager, executed_notebook
 from .loader import code_cells, load_submission
@@ -95,9 +95,15 @@ class FunctionProber:
                        inputs_after=inputs_after)
 
 
+def _status(verdict: str, points: float) -> str:
+    """A check that did not pass and carries no points is informational: it never shows as a
+    failure. (A policy check that finds a rule broken still says "failed"; see the caller.)"""
+    return "info" if verdict == "failed" and not points else verdict
+
+
 def _not_implemented(fn: FunctionSpec, why: str) -> list[CheckResult]:
-    return [CheckResult(f"{fn.name}.{kind}", fn.name, kind, CHECKS[kind].title, "failed", 0.0, points,
-                        f"Not implemented: {why}.", hidden=kind in fn.hidden)
+    return [CheckResult(f"{fn.name}.{kind}", fn.name, kind, CHECKS[kind].title, _status("failed", points), 0.0,
+                        points, f"Not implemented: {why}.", hidden=kind in fn.hidden)
             for kind, points in fn.points.items()]
 
 
@@ -123,14 +129,19 @@ async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Cont
         try:
             verdict = check.judge(fn, ctx, outcomes)
             if verdict.status == "failed":
-                diagnosis, note = diagnose(fn, kind, outcomes, ctx.tolerance, info)
+                diagnosis, note = diagnose(fn, kind, outcomes, ctx.tolerance, info, ctx.predictions)
                 verdict.message += note
         except Exception as exc:  # noqa: BLE001 - one unjudgeable result must not sink the others
             verdict = Verdict("error", f"The grader could not judge what the function returned "
                                        f"({type(exc).__name__}: {exc}).")
-        results.append(CheckResult(f"{fn.name}.{kind}", fn.name, kind, check.title, verdict.status,
-                                   points if verdict.status == "passed" else 0.0, points, verdict.message,
+        status = _status(verdict.status, points) if not check.policy else verdict.status
+        results.append(CheckResult(f"{fn.name}.{kind}", fn.name, kind, check.title, status,
+                                   points if status == "passed" else 0.0, points, verdict.message,
                                    diagnosis=diagnosis, hidden=kind in fn.hidden, figures=verdict.figures))
+    evidence = [(p, await prober.outcome(p)) for p in evidence_probes(fn, ctx)]
+    info["non_answer"] = not answers.recognised(fn.convention, evidence, ctx.tolerance, ctx.predictions)
+    if info["non_answer"]:
+        answers.withhold(results, answers.reason(evidence))
     info["called_by_keyword"] = prober.by_keyword
     return results
 

@@ -41,11 +41,15 @@ class Gradescope(Platform):
         tests = []
         if result is not None:
             for c in result.checks:
-                output = (f"Likely mistake: {c.diagnosis}. " if c.diagnosis else "") + c.message
-                tests.append({"name": c.name, "score": c.points, "max_score": c.max_points,
-                              "status": "passed" if c.status == "passed" else "failed",
-                              "output": output, "output_format": "text",
-                              "visibility": hidden_as if c.hidden else "visible"})
+                output = (f"Likely mistake: {c.diagnosis}. " if c.diagnosis and c.lost_points else "") + c.message
+                test = {"name": c.name, "score": c.points, "max_score": c.max_points,
+                        "status": "passed" if c.status == "passed" else "failed",
+                        "output": output, "output_format": "text",
+                        "visibility": hidden_as if c.hidden else "visible"}
+                if c.status == "info":   # no status: Gradescope shows a 0-point test as neither
+                    del test["status"]
+                    test["output"] = f"Informational, no points. {c.message}"
+                tests.append(test)
         if problem:
             tests.append({"name": "grader error", "score": 0, "max_score": 0, "status": "failed",
                           "output": problem, "output_format": "text", "visibility": "hidden"})
@@ -61,8 +65,10 @@ class PrairieLearn(Platform):
         tests = []
         if result is not None:
             for c in result.checks:
-                message = (f"Likely mistake: {c.diagnosis}. " if c.diagnosis else "") + \
+                message = (f"Likely mistake: {c.diagnosis}. " if c.diagnosis and c.lost_points else "") + \
                           ("Hidden check." if c.hidden else c.message)
+                if c.status == "info":
+                    message = f"Informational, no points. {message}"
                 tests.append({"name": c.name, "description": c.title, "points": c.points,
                               "max_points": c.max_points, "message": message, "output": ""})
         if problem:
@@ -112,7 +118,7 @@ def summary_text(result: GradeResult | None, problem: str) -> str:
     lines = [summary_line(result, problem)]
     if result is not None:
         for c in result.checks:
-            if c.status != "passed" and not c.hidden:
+            if c.lost_points and not c.hidden:
                 lines.append(f"- {c.name}: {c.diagnosis + ': ' if c.diagnosis else ''}{c.message}")
         lines += [f"- cell {e['cell']}: {e['ename']}: {e['evalue']}" for e in result.errors if e["cell"] >= 0]
     return "\n".join(lines)
@@ -123,7 +129,7 @@ def summary_html(result: GradeResult | None, problem: str) -> str:
     if result is None:
         return f"<p><b>Not graded.</b> {escape(problem)}</p>"
     items = "".join(f"<li><code>{escape(c.name)}</code>: {escape(c.diagnosis or c.message)}</li>"
-                    for c in result.checks if c.status != "passed" and not c.hidden)
+                    for c in result.checks if c.lost_points and not c.hidden)
     errors = "".join(f"<li>cell {e['cell']}: {escape(e['ename'])}: {escape(e['evalue'])}</li>"
                      for e in result.errors if e["cell"] >= 0)
     return (f"<p><b>Score {result.score:g} / {result.max_score:g}</b> (seed {result.seed}, "

@@ -50,9 +50,11 @@ def write_summary(results: list[dict], folders: list[str], duplicates: list, sim
     checks: dict[str, list[int]] = {}
     for r in rows:
         for c in r["checks"]:
-            checks.setdefault(c["name"], []).append(c["status"] == "passed")
+            if c["status"] != "info":   # informational checks have no pass rate
+                checks.setdefault(c["name"], []).append(c["status"] == "passed")
     pass_rates = [{"name": n, "rate": 100 * sum(v) / len(v), "count": len(v)} for n, v in checks.items()]
-    diagnoses = Counter((c["function"], c["diagnosis"]) for r in rows for c in r["checks"] if c.get("diagnosis"))
+    diagnoses = Counter((c["function"], c["diagnosis"]) for r in rows for c in r["checks"]
+                        if c.get("diagnosis") and c["status"] in ("failed", "error"))
     page = _environment().get_template("summary.html.j2").render(
         rows=rows, bins=histogram(percentages), pass_rates=pass_rates, diagnoses=diagnoses.most_common(12),
         failures=[r for r in rows if r["status"] != "graded"], duplicates=duplicates, similar=similar,

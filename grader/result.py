@@ -23,6 +23,12 @@ class CheckResult:
     hidden: bool = False
     figures: list = field(default_factory=list)
 
+    # status: passed | failed | error | info. "info" is a 0-point check that did not pass: it
+    # informs and is never shown or counted as a failure.
+    @property
+    def lost_points(self) -> bool:
+        return self.status in ("failed", "error")
+
 
 @dataclass
 class GradeResult:

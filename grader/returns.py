@@ -61,30 +61,46 @@ class Parts:
     values: dict = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     returned: str = ""
+    # Parts the convention returns that are absent or could not be decoded: part -> why.
+    unreadable: dict = field(default_factory=dict)
+
+    def missing(self, part: str) -> str:
+        """Why an expected part is not among the values, as a clause after its name."""
+        return self.unreadable.get(part, "was not returned")
 
 
-def _array_or_problem(encoded: dict, what: str, problems: list[str]):
+class Unreadable(Exception):
+    """One returned part cannot be used; the message completes "the <part> ..."."""
+
+
+def _array(encoded: dict) -> np.ndarray:
+    if encoded.get("kind") == "none":
+        raise Unreadable("came back as None")
     if encoded.get("kind") != "array":
         detail = encoded.get("detail") or f"a {encoded.get('type')}"
-        problems.append(f"the {what} could not be read as a numeric array ({detail})")
-        return None
+        raise Unreadable(f"could not be read as a numeric array ({detail})")
     try:
         return decode_array(encoded)
     except BadValue as exc:
-        problems.append(f"the {what} could not be used ({exc})")
-        return None
+        raise Unreadable(f"could not be used ({exc})") from None
 
 
-def _per_head(encoded: dict, problems: list[str]):
+def _per_head(encoded: dict) -> list:
     if encoded.get("kind") == "sequence":
-        heads = [_array_or_problem(i, "weights of one head", problems) for i in encoded["items"]]
-        return None if any(h is None for h in heads) else heads
-    stacked = _array_or_problem(encoded, "per-head weights", problems)
-    if stacked is not None and stacked.ndim == 3:
+        heads = []
+        for i, item in enumerate(encoded["items"]):
+            try:
+                heads.append(_array(item))
+            except Unreadable as exc:
+                raise Unreadable(f"of head {i + 1} {exc}") from None
+        return heads
+    stacked = _array(encoded)
+    if stacked.ndim == 3:
         return list(stacked)
-    if stacked is not None:
-        problems.append(f"the per-head weights should be a list of N x N arrays, got shape {stacked.shape}")
-    return None
+    if stacked.ndim == 2:
+        rows, cols = stacked.shape
+        raise Unreadable(f"are one {rows} x {cols} array; expected a list of H arrays, one per head")
+    raise Unreadable(f"have shape {stacked.shape}; expected a list of N x N arrays, one per head")
 
 
 def canonical_parts(conv: Convention, encoded: dict) -> Parts:
@@ -109,12 +125,18 @@ def canonical_parts(conv: Convention, encoded: dict) -> Parts:
             encoded = encoded["items"][0]
         pairs = [(expected[0], encoded)]
     for name, item in pairs:
-        value = (_per_head(item, parts.problems) if name == "weights_per_head"
-                 else _array_or_problem(item, PART_WORDS[name], parts.problems))
-        if value is not None and conv.columns and name == "output" and value.ndim == 2:
+        try:
+            value = _per_head(item) if name == "weights_per_head" else _array(item)
+        except Unreadable as exc:
+            parts.unreadable[name] = str(exc)
+            parts.problems.append(f"the {PART_WORDS[name]} {exc}")
+            continue
+        if conv.columns and name == "output" and value.ndim == 2:
             value = value.T
-        if value is not None:
-            parts.values[name] = value
+        parts.values[name] = value
+    for name in expected:
+        if name not in parts.values and name not in parts.unreadable:
+            parts.unreadable[name] = "was not returned"
     return parts
 
 

@@ -5,7 +5,7 @@ import textwrap
 
 from .result import GradeResult
 
-MARKS = {"passed": "ok", "failed": "FAIL", "error": "ERROR", "skipped": "skip"}
+MARKS = {"passed": "ok", "failed": "FAIL", "error": "ERROR", "info": "info"}
 
 
 def summary(result: GradeResult, staff: bool = False) -> str:
@@ -16,7 +16,7 @@ def summary(result: GradeResult, staff: bool = False) -> str:
         lines.append(f"  {MARKS[c.status]:<5} {c.name:<{width}} {c.points:g}/{c.max_points:g}")
         if c.status != "passed":
             message = "hidden check: details are shown after grading" if c.hidden and not staff else c.message
-            if c.diagnosis and not (c.hidden and not staff):
+            if c.diagnosis and c.lost_points and not (c.hidden and not staff):
                 lines.append(f"        diagnosis: {c.diagnosis}")
             lines.extend(textwrap.wrap(message, 100, initial_indent=" " * 8, subsequent_indent=" " * 8))
     for name, info in result.functions.items():

@@ -6,7 +6,7 @@ a student's function would have returned had it made that mistake.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -225,3 +225,18 @@ MISTAKES: tuple[Mistake, ...] = (
        "Subtract each row's maximum before exponentiating; softmax does not change under that shift.",
        needs={"softmax"}, softmax="naive"),
 )
+
+
+def _changed(v: Variant) -> dict:
+    return {f.name: getattr(v, f.name) for f in fields(Variant) if getattr(v, f.name) != getattr(REFERENCE, f.name)}
+
+
+def combined(a: Variant, b: Variant) -> Variant | None:
+    """Both mistakes made at once, or None when they change the same step."""
+    first, second = _changed(a), _changed(b)
+    if set(first) & set(second):
+        return None
+    return Variant(**first, **second)
+
+
+REFERENCE = Variant()

@@ -9,10 +9,15 @@ import pytest
 from conftest import FIXTURES, SUBMISSIONS, grade
 from grader import cases
 from grader.conventions import CONVENTIONS
-from grader.diagnosis import applicable, mistake_parts, same
-from grader.reference.mistakes import MISTAKES
+from grader.explain import Explanation, Predictions, applicable, explanations, same
+from grader.reference.attention import attention
+from grader.reference.mistakes import MISTAKES, Variant, mistaken_attention
 
 SEED = 20261122
+
+
+def mistake_parts(conv, mistake, case) -> dict:
+    return Predictions().parts(conv, Explanation((mistake,), mistake.variant), case)
 
 
 def _differ(a: dict, b: dict) -> bool:
@@ -95,6 +100,7 @@ def test_each_mistake_is_named_on_its_fixture(fixture, mistake):
     ("submissions/mistake_scale_by_D.ipynb", "scaled by sqrt(D) instead of sqrt(d_k)"),
     ("submissions/mistake_global_D.ipynb", "reads notebook globals (D)"),
     ("submissions/worked_solution.ipynb", "softmax without max-subtraction overflows"),
+    ("tests/fixtures/answers/two_mistakes_rows.ipynb", "softmax over the wrong axis and scores not scaled"),
     ("tests/fixtures/mistake_combined_wrongly.ipynb", "weights right but combined wrongly with V"),
     ("submissions/columns_sheet_003.ipynb", "attention matrix transposed before it is applied to V"),
 ])
@@ -110,3 +116,37 @@ def test_readme_lists_every_diagnosis():
     for mistake in MISTAKES:
         assert mistake.title in readme, mistake.title
     assert "reads notebook globals" in readme and "weights right but combined wrongly with V" in readme
+
+
+@pytest.mark.parametrize("name", sorted(CONVENTIONS))
+def test_the_mistake_free_variant_is_the_reference(name):
+    """The mistakes are the reference with parameters: with none set, they are the reference."""
+    conv = CONVENTIONS[name]
+    for case in cases.random_cases(conv, SEED) + [cases.base_case(conv, SEED)]:
+        case = conv.prepare(case)
+        mistaken, reference = mistaken_attention(case, Variant()), attention(case)
+        assert same(mistaken["output"], reference["output"], 1e-12, 1e-12)
+        for a, b in zip(mistaken["heads"], reference["heads"]):
+            assert all(same(a[p], b[p], 1e-12, 1e-12) for p in ("q", "k", "v", "scores", "weights"))
+
+
+@pytest.mark.parametrize("name", sorted(CONVENTIONS))
+def test_pairs_of_mistakes_change_two_different_steps(name):
+    for explanation in explanations(name):
+        if len(explanation.mistakes) == 2:
+            a, b = (m.variant for m in explanation.mistakes)
+            changed = [{f for f in Variant.__dataclass_fields__ if getattr(v, f) != getattr(Variant(), f)}
+                       for v in (a, b)]
+            assert not changed[0] & changed[1]
+            assert all(getattr(explanation.variant, f) == getattr(v, f) for v, c in zip((a, b), changed) for f in c)
+
+
+def test_a_passing_overflow_prediction_is_never_named_on_ordinary_inputs():
+    """The one-head-weights notebook returns the right output: a mistake whose prediction equals
+    the reference there (the overflow, on ordinary scores) must not be named."""
+    result = grade(FIXTURES / "answers" / "one_head_weights_rows.ipynb", "rows")
+    multi = [c for c in result.checks if c.function == "multi_head_attention"]
+    assert not any(c.diagnosis for c in multi), [(c.name, c.diagnosis) for c in multi]
+    comparing = ("fixed", "random_shapes", "single_head", "memory_layout", "dtypes")
+    assert all(c.status == "failed" and "expected a list of H arrays" in c.message
+               for c in multi if c.kind in comparing)

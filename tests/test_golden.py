@@ -1,4 +1,6 @@
 """Every fixture and sample notebook, graded through a real kernel, against its golden verdict."""
+import re
+
 import pytest
 
 from conftest import ROOT, grade, sandbox_processes
@@ -21,4 +23,7 @@ def test_golden_verdict(entry):
     assert {c.name: c.diagnosis for c in result.checks if c.diagnosis} == entry["diagnoses"]
     for name, words in entry["messages"].items():
         assert words in checks[name].message, f"{name}: {checks[name].message}"
+    for check in result.checks:
+        sentences = [s for s in re.split(r"(?<=[.!?])\s+", check.message) if s]
+        assert len(sentences) == len(set(sentences)), f"{check.name} repeats itself: {check.message}"
     assert sandbox_processes() == [], "a process of the submission is still running"

@@ -1,0 +1,149 @@
+"""What explains a value a student function returned: the reference, one known mistake, or
+two known mistakes made together, each computed on the very inputs it was called with.
+
+The diagnosis and the non-answer rule both ask this question, so it is answered here once;
+every computation is cached per (convention, explanation, case) for one notebook.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from grader.reference.mistakes import MISTAKES, REFERENCE, Mistake, Variant, combined, mistaken_attention
+
+from .conventions import CONVENTIONS, Convention
+
+
+@dataclass(frozen=True)
+class Explanation:
+    mistakes: tuple[Mistake, ...] = ()   # none: the reference itself
+    variant: Variant = REFERENCE
+
+    @property
+    def is_reference(self) -> bool:
+        return not self.mistakes
+
+    @property
+    def title(self) -> str:
+        return " and ".join(m.title for m in self.mistakes)
+
+    @property
+    def advice(self) -> str:
+        return " ".join(f"{m.explanation} {m.hint}" for m in self.mistakes)
+
+
+CORRECT = Explanation()
+
+
+def features(conv: Convention) -> set[str]:
+    """What a convention's functions compute, which decides the mistakes they can make."""
+    computes_scores = conv.name not in ("softmax_rows", "qkv_projections")
+    found = set()
+    if computes_scores:
+        found.add("scores")
+        if conv.scaled:
+            found.add("scaled")
+    if conv.name not in ("scores", "qkv_projections"):
+        found.add("softmax")
+    if conv.params[0] == "X" and conv.name != "qkv_projections":
+        found.add("projections")
+    if conv.params[0] in ("X", "Q") and conv.heads != "one" or conv.params[0] == "X" and not conv.square:
+        found.add("model_dim")
+    if conv.heads == "many":
+        found.add("fused_heads")
+    if conv.heads != "one":
+        found.add("heads")
+    if conv.projection:
+        found.add("projection")
+    if conv.biases:
+        found.add("biases")
+    if conv.square:
+        found.add("square")
+    if "output" in conv.returns:
+        found.add("output")
+    return found
+
+
+def applicable(conv: Convention) -> list[Mistake]:
+    have = features(conv)
+    return [m for m in MISTAKES if m.needs <= have]
+
+
+@lru_cache(maxsize=None)
+def explanations(convention: str) -> tuple[Explanation, ...]:
+    """Every known mistake the convention can make, then every pair of them that change
+    different steps, in the order they are tried: a single mistake is named before a pair."""
+    singles = applicable(CONVENTIONS[convention])
+    pairs = []
+    for a, b in itertools.combinations(singles, 2):
+        both = combined(a.variant, b.variant)
+        if both is not None:
+            pairs.append(Explanation((a, b), both))
+    return tuple(Explanation((m,), m.variant) for m in singles) + tuple(pairs)
+
+
+def overflow(convention: str) -> Explanation | None:
+    """A softmax without max-subtraction, which the sheets do not ask for."""
+    return next((e for e in explanations(convention) if [m.id for m in e.mistakes] == ["softmax_overflow"]), None)
+
+
+class Predictions:
+    """The parts an explanation predicts for a case, each computed once per notebook."""
+
+    def __init__(self):
+        self._cache: dict[tuple, dict] = {}
+
+    def parts(self, conv: Convention, explanation: Explanation, case) -> dict:
+        key = (conv.name, explanation.variant, case.label)
+        if key not in self._cache:
+            if explanation.is_reference:
+                self._cache[key] = conv.expected_parts(case)
+            else:
+                prepared = conv.prepare(case)
+                with np.errstate(all="ignore"):
+                    self._cache[key] = conv.expected(mistaken_attention(prepared, explanation.variant), prepared)
+        return self._cache[key]
+
+
+def same(actual, expected, rtol: float, atol: float) -> bool:
+    """Equal within tolerance, with NaN and inf required in the same places."""
+    if isinstance(expected, list):
+        return isinstance(actual, list) and len(actual) == len(expected) and all(
+            same(a, e, rtol, atol) for a, e in zip(actual, expected))
+    if not isinstance(actual, np.ndarray) or actual.shape != expected.shape:
+        return False
+    actual, expected = actual.astype(np.float64), expected.astype(np.float64)
+    finite = np.isfinite(expected)
+    if not np.array_equal(np.isfinite(actual), finite):
+        return False
+    return bool(np.allclose(actual[finite], expected[finite], rtol=rtol, atol=atol))
+
+
+def trivial(value, arguments: list) -> str | None:
+    """Why a value could be produced without computing attention, or None when it could not:
+    it is constant, every token gets the same row, every row is uniform, or it is one of the
+    function's own arguments (or its transpose)."""
+    arrays = value if isinstance(value, list) else [value]
+    if not arrays:
+        return "empty"
+    for array in arrays:
+        a = np.asarray(array, dtype=np.float64)
+        if a.size == 0 or not np.all(np.isfinite(a)):
+            return "empty or not finite"
+        if not np.any(a):
+            return "all zeros"
+        scale = 1e-9 * max(1.0, float(np.abs(a).max()))
+        if np.ptp(a) <= scale:
+            return "constant"
+        if a.ndim == 2 and a.shape[0] > 1 and np.all(np.ptp(a, axis=0) <= scale):
+            return "the same row for every token"
+        if a.ndim == 2 and a.shape[1] > 1 and np.all(np.ptp(a, axis=1) <= scale):
+            return "uniform along each row"
+        for arg in arguments:
+            if isinstance(arg, np.ndarray) and arg.ndim == a.ndim and (
+                    arg.shape == a.shape and np.allclose(arg, a) or arg.T.shape == a.shape and np.allclose(arg.T, a)):
+                return "one of its own arguments, unchanged"
+    return None
