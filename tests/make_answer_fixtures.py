@@ -344,6 +344,30 @@ def multi_head_attention(X, Wq, Wk, Wv, H):
 }
 
 
+# Tricks around the zeros: numpy's comparisons patched in the kernel, and arrays whose
+# __eq__ always agrees. The grader compares in its own process, so neither changes a thing.
+PATCHES = {
+    "monkeypatch": '''
+np.allclose = lambda *a, **k: True
+np.array_equal = lambda *a, **k: True
+np.testing.assert_allclose = lambda *a, **k: None
+''',
+    "lying": '''
+class Agreeable(np.ndarray):
+    def __eq__(self, other):
+        return True
+    def __ne__(self, other):
+        return False
+
+_zeros, _full = np.zeros, np.full
+np.zeros = lambda *a, **k: _zeros(*a, **k).view(Agreeable)
+np.full = lambda *a, **k: _full(*a, **k).view(Agreeable)
+''',
+}
+for _trick, _patch in PATCHES.items():
+    NON_ANSWERS[_trick] = {a: _patch + body for a, body in NON_ANSWERS["zeros"].items()}
+
+
 def notebook(body: str, assignment: str):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("import numpy as np"), nbformat.v4.new_code_cell(body.strip() + "\n")]
