@@ -1,9 +1,11 @@
 """Grade many submissions into an output folder, in parallel and resumably.
 
-Per submission: OUTDIR/<student>/result.json (as `grader check --json`) and report.html,
-written atomically by the worker that graded it. Over all of them: grades.csv and
-summary.html, rebuilt from every result.json at the end. A submission whose content,
-assignment spec, seed and grader version are unchanged is skipped unless --force.
+Per submission: OUTDIR/<student>-<hash>/result.json (as `grader check --json`) and report.html,
+written atomically. Over all of them: grades.csv and summary.html. Whatever goes wrong with
+one submission (an unreadable file or archive, an unusable spec, a lost worker, a report that
+cannot be written) becomes that submission's error row, and the batch goes on. A submission
+whose content, spec, result-shaping settings and grader version are unchanged is skipped
+unless --force, or unless its stored result is an error.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import os
 import sys
 import tempfile
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,13 +26,15 @@ from . import __version__
 from .files import write_atomically, write_json
 from .grade import grade_path
 from .inputs import Submission, collect
-from .loader import SubmissionError
+from .loader import SubmissionError, one_line
 from .report_html import write_html, write_summary
 from .result import GradeResult
 from .sandbox import Sandbox
-from .settings import settings_from
+from .settings import SETTINGS, settings_from
 from .similarity import fingerprint, similar_pairs
-from .spec import SpecError, assignment_for_submission, builtin_names, parse
+from .spec import SpecError, assignment_for_submission, builtin_names, load_assignment, parse, spec_text
+
+UNPACKED = ".submissions"   # where archives are extracted, inside OUTDIR
 
 
 @dataclass
@@ -40,11 +45,18 @@ class BatchReport:
     similar: list = field(default_factory=list)
 
 
-def batch_key(submission: Submission, assignment, seed: int) -> str:
-    spec = json.dumps(assignment.raw, sort_keys=True, default=str)
-    parts = [hashlib.sha256(submission.path.read_bytes()).hexdigest(), hashlib.sha256(spec.encode()).hexdigest(),
-             __version__, str(seed)]
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+def batch_key(content: bytes, assignment, settings) -> str:
+    """What a stored result depends on: the submission's bytes, the spec's content, every
+    setting that shapes a result (see Setting.shapes_result) and the grader's version."""
+    shaping = {s.name: getattr(settings, s.name) for s in SETTINGS if s.shapes_result}
+    parts = {"submission": hashlib.sha256(content).hexdigest(), "spec": assignment.raw, "settings": shaping,
+             "version": __version__}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def reason(exc: BaseException) -> str:
+    """One line for an error row; the grader's own errors are already worded for users."""
+    return one_line(exc, typed=not isinstance(exc, (SubmissionError, SpecError)))
 
 
 def unreadable(name: str, seed: int, why: str) -> GradeResult:
@@ -56,14 +68,15 @@ def unreadable(name: str, seed: int, why: str) -> GradeResult:
 
 def spec_for_task(explicit: dict) -> tuple | None:
     """How a worker, which has the grader but not this machine's files, finds the assignment:
-    a built-in name, or the TOML text of a course's spec file."""
+    a built-in name, or the TOML text of a course's spec file. An unusable --assignment stops
+    the batch here, with a one-line SpecError, before any submission is graded."""
     requested = explicit.get("assignment")
-    if not requested or requested in builtin_names():
-        return ("builtin", requested) if requested else None
-    path = Path(requested)
-    if not path.is_file():
-        raise SpecError(f"no such assignment spec file: {path}")
-    return ("toml", path.read_text(encoding="utf-8"), str(path))
+    if not requested:
+        return None
+    load_assignment(requested)
+    if requested in builtin_names():
+        return ("builtin", requested)
+    return ("toml", spec_text(Path(requested)), requested)
 
 
 def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) -> dict:
@@ -79,8 +92,15 @@ def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) ->
                 assignment = assignment_for_submission(path, spec[1] if spec else None)
             result = grade_path(path, assignment, settings_from(explicit, assignment.limits))
         except (SubmissionError, SpecError) as exc:
-            result = unreadable(path.name, settings_from(explicit).seed, str(exc))
+            result = unreadable(path.name, settings_from(explicit).seed, reason(exc))
     return result.to_json()
+
+
+def grade_alone(*task) -> dict:
+    """grade_task in a worker process of its own, so that losing this worker is this
+    submission's own doing."""
+    with local_pool(1) as pool:
+        return pool.submit(grade_task, *task).result()
 
 
 def _dask_wait(futures):
@@ -88,18 +108,45 @@ def _dask_wait(futures):
     return dask_wait(futures, return_when="FIRST_COMPLETED")
 
 
-def store(folder: Path, data: dict, submission: Submission, key: str, staff: bool) -> None:
-    """Write a submission's result.json and report.html (rendered here, not on the worker)."""
-    data = dict(data, student=submission.student, batch_key=key)
-    write_json(folder / "result.json", data)
-    write_html(GradeResult.from_json(data), folder / "report.html", staff=staff)
+@dataclass
+class Output:
+    """OUTDIR and how a submission's row gets into it."""
+    outdir: Path
+    seed: int
+    staff: bool
 
+    def error_row(self, s: Submission, why: str) -> dict:
+        return unreadable(s.name, self.seed, why).to_json()
 
-def up_to_date(folder: Path, key: str) -> bool:
-    try:
-        return json.loads((folder / "result.json").read_text()).get("batch_key") == key
-    except (OSError, ValueError):
-        return False
+    def stored(self, s: Submission, key: str) -> dict | None:
+        """The stored result, if it is up to date; an error is never, so it is graded again."""
+        try:
+            data = json.loads((self.outdir / s.folder / "result.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        fresh = isinstance(data, dict) and data.get("batch_key") == key and data.get("status") != "error"
+        return data if fresh else None
+
+    def keep(self, s: Submission, data: dict, key: str) -> dict:
+        """Write a submission's result.json and report.html (rendered here, not on the worker)
+        and return its row. When they cannot be written, the row is the error saying why, on
+        disk if that at least can be written."""
+        row = dict(data, student=s.student, batch_key=key)
+        try:
+            self._write(s, row)
+        except Exception as exc:  # noqa: BLE001 - one submission's report never stops the batch
+            row = dict(self.error_row(s, f"the result could not be written: {reason(exc)}"), student=s.student,
+                       batch_key=key)
+            try:
+                self._write(s, row)
+            except Exception:  # noqa: BLE001 - the row still reaches grades.csv and the summary
+                pass
+        return row
+
+    def _write(self, s: Submission, row: dict) -> None:
+        folder = self.outdir / s.folder
+        write_json(folder / "result.json", row)
+        write_html(GradeResult.from_json(row), folder / "report.html", staff=self.staff)
 
 
 def write_csv(results: list[dict], path: Path) -> None:
@@ -157,55 +204,105 @@ def dask_pool(scheduler: str):
         raise SubmissionError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
 
 
+def planned_key(s: Submission, explicit: dict) -> str:
+    """The submission's resume key; raises when it cannot even be read or given a spec."""
+    if s.problem:
+        raise SubmissionError(s.problem)
+    assignment = assignment_for_submission(s.path, explicit.get("assignment"))
+    return batch_key(s.path.read_bytes(), assignment, settings_from(explicit, assignment.limits))
+
+
+def graded(todo: list, spec, explicit: dict, output: Output, workers: int | None, scheduler: str | None):
+    """(submission, key, result data) for each (submission, key) in todo, as they finish.
+
+    A worker lost from the local pool (killed, out of memory) breaks the whole pool, and the
+    pool cannot tell whose doing it was: every submission it had not finished is graded again
+    in a worker of its own, and only a submission that loses that worker too gets the loss as
+    its result."""
+    width = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+    pool = dask_pool(scheduler) if scheduler else local_pool(width)
+    with pool, ThreadPoolExecutor(width) as alone:
+        pending = {}    # future -> (submission, key, the executor it runs on)
+        finished = []   # (submission, key, data) ready to hand out
+
+        def submit(s, key, executor, function):
+            try:
+                pending[executor.submit(function, s.name, s.path.read_bytes(), spec, explicit)] = (s, key, executor)
+            except BrokenProcessPool:
+                submit(s, key, alone, grade_alone)
+            except Exception as exc:  # noqa: BLE001 - e.g. the file vanished since it was found
+                finished.append((s, key, output.error_row(s, f"grading failed: {reason(exc)}")))
+
+        for s, key in todo:
+            submit(s, key, pool, grade_task)
+        while pending or finished:
+            if pending:
+                done, _ = _dask_wait(list(pending)) if scheduler else wait(list(pending), return_when=FIRST_COMPLETED)
+                for future in done:
+                    s, key, executor = pending.pop(future)
+                    try:
+                        finished.append((s, key, future.result()))
+                    except BrokenProcessPool:
+                        if executor is pool:
+                            submit(s, key, alone, grade_alone)
+                        else:
+                            finished.append((s, key, output.error_row(
+                                s, "grading failed: its worker process was lost twice (killed, or out of memory)")))
+                    except Exception as exc:  # noqa: BLE001 - a failed task still yields a row
+                        finished.append((s, key, output.error_row(s, f"grading failed: {reason(exc)}")))
+            yield from finished
+            finished.clear()
+
+
 def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | None = None, force: bool = False,
               scheduler: str | None = None, stream=sys.stderr) -> BatchReport:
     outdir.mkdir(parents=True, exist_ok=True)
-    submissions, duplicates = collect(paths, outdir / ".submissions")
+    spec = spec_for_task(explicit)
+    submissions, duplicates = collect(paths, outdir / UNPACKED)
     report = BatchReport(duplicates=duplicates)
     for student, files in duplicates:
         print(f"duplicate student id {student}: {', '.join(files)} (graded separately)", file=stream)
-    seed = settings_from(explicit).seed
+    settings = settings_from(explicit)
+    output = Output(outdir, settings.seed, settings.staff)
+    rows: dict[str, dict] = {}   # folder -> the submission's row in grades.csv and the summary
     todo = []
     for s in submissions:
         try:
-            key = batch_key(s, assignment_for_submission(s.path, explicit.get("assignment")), seed)
-        except (SubmissionError, SpecError):
-            key = hashlib.sha256(s.path.read_bytes()).hexdigest()
-        if not force and up_to_date(outdir / s.folder, key):
+            key = planned_key(s, explicit)
+        except Exception as exc:  # noqa: BLE001 - unreadable, unzippable or without a usable spec
+            rows[s.folder] = output.keep(s, output.error_row(s, reason(exc)), "")
+            report.graded += 1
+            continue
+        previous = None if force else output.stored(s, key)
+        if previous:
+            rows[s.folder] = previous
             report.skipped += 1
         else:
             todo.append((s, key))
     progress = Progress(len(todo), stream)
-    spec = spec_for_task(explicit)
-    pool = dask_pool(scheduler) if scheduler else local_pool(max(1, min(workers or os.cpu_count() or 1,
-                                                                         len(todo) or 1)))
-    with pool:
-        pending = {pool.submit(grade_task, s.path.name, s.path.read_bytes(), spec, explicit): (s, key)
-                   for s, key in todo}
-        while pending:
-            done, _ = wait(list(pending), return_when=FIRST_COMPLETED) if not scheduler else \
-                _dask_wait(list(pending))
-            for future in done:
-                s, key = pending.pop(future)
-                try:
-                    data = future.result()
-                except Exception as exc:  # noqa: BLE001 - a lost worker still yields a row
-                    data = unreadable(s.path.name, seed, f"grading failed: {type(exc).__name__}: {exc}").to_json()
-                store(outdir / s.folder, data, s, key, settings_from(explicit).staff)
-                report.graded += 1
-                progress.step(f"{s.path.name}: {data['score']:g}/{data['max_score']:g} {data['status']}")
+    if todo:
+        for s, key, data in graded(todo, spec, explicit, output, workers, scheduler):
+            row = rows[s.folder] = output.keep(s, data, key)
+            report.graded += 1
+            progress.step(f"{s.name}: {row['score']:g}/{row['max_score']:g} {row['status']}")
     progress.close()
-    results = []
-    for s in submissions:
-        try:
-            results.append(json.loads((outdir / s.folder / "result.json").read_text()))
-        except (OSError, ValueError):
-            continue
+    report.similar = similar_pairs(fingerprints(submissions, rows, output))
+    results = [rows[s.folder] for s in submissions]
     write_csv(results, outdir / "grades.csv")
-    report.similar = similar_pairs([(s.folder, fingerprint(s.path, graded_names(r)))
-                                    for s, r in zip(submissions, results)])
     write_summary(results, [s.folder for s in submissions], duplicates, report.similar, outdir / "summary.html")
     return report
+
+
+def fingerprints(submissions: list[Submission], rows: dict, output: Output) -> list[tuple[str, str]]:
+    """(folder, fingerprint) per submission; one whose source defeats the fingerprint (too
+    deeply nested to parse, say) becomes an error row instead."""
+    found = []
+    for s in submissions:
+        try:
+            found.append((s.folder, fingerprint(s.path, graded_names(rows[s.folder]))))
+        except Exception as exc:  # noqa: BLE001 - one submission's source never stops the batch
+            rows[s.folder] = output.keep(s, output.error_row(s, f"similarity check failed: {reason(exc)}"), "")
+    return found
 
 
 def graded_names(result: dict) -> set[str]:

@@ -1,19 +1,22 @@
-"""Find the submissions in notebooks, .py files, folders and zip archives, and the student
-each belongs to, from the naming of LMS exports."""
+"""Find the submissions in notebooks, .py files, folders and zip archives, the student each
+belongs to, from the naming of LMS exports, and the output folder each gets."""
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import stat
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 
-from .loader import SubmissionError
+from .loader import SubmissionError, one_line
 
 SUFFIXES = (".ipynb", ".py")
 MAX_ZIP_FILES = 5000
 MAX_ZIP_BYTES = 1024 * 2**20
 MAX_MEMBER_BYTES = 50 * 2**20
+MAX_LABEL_CHARS = 64
 
 CANVAS = re.compile(r"^(?P<name>[A-Za-z0-9]+)(?:_LATE)?_(?P<id>\d+)_\d+_.+$")
 MOODLE = re.compile(r"^.+_(?P<id>\d+)_assignsubmission_file_?$")
@@ -22,14 +25,37 @@ GRADESCOPE = re.compile(r"^submission_(?P<id>\d+)$")
 
 @dataclass(frozen=True)
 class Submission:
-    path: Path
+    path: Path                 # the file to grade (an archive's member: its extracted copy)
+    source: str                # where it came from: the input file, or the archive's path / the member's name
     student: str
-    folder: str          # unique folder name in the output
+    folder: str                # its own folder in the output (see output_name)
+    problem: str | None = None  # why it cannot be graded at all, e.g. a damaged archive member
+
+    @property
+    def name(self) -> str:
+        """The file's name as shown in results, reports and the CSV."""
+        return printable(PurePath(self.source).name)
 
 
-def student_of(path: Path) -> str:
-    """Canvas: name_userid_submissionid_file; Moodle: Full Name_12345_assignsubmission_file_/...;
-    Gradescope export: submission_<id>/...; anything else: the file stem."""
+def printable(text: str) -> str:
+    """Text any report can show: undecodable bytes of a file name and control characters
+    become replacement marks instead of failing a write later."""
+    text = os.fsencode(text).decode("utf-8", "replace")
+    return "".join(c if c.isprintable() else "\N{REPLACEMENT CHARACTER}" for c in text)
+
+
+def output_name(label: str, source: str, digits: int = 12) -> str:
+    """A folder name that no input can steer: the label cut down to letters, digits, '.', '_'
+    and '-' (never leading with a dot, so never '.', '..' or a hidden folder), then '-' and a
+    hash of the source path. The hash keeps two sources apart however alike their labels, and
+    since no batch-level file (grades.csv, summary.html, .submissions) ends in such a tail,
+    no folder can be one of them."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label).lstrip(".")[:MAX_LABEL_CHARS] or "submission"
+    return f"{safe}-{hashlib.sha256(os.fsencode(source)).hexdigest()[:digits]}"
+
+
+def lms_student(path: PurePath) -> str | None:
+    """The student id an LMS export's naming gives this path, if any."""
     match = CANVAS.match(path.name)
     if match:
         return match["id"]
@@ -38,16 +64,27 @@ def student_of(path: Path) -> str:
             match = pattern.match(parent.name)
             if match:
                 return match["id"]
-    return path.stem
+    return None
 
 
-def safe_extract(archive: Path, into: Path) -> list[Path]:
-    """Extract only notebooks and .py files; refuse path traversal and links; cap size and count."""
+def student_of(path: PurePath) -> str:
+    """Canvas: name_userid_submissionid_file; Moodle: Full Name_12345_assignsubmission_file_/...;
+    Gradescope export: submission_<id>/...; anything else: the file stem."""
+    return lms_student(path) or path.stem
+
+
+def _open_zip(archive: Path) -> zipfile.ZipFile:
     try:
-        zf = zipfile.ZipFile(archive)
-    except zipfile.BadZipFile:
-        raise SubmissionError(f"{archive.name} is not a readable zip archive") from None
-    with zf:
+        return zipfile.ZipFile(archive)
+    except Exception as exc:  # noqa: BLE001 - a foreign file can fail zipfile in many ways
+        raise SubmissionError(f"{archive.name} is not a readable zip archive ({one_line(exc)})") from None
+
+
+def safe_extract(archive: Path, into: Path) -> list[tuple[PurePosixPath, Path, str | None]]:
+    """Extract only notebooks and .py files; refuse path traversal and links; cap size and count.
+    Returns (member name, extracted path, why it could not be extracted or None) per member;
+    raises SubmissionError when the archive as a whole is unusable."""
+    with _open_zip(archive) as zf:
         members = zf.infolist()
         if len(members) > MAX_ZIP_FILES:
             raise SubmissionError(f"{archive.name} holds more than {MAX_ZIP_FILES} files")
@@ -64,35 +101,67 @@ def safe_extract(archive: Path, into: Path) -> list[Path]:
             target = into.joinpath(*name.parts)
             if into.resolve() not in target.resolve().parents:
                 continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(member) as source, open(target, "wb") as sink:
-                sink.write(source.read(MAX_MEMBER_BYTES + 1)[:MAX_MEMBER_BYTES])
-            extracted.append(target)
+            try:
+                # Read the whole member first: a damaged one (bad CRC, unsupported method,
+                # encrypted) fails here, before anything is written.
+                with zf.open(member) as source:
+                    data = source.read(MAX_MEMBER_BYTES + 1)[:MAX_MEMBER_BYTES]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+                extracted.append((name, target, None))
+            except Exception as exc:  # noqa: BLE001 - one damaged member is that member's error only
+                extracted.append((name, target, f"{archive.name}: {name} cannot be extracted ({one_line(exc)})"))
         return extracted
+
+
+def unpacked(archive: Path, unpack_into: Path) -> list[tuple[str, Path, str, str | None]]:
+    """(source, path, student, problem) for each notebook in the archive, extracted into a
+    folder of the archive's own, so same-named archives of two students stay apart. A member
+    is the student's whom its own path names, else whom the archive's path names."""
+    source = os.path.abspath(archive)
+    try:
+        members = safe_extract(archive, unpack_into / output_name(archive.stem, source))
+    except SubmissionError as exc:
+        return [(source, archive, student_of(archive), str(exc))]
+    owner = lms_student(archive)
+    return [(f"{source}/{name}", path, lms_student(archive / name) or owner or name.stem, problem)
+            for name, path, problem in sorted(members, key=lambda m: m[0])]
+
+
+def candidate_files(path: Path, unpack_into: Path) -> list[Path]:
+    """The files under an input path, leaving out checkpoints and the archives this batch
+    unpacked (when OUTDIR sits inside an input folder)."""
+    if not path.is_dir():
+        return [path]
+    unpacked_here = unpack_into.resolve()
+    return sorted(p for p in path.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts
+                  and unpacked_here not in p.resolve().parents)
 
 
 def collect(paths: list[Path], unpack_into: Path) -> tuple[list[Submission], list]:
     """The submissions, and the student ids that more than one of them claims."""
-    files = []
+    found = []
     for path in paths:
         path = Path(path)
         if not path.exists():
             raise SubmissionError(f"no such file or folder: {path}")
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts)
-        else:
-            found = [path]
-        for p in found:
+        for p in candidate_files(path, unpack_into):
             if p.suffix == ".zip":
-                files.extend(sorted(safe_extract(p, unpack_into / p.stem)))
+                found.extend(unpacked(p, unpack_into))
             elif p.suffix in SUFFIXES:
-                files.append(p)
-    seen: dict[str, list[Path]] = {}
-    submissions = []
-    for p in files:
-        student = student_of(p)
-        seen.setdefault(student, []).append(p)
-        n = len(seen[student])
-        submissions.append(Submission(p, student, student if n == 1 else f"{student}-{n}"))
-    duplicates = [(s, [str(p) for p in ps]) for s, ps in seen.items() if len(ps) > 1]
+                found.append((os.path.abspath(p), p, student_of(p), None))
+    submissions, sources, folders = [], set(), set()
+    for source, path, student, problem in found:
+        if source in sources:  # the same file named twice, or listed twice in an archive
+            continue
+        sources.add(source)
+        folder = output_name(student, source)
+        if folder in folders:  # two sources whose short hashes agree: the full hash parts them
+            folder = output_name(student, source, digits=64)
+        folders.add(folder)
+        submissions.append(Submission(path, source, printable(student), folder, problem))
+    claims: dict[str, list[str]] = {}
+    for s in submissions:
+        claims.setdefault(s.student, []).append(printable(s.source))
+    duplicates = [(student, files) for student, files in claims.items() if len(files) > 1]
     return submissions, duplicates

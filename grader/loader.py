@@ -15,6 +15,14 @@ class SubmissionError(Exception):
     """The file cannot be graded at all; the message is one line for the user."""
 
 
+def one_line(exc: BaseException, typed: bool = True, limit: int = 300) -> str:
+    """An exception as one line of a report: the first line of its message, after its type
+    unless told otherwise (for errors already worded for users)."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0][:limit] if lines else ""
+    return f"{type(exc).__name__}: {text}" if typed and text else text or type(exc).__name__
+
+
 def notebook_from_python(source: str):
     """A .py file becomes one cell, or one cell per '# %%' block when it uses them."""
     parts = [p for p in CELL_MARKER.split(source) if p.strip()] or [source]
@@ -26,6 +34,8 @@ def notebook_from_json(text: str, name: str):
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SubmissionError(f"{name} is not a notebook: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise SubmissionError(f"{name} is not a notebook: its JSON is nested too deeply") from None
     if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
         raise SubmissionError(f"{name} is not a notebook: it has no cells")
     try:

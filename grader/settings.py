@@ -15,6 +15,9 @@ class Setting:
     default: Any
     help: str
     commands: tuple = ("check", "grade", "lms")
+    # False for settings that only say where output goes or how a batch runs; every other
+    # setting can change a result, so a batch regrades when it changes.
+    shapes_result: bool = True
 
     @property
     def flag(self) -> str:
@@ -36,16 +39,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("memory_limit", int, 2048, "MiB of memory one submission may use"),
     Setting("max_processes", int, 64, "processes one submission may run at once"),
     Setting("cpu_limit", float, 600.0, "seconds of CPU time one submission's kernel may use"),
-    Setting("json", Path, None, "write the result as JSON to this path", ("check",)),
-    Setting("html", Path, None, "write the self-contained HTML report to this path", ("check",)),
+    Setting("json", Path, None, "write the result as JSON to this path", ("check",), shapes_result=False),
+    Setting("html", Path, None, "write the self-contained HTML report to this path", ("check",), shapes_result=False),
     Setting("staff", bool, False, "show hidden checks' messages (teaching staff view)", ("check", "grade")),
     Setting("workers", int, None, "submissions graded at once, each in its own kernel (none: the number of cores)",
-            ("grade",)),
-    Setting("force", bool, False, "regrade submissions whose results are up to date", ("grade",)),
+            ("grade",), shapes_result=False),
+    Setting("force", bool, False, "regrade submissions whose results are up to date", ("grade",), shapes_result=False),
     Setting("scheduler", str, None, "tcp://HOST:PORT of an existing Dask cluster to grade on instead of local workers",
-            ("grade",)),
+            ("grade",), shapes_result=False),
     Setting("root", Path, None, "the platform's folder (none: /autograder for gradescope, /grade for prairielearn)",
-            ("lms",)),
+            ("lms",), shapes_result=False),
 )
 
 Settings = make_dataclass("Settings", [(s.name, s.type, s.default) for s in SETTINGS], frozen=True)

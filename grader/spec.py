@@ -21,6 +21,7 @@ else:  # pragma: no cover - Python 3.10
 DEFAULT_FORBIDDEN = ("torch", "tensorflow", "jax", "flax", "keras", "scipy.special", "sklearn",
                      "mxnet", "paddle", "transformers")
 PENALTIES = ("zero_function", "flag")
+MAX_SPEC_BYTES = 1024 * 2**10
 
 
 class SpecError(Exception):
@@ -97,6 +98,8 @@ def parse(text: str, source: str) -> Assignment:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{source}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise SpecError(f"{source}: not valid TOML (nested too deeply)") from None
     functions = raw.get("functions")
     if not functions:
         raise SpecError(f"{source}: no [[functions]] to grade")
@@ -123,10 +126,22 @@ def load_assignment(name_or_path: str) -> Assignment:
         return parse(path.read_text(), f"{name_or_path} (built-in)")
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
-        if not path.is_file():
-            raise SpecError(f"no such assignment spec file: {path}")
-        return parse(path.read_text(encoding="utf-8"), str(path))
+        return parse(spec_text(path), str(path))
     raise SpecError(f"unknown assignment {name_or_path!r}; built-in ones: {', '.join(builtin_names())}")
+
+
+def spec_text(path: Path) -> str:
+    """A spec file's text, or a one-line SpecError: a notebook's metadata may name any file."""
+    if not path.is_file():
+        raise SpecError(f"no such assignment spec file: {path}")
+    try:
+        if path.stat().st_size > MAX_SPEC_BYTES:
+            raise SpecError(f"{path}: larger than {MAX_SPEC_BYTES // 2**10} KiB, not an assignment spec")
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not an assignment spec (not UTF-8 text)") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
 def assignment_for_submission(path: Path, requested: str | None) -> Assignment:
@@ -135,7 +150,10 @@ def assignment_for_submission(path: Path, requested: str | None) -> Assignment:
         return load_assignment(requested)
     from .loader import SubmissionError, load_submission
     try:
-        name = load_submission(path).metadata.get("grader", {}).get("assignment", "rows")
+        metadata = load_submission(path).metadata.get("grader")
     except SubmissionError:
-        name = "rows"
+        metadata = None
+    name = metadata.get("assignment", "rows") if isinstance(metadata, dict) else "rows"
+    if not isinstance(name, str) or "\0" in name:
+        raise SpecError(f"{Path(path).name}: metadata grader.assignment is not a usable name: {name!r:.80}")
     return load_assignment(name)

@@ -64,11 +64,11 @@ def test_batch_of_an_lms_export(tmp_path):
     assert by_file["hw.ipynb"]["score"] == by_file["hw.ipynb"]["max_score"]
     summary = (out / "summary.html").read_text()
     assert "<svg" in summary and "Duplicate student ids" in summary and "scores not scaled" in summary
-    assert (out / "111-2" / "report.html").exists() and (out / "111" / "result.json").exists()
+    assert len(list(out.glob("111-*/report.html"))) == 2 and len(list(out.glob("111-*/result.json"))) == 2
     assert sandbox_processes(grader_pid=pid) == []
 
     code, stdout, _, _ = run_grader(["grade", export, tmp_path / "more.zip", "-o", out, *FAST])
-    assert code == 0 and "0 graded, 4 unchanged" in stdout
+    assert code == 0 and "1 graded, 3 unchanged" in stdout  # the error result is graded again
     code, stdout, _, _ = run_grader(["grade", export, "-o", out, "--force", *FAST])
     assert code == 0 and "3 graded" in stdout
     assert len(list(csv.DictReader(io.StringIO((out / "grades.csv").read_text())))) == 3
