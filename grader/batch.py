@@ -26,7 +26,7 @@ from . import __version__
 from .files import write_atomically, write_json
 from .grade import grade_path
 from .inputs import Submission, collect
-from .loader import SubmissionError, one_line
+from .loader import SubmissionError, check_size, one_line
 from .report_html import write_html, write_summary
 from .result import GradeResult
 from .sandbox import Sandbox
@@ -208,6 +208,7 @@ def planned_key(s: Submission, explicit: dict) -> str:
     """The submission's resume key; raises when it cannot even be read or given a spec."""
     if s.problem:
         raise SubmissionError(s.problem)
+    check_size(s.path)
     assignment = assignment_for_submission(s.path, explicit.get("assignment"))
     return batch_key(s.path.read_bytes(), assignment, settings_from(explicit, assignment.limits))
 

@@ -20,8 +20,12 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 
 import nbformat
+import zmq
+import zmq.asyncio
+from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.session import Session
+from zmq.utils.monitor import recv_monitor_message
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
@@ -30,10 +34,17 @@ from .sandbox import Sandbox, grader_paths, run_id
 from .static_scan import python_source
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Whatever a kernel sends, the grader holds at most MAX_QUEUED_MESSAGES messages of at most
+# MAX_MESSAGE_BYTES on each of its sockets: a larger message makes ZMQ drop the connection
+# (it reconnects) instead of reading it, and past the queue limit further messages are dropped.
+MAX_MESSAGE_BYTES = 8 * 2**20
+MAX_QUEUED_MESSAGES = 8
+# The only messages the grader reads; comm (widget) traffic, display updates and anything
+# else is dropped before nbclient would keep it.
+KEPT_MESSAGES = frozenset({"status", "execute_input", "stream", "display_data", "execute_result", "error",
+                           "clear_output"})
 HARNESS_MODULE = "_attention_grader_harness"
 HARNESS = f"__import__('sys').modules[{HARNESS_MODULE!r}]"
-# After an interrupt, how long a cell may keep running before the kernel is killed.
-INTERRUPT_GRACE = 5.0
 
 
 @dataclass
@@ -44,6 +55,9 @@ class CellError:
     evalue: str
     traceback: str = ""
     source: str = ""
+    # Set by the grader, never from what the kernel says: the kernel died or was stopped
+    # during this cell, so the notebook is run again without it.
+    kernel_lost: bool = False
 
     def to_json(self) -> dict:
         return self.__dict__.copy()
@@ -86,6 +100,43 @@ class SandboxedKernelManager(AsyncKernelManager):
         return self.sandbox.wrap(command, self.connection_file) if self.sandbox else command
 
 
+class BoundedKernelClient(AsyncKernelClient):
+    """A kernel client whose sockets bound what the kernel can make the grader hold.
+
+    ZMQ treats an oversized message as a protocol error and does not reconnect, so the output
+    channel is then lost for good; a monitor on it tells the grader, which stops that kernel."""
+
+    _iopub_monitor = None
+
+    def _context_default(self) -> zmq.asyncio.Context:
+        self._created_context = True
+        context = zmq.asyncio.Context()
+        context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        context.setsockopt(zmq.RCVHWM, MAX_QUEUED_MESSAGES)
+        return context
+
+    def connect_iopub(self, identity=None):
+        socket = super().connect_iopub(identity=identity)
+        address = f"inproc://iopub-monitor-{id(socket)}"
+        socket.monitor(address, zmq.EVENT_DISCONNECTED)
+        self._iopub_monitor = zmq.Context.shadow(self.context.underlying).socket(zmq.PAIR)
+        self._iopub_monitor.connect(address)
+        return socket
+
+    def output_lost(self) -> bool:
+        """Whether the kernel's output channel was cut (by a message over MAX_MESSAGE_BYTES)."""
+        lost = False
+        while self._iopub_monitor is not None and self._iopub_monitor.poll(0):
+            lost = lost or recv_monitor_message(self._iopub_monitor)["event"] == zmq.EVENT_DISCONNECTED
+        return lost
+
+    def stop_channels(self) -> None:
+        if self._iopub_monitor is not None:
+            self._iopub_monitor.close(linger=0)
+            self._iopub_monitor = None
+        super().stop_channels()
+
+
 def default_kernel_manager(workdir: str, sandbox: Sandbox | None = None) -> AsyncKernelManager:
     """The one seam for kernel launching: a pre-warmed kernel can be handed in instead.
     Unix sockets rather than TCP: the kernel needs no network port, and they work across
@@ -94,6 +145,7 @@ def default_kernel_manager(workdir: str, sandbox: Sandbox | None = None) -> Asyn
                                 connection_file=os.path.join(workdir, ".kernel.json"))
     km.sandbox = sandbox
     km.session = TolerantSession(parent=km, key=km.session.key)
+    km.client_factory = BoundedKernelClient
     return km
 
 
@@ -110,26 +162,40 @@ class TolerantSession(Session):
 
 
 class CappedClient(NotebookClient):
-    """Keeps only errors and the harness's payloads; counts every byte of the rest."""
+    """Keeps only a cell's first error and the harness's last payload; counts the size of the
+    rest and drops it, so a cell holds at most two messages in the grader."""
 
     output_bytes = 0
     probing = False
+    store_widget_state = False
+
+    def process_message(self, msg, cell, cell_index):
+        if msg.get("msg_type") not in KEPT_MESSAGES or not isinstance(msg.get("content"), dict):
+            return None
+        # No display ids: nbclient would remember every one the notebook invents.
+        msg = dict(msg, content={k: v for k, v in msg["content"].items() if k != "transient"})
+        return super().process_message(msg, cell, cell_index)
 
     def output(self, outs, msg, display_id, cell_index):
         content = msg["content"]
         msg_type = msg["msg_type"]
         if msg_type == "stream":
-            self.output_bytes += len(content.get("text", ""))
+            self.output_bytes += len(str(content.get("text", "")))
             return None
         if msg_type in ("display_data", "execute_result"):
             data = content.get("data", {})
+            data = data if isinstance(data, dict) else {}
             if MIME in data and self.probing:
+                outs[:] = [o for o in outs if o.get("output_type") != "display_data"]
                 outs.append(nbformat.v4.new_output("display_data", data={MIME: data[MIME]}))
             else:
                 self.output_bytes += sum(len(str(v)) for v in data.values())
             return None
         if msg_type == "error":
-            content = dict(content, traceback=content.get("traceback", [])[-30:])
+            if any(o.get("output_type") == "error" for o in outs):
+                return None
+            content = dict(content, traceback=[str(line)[:2000] for line in content.get("traceback", [])[-30:]],
+                           evalue=str(content.get("evalue", ""))[:2000], ename=str(content.get("ename", ""))[:200])
             msg = dict(msg, content=content)
         return super().output(outs, msg, display_id, cell_index)
 
@@ -200,6 +266,7 @@ class KernelSession:
         self.alive = True
         payload, error = await self.run_code(f"{HARNESS}.ready()", timeout=60)
         if not payload:
+            await self.__aexit__(None, None, None)   # the kernel is up: stop it and clean up
             detail = f"{error.ename}: {error.evalue}" if error else "it did not load"
             raise RuntimeError(f"could not start the grading harness: {detail}")
         return self
@@ -235,7 +302,26 @@ class KernelSession:
         return f"memory limit exceeded ({self.settings.memory_limit} MiB): {what}"
 
     def _remember_reply(self, cell, cell_index, execute_reply):
-        self._reply = execute_reply
+        # nbclient's own timeout reply has no header; a real reply from the kernel (which the
+        # notebook could forge, with ename "Timeout") always has one.
+        self._reply = dict(execute_reply, fake_timeout="header" not in execute_reply)
+
+    async def _settles(self, grace: float) -> bool:
+        """Whether the kernel answers a no-op within `grace` seconds of an interrupt. nbclient
+        reports a timeout as soon as it sends the interrupt; a cell that ignores SIGINT (or a
+        long BLAS call) keeps the kernel busy, and every later cell would time out behind it."""
+        notebook = self.client.nb
+        probe = nbformat.v4.new_code_cell("pass")
+        self.client.nb = nbformat.v4.new_notebook(cells=[probe])
+        self.client.timeout = max(1, int(round(grace)))
+        self._reply = None
+        try:
+            await asyncio.wait_for(self.client.async_execute_cell(probe, 0, store_history=False), grace + 2)
+        except (asyncio.TimeoutError, DeadKernelError):
+            return False
+        finally:
+            self.client.nb = notebook
+        return (self._reply or {}).get("content", {}).get("status") == "ok"
 
     async def _kill(self) -> None:
         self.alive = False
@@ -246,25 +332,38 @@ class KernelSession:
 
     async def _execute(self, cell, index: int, timeout: float):
         """Execute one cell; returns (reply content or None, CellError or None)."""
+        grace = self.settings.interrupt_grace
         self.client.timeout = max(1, int(round(timeout)))
         self.client.error_on_timeout = {"ename": "Timeout", "evalue": f"interrupted after {timeout:.0f} s"}
         self._reply = None
         try:
             await asyncio.wait_for(self.client.async_execute_cell(cell, max(index, 0), store_history=index >= 0),
-                                   timeout + INTERRUPT_GRACE)
+                                   timeout + grace)
         except asyncio.TimeoutError:
             await self._kill()
-            return None, CellError(index, "deadline", "Timeout",
-                                   f"still running {INTERRUPT_GRACE:.0f} s after an interrupt; the kernel was stopped")
+            return None, CellError(index, "unresponsive", "Unresponsive",
+                                   f"still running {grace:g} s after an interrupt; the kernel was stopped",
+                                   kernel_lost=True)
         except DeadKernelError:
             self.alive = False
             if self.sandbox.memory_exceeded():
-                return None, CellError(index, "memory", "MemoryLimit", self._memory_message("the kernel was stopped"))
+                return None, CellError(index, "memory", "MemoryLimit", self._memory_message("the kernel was stopped"),
+                                       kernel_lost=True)
             return None, CellError(index, "kernel_died", "KernelDied",
                                    "the Python process running the notebook died (os._exit, a crash, a segfault "
-                                   "or the CPU time limit)")
+                                   "or the CPU time limit)", kernel_lost=True)
+        if self.client.kc.output_lost():
+            await self._kill()
+            return None, CellError(index, "output_flood", "OutputLimit",
+                                   f"the notebook sent a message larger than {MAX_MESSAGE_BYTES // 2**20} MiB; "
+                                   "the grader does not read such messages and stopped the kernel", kernel_lost=True)
         reply = (self._reply or {}).get("content", {})
-        if reply.get("status") == "error" and reply.get("ename") == "Timeout":
+        if reply.get("status") == "error" and reply.get("ename") == "Timeout" and self._reply.get("fake_timeout"):
+            if not await self._settles(grace):
+                await self._kill()
+                return reply, CellError(index, "unresponsive", "Unresponsive",
+                                        f"the cell ran longer than {timeout:.0f} s and was still running {grace:g} s "
+                                        "after its interrupt; the kernel was stopped", kernel_lost=True)
             return reply, CellError(index, "timeout", "Timeout",
                                     f"the cell ran longer than {timeout:.0f} s and was interrupted")
         for out in cell.get("outputs", []):
@@ -335,7 +434,6 @@ class KernelSession:
 
 
 MAX_RESTARTS = 2
-KERNEL_DEATHS = ("KernelDied", "MemoryLimit")
 
 
 @asynccontextmanager
@@ -351,7 +449,7 @@ async def executed_notebook(nb, settings, kernel_manager_factory=default_kernel_
         remaining = max(1.0, settings.notebook_timeout - (time.monotonic() - started))
         async with KernelSession(replace(settings, notebook_timeout=remaining), kernel_manager_factory) as session:
             log = await session.run_notebook(nb, frozenset(skipped))
-            fatal = [e for e in log.errors if e.ename in KERNEL_DEATHS and e.cell >= 0]
+            fatal = [e for e in log.errors if e.kernel_lost and e.cell >= 0]
             if fatal and len(skipped) < MAX_RESTARTS and time.monotonic() - started < settings.notebook_timeout:
                 fatal[-1].evalue += "; the notebook was run again in a new kernel without this cell"
                 skipped.add(fatal[-1].cell)

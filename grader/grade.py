@@ -48,10 +48,11 @@ def variant_arguments(args: list, variant: str) -> list:
 class FunctionProber:
     """Runs one function's probes in the kernel, each once, and turns replies into Outcomes."""
 
-    def __init__(self, session: KernelSession, fn: FunctionSpec, call_timeout: float):
+    def __init__(self, session: KernelSession, fn: FunctionSpec, call_timeout: float, deadline: float):
         self.session, self.fn, self.call_timeout = session, fn, call_timeout
+        self.deadline = deadline   # time.monotonic() past which no call is made, for the whole submission
         self.cache: dict[tuple, Outcome] = {}
-        self.timed_out = False
+        self.timed_out = ""   # the label of the call that timed out: later calls are not made
         self.by_keyword = False
 
     async def outcome(self, probe: Probe) -> Outcome:
@@ -62,14 +63,19 @@ class FunctionProber:
     async def _run(self, probe: Probe) -> Outcome:
         args = variant_arguments(self.fn.convention.call_arguments(probe.case), probe.variant)
         if self.timed_out:
-            return Outcome("timeout", error="skipped: an earlier call of this function timed out", sent=args)
+            return Outcome("timeout", error=f"not made: an earlier call of this function ({self.timed_out}) did not "
+                                            f"finish within {self.call_timeout:g} s", sent=args)
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            return Outcome("timeout", error="not made: the time for calling this submission's functions "
+                                            "was used up", sent=args)
         request = {"names": self.fn.names, "params": list(self.fn.params),
                    "args": [_encode_argument(a, probe.variant) for a in args],
                    "return_inputs": probe.return_inputs}
-        payload, error = await self.session.run_code(f"{HARNESS}.call({request!r})", self.call_timeout)
+        payload, error = await self.session.run_code(f"{HARNESS}.call({request!r})", min(self.call_timeout, remaining))
         if payload is None:
-            if error and error.kind in ("timeout", "deadline"):
-                self.timed_out = True
+            if error and error.kind in ("timeout", "unresponsive"):
+                self.timed_out = probe.label
                 return Outcome("timeout", error=f"the call did not finish within {self.call_timeout:.0f} s", sent=args)
             if error and error.kind == "kernel_died":
                 return Outcome("dead", error="the kernel died during the call (os._exit, a crash or a segfault)",
@@ -112,14 +118,18 @@ def _forbidden_uses(fn: FunctionSpec, info: dict, scan, forbidden) -> list[str]:
     return sorted({hit for m in modules if (hit := static_scan.matches(m, forbidden))})
 
 
-async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Context, call_timeout: float):
+async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Context, call_timeout: float,
+                          deadline: float):
     name = info.get("name", fn.name)
     if not info.get("found"):
         also = f" (nor {', '.join(fn.aliases)})" if fn.aliases else ""
         return _not_implemented(fn, f"no function named `{fn.name}`{also} is defined after running the notebook")
     if name in scan.stubs:
         return _not_implemented(fn, f"`{name}` still has the template's placeholder body")
-    prober = FunctionProber(session, fn, call_timeout)
+    prober = FunctionProber(session, fn, call_timeout, deadline)
+    # The evidence for the non-answer rule is gathered first, so that a slow function which
+    # runs out of probing time is still judged on what it computes.
+    evidence = [(p, await prober.outcome(p)) for p in evidence_probes(fn, ctx)]
     results = []
     for kind, points in fn.points.items():
         check = CHECKS[kind]
@@ -138,9 +148,8 @@ async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Cont
         results.append(CheckResult(f"{fn.name}.{kind}", fn.name, kind, check.title, status,
                                    points if status == "passed" else 0.0, points, verdict.message,
                                    diagnosis=diagnosis, hidden=kind in fn.hidden, figures=verdict.figures))
-    evidence = [(p, await prober.outcome(p)) for p in evidence_probes(fn, ctx)]
     info["non_answer"] = not answers.recognised(fn.convention, evidence, ctx.tolerance, ctx.predictions)
-    if info["non_answer"]:
+    if info["non_answer"] and any(c.points for c in results):   # else every check already failed, saying why
         answers.withhold(results, answers.reason(evidence))
     info["called_by_keyword"] = prober.by_keyword
     return results
@@ -188,7 +197,8 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
             result.functions[fn.name] = info
         ctx = Context(settings.seed, assignment.tolerance, uses)
         for fn in assignment.functions:
-            checks = await _grade_function(session, fn, result.functions[fn.name], scan, ctx, settings.call_timeout)
+            checks = await _grade_function(session, fn, result.functions[fn.name], scan, ctx, settings.call_timeout,
+                                           probing_started + settings.probe_timeout)
             _apply_penalty(checks, fn, uses[fn.name], assignment.penalty)
             result.checks.extend(checks)
         result.timing["probing"] = round(time.monotonic() - probing_started, 3)

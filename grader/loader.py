@@ -9,6 +9,9 @@ import nbformat
 
 CELL_MARKER = re.compile(r"^# ?%%.*$", re.MULTILINE)
 MAX_SUBMISSION_BYTES = 50 * 1024 * 1024
+# Code the kernel would have to compile and run: a real solution is a few kilobytes, and a
+# notebook of megabytes of code only costs grading time (5 MB of code took 29 s).
+MAX_CODE_CHARACTERS = 1_000_000
 
 
 class SubmissionError(Exception):
@@ -48,7 +51,8 @@ def notebook_from_json(text: str, name: str):
     return nb
 
 
-def load_submission(path: Path):
+def check_size(path: Path) -> None:
+    """Before anything reads the file whole: it exists, is a file, and is not too large."""
     path = Path(path)
     if not path.exists():
         raise SubmissionError(f"no such file: {path}")
@@ -56,15 +60,28 @@ def load_submission(path: Path):
         raise SubmissionError(f"not a file: {path}")
     if path.stat().st_size > MAX_SUBMISSION_BYTES:
         raise SubmissionError(f"{path.name} is larger than {MAX_SUBMISSION_BYTES // 2**20} MiB")
+
+
+def load_submission(path: Path):
+    path = Path(path)
+    check_size(path)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise SubmissionError(f"{path.name} is not text (not UTF-8)") from None
     if path.suffix == ".py":
-        return notebook_from_python(text)
-    if path.suffix == ".ipynb":
-        return notebook_from_json(text, path.name)
-    raise SubmissionError(f"{path.name}: expected a .ipynb notebook or a .py file")
+        nb = notebook_from_python(text)
+    elif path.suffix == ".ipynb":
+        nb = notebook_from_json(text, path.name)
+    else:
+        raise SubmissionError(f"{path.name}: expected a .ipynb notebook or a .py file")
+    code = sum(len(source) for _, source in code_cells(nb))
+    if code > MAX_CODE_CHARACTERS:
+        raise SubmissionError(f"{path.name} has {code:,} characters of code; the limit is {MAX_CODE_CHARACTERS:,}")
+    for cell in nb.cells:   # the grader never reads the saved outputs
+        if cell.cell_type == "code":
+            cell.outputs = []
+    return nb
 
 
 def code_cells(nb) -> list[tuple[int, str]]:

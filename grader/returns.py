@@ -13,7 +13,7 @@ import numpy as np
 
 from .conventions import PART_WORDS, Convention
 
-MAX_ARRAY_BYTES = 64 * 2**20
+MAX_ARRAY_BYTES = 4 * 2**20   # a 64-token attention matrix is 32 KiB
 NUMERIC_KINDS = "biuf"
 
 

@@ -30,8 +30,12 @@ SETTINGS: tuple[Setting, ...] = (
             "when omitted, the notebook's metadata `grader.assignment`, else `rows`"),
     Setting("seed", int, 20261122, "seed of the randomized inputs; recorded in the result so a run can be replayed"),
     Setting("cell_timeout", float, 30.0, "seconds one notebook cell may run before it is interrupted"),
+    Setting("interrupt_grace", float, 5.0, "seconds a cell or call may go on after its interrupt before the kernel "
+            "is stopped; the notebook then runs again in a new kernel without that cell"),
     Setting("notebook_timeout", float, 300.0, "seconds the whole notebook may run"),
     Setting("call_timeout", float, 10.0, "seconds one call of a student function may run"),
+    Setting("probe_timeout", float, 120.0, "seconds all calls of one submission's functions may take together; "
+            "calls past it are not made and their checks fail"),
     Setting("output_limit", int, 1_000_000, "characters of output the whole notebook may print; the rest is discarded"),
     Setting("cell_output_limit", int, 200_000, "characters of output one cell may print; the rest is discarded"),
     Setting("sandbox", bool, True, "isolate the kernel (limits, namespaces, cgroups, unprivileged user) where the "

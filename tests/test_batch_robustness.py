@@ -157,7 +157,8 @@ def test_resume_key_covers_every_setting_that_shapes_a_result(tmp_path, monkeypa
     rows = load_assignment("rows")
     base = settings_from({})
     key = batch_key(GOOD, rows, base)
-    changed = {"assignment": "columns", "seed": 1, "cell_timeout": 1.0, "notebook_timeout": 1.0, "call_timeout": 1.0,
+    changed = {"assignment": "columns", "seed": 1, "cell_timeout": 1.0, "interrupt_grace": 1.0, "notebook_timeout": 1.0,
+               "call_timeout": 1.0, "probe_timeout": 1.0,
                "output_limit": 1, "cell_output_limit": 1, "sandbox": False, "memory_limit": 1, "max_processes": 1,
                "cpu_limit": 1.0, "staff": True}
     assert set(changed) == {s.name for s in SETTINGS if s.shapes_result}
@@ -177,3 +178,39 @@ def test_an_unusable_assignment_stops_the_batch_before_grading(tmp_path, assignm
     code, _, stderr, _ = run_grader(["grade", tmp_path / "hw.ipynb", "-o", tmp_path / "out", "--assignment", assignment])
     assert code == 2 and len(stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out" / "grades.csv").exists()
+
+
+def test_an_oversized_file_is_refused_before_it_is_read(tmp_path):
+    """A 500 MB submission (sparse: it takes no disk) becomes an error row without the grader
+    reading it: the main process stays small."""
+    import subprocess
+    import sys
+    import textwrap
+    big = tmp_path / "big.ipynb"
+    with open(big, "wb") as f:
+        f.truncate(500 * 2**20)
+    script = textwrap.dedent(f"""
+        import resource
+        from pathlib import Path
+        from grader.batch import planned_key
+        from grader.inputs import collect
+        from grader.loader import SubmissionError
+        (submission,), _ = collect([Path({str(big)!r})], Path({str(tmp_path / "unpacked")!r}))
+        try:
+            planned_key(submission, {{}})
+        except SubmissionError as exc:
+            print(exc)
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    message, peak_kib = done.stdout.strip().splitlines()
+    assert "larger than 50 MiB" in message
+    assert int(peak_kib) < 200 * 1024
+
+
+def test_megabytes_of_code_are_refused_in_one_line(tmp_path):
+    from grader.loader import SubmissionError, load_submission
+    path = tmp_path / "generated.py"
+    path.write_text("\n".join(f"v{i} = {i}" for i in range(150_000)))
+    with pytest.raises(SubmissionError, match="characters of code; the limit is 1,000,000"):
+        load_submission(path)

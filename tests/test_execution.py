@@ -40,6 +40,30 @@ def test_huge_output_does_not_grow_the_grader(tmp_path):
     assert int(peak_kib) < 200 * 1024
 
 
+def test_a_message_flood_does_not_grow_the_grader(tmp_path):
+    """800 widget messages of 1 MiB, 800 invented display ids and one 64 MiB message: the grader
+    reads none of it (before the limits, its peak memory passed 1.4 GB), stops the kernel that
+    sent the oversized message, and grades the notebook again without that cell."""
+    script = textwrap.dedent(f"""
+        import resource, sys
+        from pathlib import Path
+        from grader.grade import grade_path
+        from grader.settings import Settings
+        from grader.spec import load_assignment
+        result = grade_path(Path({str(FIXTURES / 'hostile_message_flood.ipynb')!r}), load_assignment('rows'),
+                            Settings(cell_timeout=60.0, call_timeout=5.0))
+        kinds = ",".join(sorted({{e["kind"] for e in result.errors}}))
+        print(result.score, kinds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    score, kinds, peak_kib = done.stdout.split()
+    assert float(score) == 25
+    assert kinds == "output_flood"
+    assert int(peak_kib) < 300 * 1024
+
+
 def test_kernel_death_is_reported_and_the_notebook_rerun_without_that_cell():
     result = grade(FIXTURES / "hostile_os_exit.ipynb", "rows")
     died = [e for e in result.errors if e["kind"] == "kernel_died"]
@@ -64,3 +88,45 @@ def test_result_json_is_strict_json(tmp_path):
     result = grade(FIXTURES / "hostile_monkeypatch_numpy.ipynb", "rows")
     result.write_json(tmp_path / "r.json")
     json.loads((tmp_path / "r.json").read_text())
+
+
+def test_a_kernel_whose_harness_fails_to_start_leaves_nothing_behind(monkeypatch):
+    """The kernel starts but the grading harness cannot load: the error is one line, and the
+    kernel, its processes and its working folder are gone."""
+    import asyncio
+    import glob
+
+    import pytest
+
+    from conftest import TEST_SETTINGS, sandbox_processes
+    from grader import execution
+    from grader.sandbox import run_id
+
+    before = set(glob.glob(f"/tmp/grader-kernel-{run_id()}-*"))
+    monkeypatch.setattr(execution, "harness_source", lambda: "raise RuntimeError('harness broken on purpose')")
+
+    async def start():
+        async with execution.KernelSession(TEST_SETTINGS):
+            pass
+    with pytest.raises(RuntimeError, match="could not start the grading harness"):
+        asyncio.run(start())
+    assert sandbox_processes() == []
+    assert set(glob.glob(f"/tmp/grader-kernel-{run_id()}-*")) <= before
+
+
+def test_calls_stop_when_the_submissions_probing_time_is_used_up(tmp_path):
+    """Each call is slow but correct and within its own timeout; once the submission's probing
+    time is spent, the remaining calls are not made and their checks say so."""
+    import nbformat
+    source = (FIXTURES / "correct_script.py").read_text()
+    slow = source.replace("def self_attention(X, Wq, Wk, Wv):", "def self_attention(X, Wq, Wk, Wv):\n"
+                          "    __import__('time').sleep(0.5)", 1)
+    assert slow != source
+    path = tmp_path / "slow.py"
+    path.write_text(slow)
+    result = grade(path, "rows", probe_timeout=5.0)
+    assert result.functions["self_attention"]["non_answer"] is False, "judged on the calls that were made"
+    assert any(c.status == "passed" and c.points for c in result.checks if c.function == "self_attention")
+    assert all("was used up" in c.message for c in result.checks
+               if c.function == "multi_head_attention" and c.max_points)
+    assert result.score < 25
