@@ -117,7 +117,6 @@ def test_a_kernel_whose_harness_fails_to_start_leaves_nothing_behind(monkeypatch
 def test_calls_stop_when_the_submissions_probing_time_is_used_up(tmp_path):
     """Each call is slow but correct and within its own timeout; once the submission's probing
     time is spent, the remaining calls are not made and their checks say so."""
-    import nbformat
     source = (FIXTURES / "correct_script.py").read_text()
     slow = source.replace("def self_attention(X, Wq, Wk, Wv):", "def self_attention(X, Wq, Wk, Wv):\n"
                           "    __import__('time').sleep(0.5)", 1)
