@@ -118,28 +118,44 @@ def test_infinite_loops_leave_nothing_running():
         assert sandbox_processes() == [], name
 
 
+def _grader_cgroups() -> set:
+    return {str(p) for p in Path("/sys/fs/cgroup").glob("**/grader-*")} if Path("/sys/fs/cgroup").is_dir() else set()
+
+
 def test_batch_of_hostile_and_correct_notebooks(tmp_path):
-    """Hostile cases mixed with correct notebooks: a row for each, full marks for the correct
-    ones, no process left, nothing written outside the output folder."""
+    """Every way one submission has hurt others, in one batch with correct notebooks: a row for
+    each, full marks for the correct ones, no process, folder or cgroup left, nothing written
+    outside the output folder."""
     batch = tmp_path / "batch"
     batch.mkdir()
     correct = ["worked_solution.ipynb", "two_head_sheet_002.ipynb"]
     hostile = ["sandbox_fake_results.ipynb", "sandbox_process_flood.ipynb", "sandbox_double_fork_daemon.ipynb",
-               "hostile_os_exit.ipynb", "sandbox_thread_output.ipynb", "not_json.ipynb"]
+               "hostile_os_exit.ipynb", "sandbox_thread_output.ipynb", "not_json.ipynb",
+               "hostile_ignores_interrupt.ipynb", "hostile_message_flood.ipynb", "hostile_forged_errors.ipynb"]
     for name in correct:
         (batch / name).write_bytes((SUBMISSIONS / name).read_bytes())
     for name in hostile:
         (batch / name).write_bytes((FIXTURES / name).read_bytes())
-    tmp_before = set(os.listdir("/tmp"))
+    # Names that once collided with the batch's own files, and inputs that once aborted it.
+    (batch / "grades.csv.ipynb").write_bytes((SUBMISSIONS / "worked_solution.ipynb").read_bytes())
+    (batch / "deep.ipynb").write_text("[" * 100_000)
+    (batch / "corrupt.zip").write_bytes(b"PK\x03\x04 not really a zip")
+    correct.append("grades.csv.ipynb")
+    tmp_before, cgroups_before = set(os.listdir("/tmp")), _grader_cgroups()
     out = tmp_path / "out"
-    code, _, err, pid = run_grader(["grade", batch, "-o", out, "--cell-timeout", "4", "--call-timeout", "2"],
-                                   cwd=tmp_path)
+    code, _, err, pid = run_grader(["grade", batch, "-o", out, "--cell-timeout", "4", "--call-timeout", "2",
+                                    "--interrupt-grace", "2"], cwd=tmp_path)
     assert code == 0, err
     rows = {r["submission"]: r for r in csv.DictReader((out / "grades.csv").open())}
-    assert set(rows) == set(correct) | set(hostile)
+    assert set(rows) >= set(correct) | set(hostile) | {"deep.ipynb"}
+    assert any("corrupt.zip" in name for name in rows), rows.keys()
     for name in correct:
-        assert rows[name]["score"] == rows[name]["max_score"] and rows[name]["status"] == "graded"
-    assert rows["not_json.ipynb"]["status"] == "error"
+        assert rows[name]["score"] == rows[name]["max_score"] and rows[name]["status"] == "graded", rows[name]
+    for name in ("hostile_ignores_interrupt.ipynb", "hostile_message_flood.ipynb", "hostile_forged_errors.ipynb"):
+        assert rows[name]["score"] == rows[name]["max_score"], rows[name]   # each is correct apart from its trick
+    assert rows["not_json.ipynb"]["status"] == "error" and rows["deep.ipynb"]["status"] == "error"
     assert sandbox_processes(grader_pid=pid) == []
     new_in_tmp = set(os.listdir("/tmp")) - tmp_before
-    assert not [n for n in new_in_tmp if n.startswith(f"grader-kernel-{pid}-") or n == "results.json"], new_in_tmp
+    assert not [n for n in new_in_tmp if n.startswith(f"grader-kernel-{pid}-") or n.startswith("grader-task-")
+                or n == "results.json"], new_in_tmp
+    assert _grader_cgroups() <= cgroups_before
