@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT = [ROOT / "submissions" / n for n in ("worked_solution.ipynb", "mistake_softmax_axis.ipynb",
-                                              "columns_sheet_003.ipynb", "qkv_correct.ipynb")]
+DEFAULT = [ROOT / "submissions" / "worked_solution.ipynb", ROOT / "submissions" / "mistake_softmax_axis.ipynb",
+           ROOT / "tests" / "fixtures" / "samples" / "columns_sheet_003.ipynb",
+           ROOT / "tests" / "fixtures" / "samples" / "qkv_correct.ipynb"]
 BARE = ("import sys, nbformat\nfrom nbclient import NotebookClient\n"
         "nb = nbformat.read(sys.argv[1], as_version=4)\n"
         "NotebookClient(nb, kernel_name='python3', allow_errors=True, timeout=30).execute()\n")

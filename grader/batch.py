@@ -32,7 +32,8 @@ from .result import GradeResult
 from .sandbox import Sandbox
 from .settings import SETTINGS, settings_from
 from .similarity import fingerprint, similar_pairs
-from .spec import SpecError, assignment_for_submission, builtin_names, load_assignment, parse, spec_text
+from .seeds import run_seed, submission_seed
+from .spec import DEFAULT_ASSIGNMENT, SpecError, builtin_names, load_assignment, parse, spec_text, staff_assignment
 
 UNPACKED = ".submissions"   # where archives are extracted, inside OUTDIR
 
@@ -59,11 +60,16 @@ def reason(exc: BaseException) -> str:
     return one_line(exc, typed=not isinstance(exc, (SubmissionError, SpecError)))
 
 
-def unreadable(name: str, seed: int, why: str) -> GradeResult:
-    result = GradeResult(submission=name, assignment="?", seed=seed, status="error")
+def unreadable(name: str, assignment: str, seed: int, why: str) -> GradeResult:
+    result = GradeResult(submission=name, assignment=assignment, seed=seed, status="error")
     result.errors.append({"cell": -1, "kind": "unreadable", "ename": "SubmissionError", "evalue": why,
                           "traceback": "", "source": ""})
     return result
+
+
+def assignment_name(explicit: dict) -> str:
+    """What the batch grades against, as named in error rows: the staff's choice."""
+    return str(explicit.get("assignment") or DEFAULT_ASSIGNMENT)
 
 
 def spec_for_task(explicit: dict) -> tuple | None:
@@ -89,10 +95,10 @@ def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) ->
             if spec and spec[0] == "toml":
                 assignment = parse(spec[1], spec[2])
             else:
-                assignment = assignment_for_submission(path, spec[1] if spec else None)
+                assignment = staff_assignment(spec[1] if spec else None)
             result = grade_path(path, assignment, settings_from(explicit, assignment.limits))
         except (SubmissionError, SpecError) as exc:
-            result = unreadable(path.name, settings_from(explicit).seed, reason(exc))
+            result = unreadable(path.name, assignment_name(explicit), settings_from(explicit).seed, reason(exc))
     return result.to_json()
 
 
@@ -112,11 +118,12 @@ def _dask_wait(futures):
 class Output:
     """OUTDIR and how a submission's row gets into it."""
     outdir: Path
+    assignment: str
     seed: int
     staff: bool
 
     def error_row(self, s: Submission, why: str) -> dict:
-        return unreadable(s.name, self.seed, why).to_json()
+        return unreadable(s.name, self.assignment, self.seed, why).to_json()
 
     def stored(self, s: Submission, key: str) -> dict | None:
         """The stored result, if it is up to date; an error is never, so it is graded again."""
@@ -155,11 +162,11 @@ def write_csv(results: list[dict], path: Path) -> None:
         names.extend(c["name"] for c in r["checks"] if c["name"] not in names)
     buffer = io.StringIO()
     out = csv.writer(buffer)
-    out.writerow(["submission", "student", "score", "max_score", "status", *names])
+    out.writerow(["submission", "student", "assignment", "score", "max_score", "status", *names])
     for r in results:
         points = {c["name"]: c["points"] for c in r["checks"]}
-        out.writerow([r["submission"], r["student"], f"{r['score']:g}", f"{r['max_score']:g}", r["status"],
-                      *(f"{points[n]:g}" if n in points else "" for n in names)])
+        out.writerow([r["submission"], r["student"], r["assignment"], f"{r['score']:g}", f"{r['max_score']:g}",
+                      r["status"], *(f"{points[n]:g}" if n in points else "" for n in names)])
     write_atomically(path, buffer.getvalue())
 
 
@@ -209,11 +216,11 @@ def planned_key(s: Submission, explicit: dict) -> str:
     if s.problem:
         raise SubmissionError(s.problem)
     check_size(s.path)
-    assignment = assignment_for_submission(s.path, explicit.get("assignment"))
+    assignment = staff_assignment(explicit.get("assignment"))
     return batch_key(s.path.read_bytes(), assignment, settings_from(explicit, assignment.limits))
 
 
-def graded(todo: list, spec, explicit: dict, output: Output, workers: int | None, scheduler: str | None):
+def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, scheduler: str | None):
     """(submission, key, result data) for each (submission, key) in todo, as they finish.
 
     A worker lost from the local pool (killed, out of memory) breaks the whole pool, and the
@@ -228,7 +235,8 @@ def graded(todo: list, spec, explicit: dict, output: Output, workers: int | None
 
         def submit(s, key, executor, function):
             try:
-                pending[executor.submit(function, s.name, s.path.read_bytes(), spec, explicit)] = (s, key, executor)
+                pending[executor.submit(function, s.name, s.path.read_bytes(), spec, explicit_for(s))] = \
+                    (s, key, executor)
             except BrokenProcessPool:
                 submit(s, key, alone, grade_alone)
             except Exception as exc:  # noqa: BLE001 - e.g. the file vanished since it was found
@@ -263,13 +271,17 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     report = BatchReport(duplicates=duplicates)
     for student, files in duplicates:
         print(f"duplicate student id {student}: {', '.join(files)} (graded separately)", file=stream)
+    given = "seed" in explicit   # the staff replay a run: every submission gets that seed
+    if not given:
+        explicit = dict(explicit, seed=run_seed(outdir))
+    explicit_for = (lambda s: explicit) if given else per_submission_seed(explicit)
     settings = settings_from(explicit)
-    output = Output(outdir, settings.seed, settings.staff)
+    output = Output(outdir, assignment_name(explicit), settings.seed, settings.staff)
     rows: dict[str, dict] = {}   # folder -> the submission's row in grades.csv and the summary
     todo = []
     for s in submissions:
         try:
-            key = planned_key(s, explicit)
+            key = planned_key(s, explicit_for(s))
         except Exception as exc:  # noqa: BLE001 - unreadable, unzippable or without a usable spec
             rows[s.folder] = output.keep(s, output.error_row(s, reason(exc)), "")
             report.graded += 1
@@ -282,7 +294,7 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
             todo.append((s, key))
     progress = Progress(len(todo), stream)
     if todo:
-        for s, key, data in graded(todo, spec, explicit, output, workers, scheduler):
+        for s, key, data in graded(todo, spec, explicit_for, output, workers, scheduler):
             row = rows[s.folder] = output.keep(s, data, key)
             report.graded += 1
             progress.step(f"{s.name}: {row['score']:g}/{row['max_score']:g} {row['status']}")
@@ -292,6 +304,11 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     write_csv(results, outdir / "grades.csv")
     write_summary(results, [s.folder for s in submissions], duplicates, report.similar, outdir / "summary.html")
     return report
+
+
+def per_submission_seed(explicit: dict):
+    """The settings for each submission: its own seed, derived from the batch's secret one."""
+    return lambda s: dict(explicit, seed=submission_seed(explicit["seed"], s.folder))
 
 
 def fingerprints(submissions: list[Submission], rows: dict, output: Output) -> list[tuple[str, str]]:

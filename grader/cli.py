@@ -12,8 +12,9 @@ from .lms import PLATFORMS
 from .lms import run as run_lms
 from .loader import SubmissionError, load_submission
 from .report_html import write_html
-from .settings import add_arguments, explicit_values, from_namespace, markdown_table
-from .spec import SpecError, assignment_for_submission, builtin_names, load_assignment
+from .seeds import fresh_seed
+from .settings import add_arguments, explicit_values, from_namespace, markdown_table, settings_from
+from .spec import SpecError, builtin_names, load_assignment, student_assignment
 from .terminal import summary
 
 EXIT_FULL_MARKS, EXIT_FAILURES, EXIT_UNUSABLE = 0, 1, 2
@@ -26,7 +27,7 @@ def check(ns) -> int:
     code = EXIT_FULL_MARKS
     for path in ns.paths:
         load_submission(path)
-        assignment = assignment_for_submission(path, settings.assignment)
+        assignment = student_assignment(path, settings.assignment)
         result = grade_path(path, assignment, from_namespace(ns, assignment.limits))
         print(summary(result, staff=settings.staff), flush=True)
         if settings.json:
@@ -51,7 +52,10 @@ def grade(ns) -> int:
 
 def lms(ns) -> int:
     root = ns.root or Path(PLATFORMS[ns.platform].default_root)
-    data = run_lms(ns.platform, root, ns.assignment, lambda assignment: from_namespace(ns, assignment.limits))
+    # A seed drawn for this run unless the staff give one: students never know the inputs.
+    seed = {} if ns.seed is not None else {"seed": fresh_seed()}
+    data = run_lms(ns.platform, root, ns.assignment,
+                   lambda assignment: settings_from({**explicit_values(ns), **seed}, assignment.limits))
     print(f"wrote {PLATFORMS[ns.platform].results_path(root)}")
     return 0 if data.get("tests") is not None else 3
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
-from . import answers, static_scan
+from . import answers, payloads, static_scan
 from .checks import CHECKS, Context, Outcome, Probe, Verdict, evidence_probes
 from .diagnosis import diagnose
 from .execution import HARNESS, KernelSession, default_kernel_manager, executed_notebook
 from .loader import code_cells, load_submission
 from .result import CheckResult, GradeResult
 from .returns import BadValue, canonical_parts, decode_array
-from .spec import Assignment, FunctionSpec
+from .spec import Assignment, FunctionSpec, metadata_assignment
 
 
 
@@ -82,6 +82,10 @@ class FunctionProber:
                                sent=args)
             detail = f"{error.ename}: {error.evalue}" if error else "no reply"
             return Outcome("error", error=f"the call could not be made ({detail})", sent=args)
+        try:
+            payload = payloads.call_reply(payload)
+        except payloads.BadReply as exc:
+            return Outcome("error", error=f"the kernel's reply to the grader was malformed ({exc})", sent=args)
         if not payload.get("found"):
             return Outcome("missing", error=f"no function named `{self.fn.name}` is defined", sent=args)
         self.by_keyword = self.by_keyword or bool(payload.get("by_keyword"))
@@ -166,7 +170,8 @@ def _apply_penalty(checks: list[CheckResult], fn: FunctionSpec, uses: list[str],
 
 async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
                          kernel_manager_factory=default_kernel_manager) -> GradeResult:
-    result = GradeResult(submission=submission, assignment=assignment.name, seed=settings.seed)
+    result = GradeResult(submission=submission, assignment=assignment.name, seed=settings.seed,
+                         metadata_assignment=metadata_assignment(nb))
     started = time.monotonic()
     graded_names = {n for f in assignment.functions for n in f.names}
     scan = static_scan.scan(code_cells(nb), graded_names)
@@ -186,6 +191,13 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
         functions = {f.name: f.names for f in assignment.functions}
         described, error = await session.run_code(f"{HARNESS}.describe({functions!r}, {list(assignment.forbidden)!r})",
                                                   settings.call_timeout)
+        try:
+            described = payloads.describe_reply(described, list(functions)) if described else None
+        except payloads.BadReply as exc:
+            result.errors.append({"cell": -1, "kind": "bad_reply", "ename": "BadReply", "traceback": "", "source": "",
+                                  "evalue": f"the kernel's description of the functions was malformed ({exc}); "
+                                            "was the grader's harness replaced?"})
+            described = None
         described = described or {"functions": {}, "imported": []}
         for module in described.get("imported", []):
             result.policy["findings"].append({"source": "runtime", "module": module})

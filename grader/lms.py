@@ -14,7 +14,7 @@ from .grade import grade_path
 from .loader import SubmissionError
 from .report_html import write_html
 from .result import GradeResult
-from .spec import Assignment, SpecError, assignment_for_submission, load_assignment
+from .spec import Assignment, SpecError, load_assignment, staff_assignment
 
 SUFFIXES = (".ipynb", ".py")
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
@@ -98,14 +98,15 @@ def find_submission(folder: Path) -> Path:
     raise SubmissionError(f"several candidate files were submitted ({names}); submit exactly one notebook")
 
 
-def choose_assignment(requested: str | None, root: Path, platform: Platform, submission: Path | None):
-    """--assignment, else assignment.toml among the course's files, else the notebook's metadata."""
+def choose_assignment(requested: str | None, root: Path, platform: Platform):
+    """The staff's choice: --assignment, else assignment.toml among the course's files, else
+    rows. The submission has no say (see spec.staff_assignment)."""
     if requested:
         return load_assignment(requested)
     course_spec = root / platform.spec_folder / "assignment.toml"
     if course_spec.is_file():
         return load_assignment(str(course_spec))
-    return assignment_for_submission(submission, None) if submission else load_assignment("rows")
+    return staff_assignment(None)
 
 
 def summary_line(result: GradeResult | None, problem: str) -> str:
@@ -157,7 +158,7 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
             submission = find_submission(root / platform.submission_folder)
         except SubmissionError as exc:
             problem = str(exc)
-        assignment = choose_assignment(requested, root, platform, submission)
+        assignment = choose_assignment(requested, root, platform)
         if submission is not None:
             result = grade_path(submission, assignment, settings_for(assignment))
             if any(e.get("kind") == "grader_error" for e in result.errors):

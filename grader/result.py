@@ -45,6 +45,9 @@ class GradeResult:
     timing: dict = field(default_factory=dict)
     isolation: dict = field(default_factory=dict)
     grader_version: str = __version__
+    # What the notebook's metadata asked to be graded against, when anything: a request the
+    # staff's choice overrides, kept so a mismatch is visible.
+    metadata_assignment: str | None = None
 
     def total(self) -> None:
         self.score = round(sum(c.points for c in self.checks), 6)

@@ -24,11 +24,16 @@ class Setting:
         return "--" + self.name.replace("_", "-")
 
 
+# The seed students know: `grader check` uses it; `grade` and `lms` draw secret ones (seeds.py).
+PUBLIC_SEED = 20261122
+
 SETTINGS: tuple[Setting, ...] = (
     Setting("assignment", str, None,
-            "built-in assignment name (see `grader assignments`) or path to a TOML spec; "
-            "when omitted, the notebook's metadata `grader.assignment`, else `rows`"),
-    Setting("seed", int, 20261122, "seed of the randomized inputs; recorded in the result so a run can be replayed"),
+            "built-in assignment name (see `grader assignments`) or path to a TOML spec; when omitted, "
+            "`rows` (`check` alone follows a notebook's metadata `grader.assignment` naming a built-in)"),
+    Setting("seed", int, PUBLIC_SEED, "seed of the randomized inputs, recorded in every result so a run can be replayed; "
+            "when omitted, `check` uses this public one while `grade` draws a secret one per output folder (and per "
+            "student) and `lms` one per run"),
     Setting("cell_timeout", float, 30.0, "seconds one notebook cell may run before it is interrupted"),
     Setting("interrupt_grace", float, 5.0, "seconds a cell or call may go on after its interrupt before the kernel "
             "is stopped; the notebook then runs again in a new kernel without that cell"),

@@ -144,16 +144,32 @@ def spec_text(path: Path) -> str:
         raise SpecError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
-def assignment_for_submission(path: Path, requested: str | None) -> Assignment:
-    """An explicit choice wins; else the notebook's metadata `grader.assignment`; else rows."""
+DEFAULT_ASSIGNMENT = "rows"
+
+
+def metadata_assignment(nb) -> str | None:
+    """What the notebook's metadata `grader.assignment` asks for, as a short string, or None.
+    Only ever a request: see staff_assignment and student_assignment."""
+    metadata = nb.metadata.get("grader")
+    name = metadata.get("assignment") if isinstance(metadata, dict) else None
+    return name[:100] if isinstance(name, str) and name else None
+
+
+def staff_assignment(requested: str | None) -> Assignment:
+    """`grade` and `lms`: the staff's --assignment (or course spec), else rows. A notebook can
+    neither choose nor change what it is graded against; a different request in its metadata
+    is recorded in the result (`metadata_assignment`)."""
+    return load_assignment(requested or DEFAULT_ASSIGNMENT)
+
+
+def student_assignment(path: Path, requested: str | None) -> Assignment:
+    """`grader check`, run by students on their own notebooks: --assignment, else the metadata
+    when it names a built-in (never a file: a notebook never loads a spec), else rows."""
     if requested:
         return load_assignment(requested)
     from .loader import SubmissionError, load_submission
     try:
-        metadata = load_submission(path).metadata.get("grader")
+        name = metadata_assignment(load_submission(path))
     except SubmissionError:
-        metadata = None
-    name = metadata.get("assignment", "rows") if isinstance(metadata, dict) else "rows"
-    if not isinstance(name, str) or "\0" in name:
-        raise SpecError(f"{Path(path).name}: metadata grader.assignment is not a usable name: {name!r:.80}")
-    return load_assignment(name)
+        name = None
+    return load_assignment(name if name in builtin_names() else DEFAULT_ASSIGNMENT)

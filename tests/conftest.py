@@ -10,6 +10,8 @@ from grader.spec import load_assignment
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 SUBMISSIONS = ROOT / "submissions"
+# Sample notebooks of the other built-in assignments; submissions/ holds one class's (rows).
+SAMPLES = FIXTURES / "samples"
 # Short limits keep the hostile fixtures quick; they are still real interrupts and timeouts.
 TEST_SETTINGS = Settings(cell_timeout=4.0, call_timeout=2.0, notebook_timeout=60.0)
 

@@ -50,7 +50,7 @@ def test_batch_of_an_lms_export(tmp_path):
     moodle = export / "Ann Lee_222_assignsubmission_file_"
     moodle.mkdir()
     (moodle / "attention.ipynb").write_bytes((FIXTURES / "not_json.ipynb").read_bytes())
-    _zip(tmp_path / "more.zip", {"submission_333/hw.ipynb": (SUBMISSIONS / "two_head_sheet_002.ipynb").read_bytes()})
+    _zip(tmp_path / "more.zip", {"submission_333/hw.ipynb": (FIXTURES / "correct_einsum_batched.ipynb").read_bytes()})
     out = tmp_path / "out"
 
     code, stdout, stderr, pid = run_grader(["grade", export, tmp_path / "more.zip", "-o", out, *FAST])

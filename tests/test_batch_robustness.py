@@ -72,7 +72,10 @@ def test_hostile_inputs_become_error_rows_and_the_batch_completes(tmp_path):
     assert rows["good.ipynb"]["score"] == "25" and rows["intact.ipynb"]["score"] == "25"
     for name in ["grades.csv.ipynb", "summary.html.ipynb", "...ipynb", "..ipynb"]:
         assert rows[name]["status"] == "graded", name
-    reasons = {"binary_spec.ipynb": "not UTF-8", "deep.ipynb": "nested too deeply",
+    # A notebook never loads a spec in `grade`: graded against the staff's assignment, request kept.
+    assert rows["binary_spec.ipynb"]["status"] == "graded" and rows["binary_spec.ipynb"]["assignment"] == "rows"
+    assert results["binary_spec.ipynb"]["metadata_assignment"] == str(binary_spec)
+    reasons = {"deep.ipynb": "nested too deeply",
                "deep_inside.ipynb": "nested too deeply", "long_expression.py": "Recursion",
                "corrupt.zip": "not a readable zip archive", "damaged.py": "Bad CRC"}
     for name, why in reasons.items():

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, SUBMISSIONS
+from conftest import SAMPLES, FIXTURES, SUBMISSIONS
 
 FAST = ["--cell-timeout", "4", "--call-timeout", "2"]
 
@@ -60,7 +60,7 @@ def test_assignment_from_metadata_and_explicit_spec_file(tmp_path):
     spec = tmp_path / "course.toml"
     spec.write_text('name = "course"\n[[functions]]\nname = "apply_softmax"\nconvention = "softmax_rows"\n'
                     'skip = ["dtypes"]\nhidden = ["random_shapes"]\n[functions.points]\nrandom_shapes = 5\n')
-    done = run("check", SUBMISSIONS / "two_head_sheet_002.ipynb", "--assignment", spec, "--json",
+    done = run("check", SAMPLES / "two_head_sheet_002.ipynb", "--assignment", spec, "--json",
                tmp_path / "r.json", *FAST)
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((tmp_path / "r.json").read_text())

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, SUBMISSIONS, grade
+from conftest import SAMPLES, FIXTURES, SUBMISSIONS, grade
 from grader import cases
 from grader.conventions import CONVENTIONS
 from grader.explain import Explanation, Predictions, applicable, explanations, same
@@ -52,10 +52,10 @@ def test_overflow_shows_only_on_large_scores(name):
 @pytest.mark.parametrize("path, assignment", [
     (SUBMISSIONS / "worked_solution.ipynb", "rows"),
     (FIXTURES / "correct_einsum_batched.ipynb", "rows"),
-    (SUBMISSIONS / "qkv_correct.ipynb", "qkv"),
-    (SUBMISSIONS / "columns_correct.ipynb", "columns"),
-    (SUBMISSIONS / "sdpa_sheet_004.ipynb", "sdpa"),
-    (SUBMISSIONS / "two_head_sheet_002.ipynb", "two-head"),
+    (SAMPLES / "qkv_correct.ipynb", "qkv"),
+    (SAMPLES / "columns_correct.ipynb", "columns"),
+    (SAMPLES / "sdpa_sheet_004.ipynb", "sdpa"),
+    (SAMPLES / "two_head_sheet_002.ipynb", "two-head"),
 ])
 def test_correct_submissions_get_no_diagnosis(path, assignment):
     result = grade(path, assignment)
@@ -102,7 +102,7 @@ def test_each_mistake_is_named_on_its_fixture(fixture, mistake):
     ("submissions/worked_solution.ipynb", "softmax without max-subtraction overflows"),
     ("tests/fixtures/answers/two_mistakes_rows.ipynb", "softmax over the wrong axis and scores not scaled"),
     ("tests/fixtures/mistake_combined_wrongly.ipynb", "weights right but combined wrongly with V"),
-    ("submissions/columns_sheet_003.ipynb", "attention matrix transposed before it is applied to V"),
+    ("tests/fixtures/samples/columns_sheet_003.ipynb", "attention matrix transposed before it is applied to V"),
 ])
 def test_other_diagnoses(fixture, words):
     root = Path(__file__).resolve().parent.parent

@@ -129,3 +129,22 @@ def test_calls_stop_when_the_submissions_probing_time_is_used_up(tmp_path):
     assert all("was used up" in c.message for c in result.checks
                if c.function == "multi_head_attention" and c.max_points)
     assert result.score < 25
+
+
+def test_malformed_replies_from_the_kernel_are_the_submissions_problem(tmp_path):
+    """A hook that publishes garbage under the grader's MIME type after every cell (so after
+    every probe): each reply is rejected as malformed, and the result is the submission's
+    error, never a grader error."""
+    from grader.harness import MIME
+    hook = (f"from IPython.display import publish_display_data\n"
+            f"def forge(*_):\n"
+            f"    publish_display_data({{{MIME!r}: {{'functions': ['not', 'a', 'dict'], 'found': True,\n"
+            f"                                     'value': {{'kind': 'sequence', 'items': 5, 'length': 1}}}}}})\n"
+            f"get_ipython().events.register('post_run_cell', forge)\n")
+    source = (FIXTURES / "correct_script.py").read_text()
+    path = tmp_path / "forger.py"
+    path.write_text(source + "\n# %%\n" + hook)
+    result = grade(path, "rows")
+    kinds = {e["kind"] for e in result.errors}
+    assert "bad_reply" in kinds and "grader_error" not in kinds, result.errors
+    assert result.score == 0

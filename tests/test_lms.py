@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import FIXTURES, ROOT, SUBMISSIONS, own_run_environment, sandbox_processes
+from conftest import SAMPLES, FIXTURES, ROOT, SUBMISSIONS, own_run_environment, sandbox_processes
 
 SCHEMAS = {name: json.loads((ROOT / "tests" / "schemas" / f"{name}.json").read_text())
            for name in ("gradescope", "prairielearn")}
@@ -109,7 +109,7 @@ def test_course_spec_in_the_autograder_source_and_hidden_visibility(tmp_path):
     (tmp_path / "source" / "assignment.toml").write_text(
         'name = "course"\n[lms]\nhidden_visibility = "after_due_date"\n'
         '[[functions]]\nname = "apply_softmax"\nconvention = "softmax_rows"\nhidden = ["random_shapes"]\n')
-    _, results = run_entrypoint("gradescope", tmp_path, {"hw.ipynb": SUBMISSIONS / "two_head_sheet_002.ipynb"})
+    _, results = run_entrypoint("gradescope", tmp_path, {"hw.ipynb": SAMPLES / "two_head_sheet_002.ipynb"})
     visibility = {t["name"]: t["visibility"] for t in results["tests"]}
     assert visibility["apply_softmax.random_shapes"] == "after_due_date"
     assert visibility["apply_softmax.weights_distribution"] == "visible"

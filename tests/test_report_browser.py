@@ -1,7 +1,7 @@
 """The HTML report opens offline in a real headless Chromium with no console errors."""
 import pytest
 
-from conftest import SUBMISSIONS, chromium_path, grade
+from conftest import SAMPLES, SUBMISSIONS, chromium_path, grade
 from grader.report_html import write_html
 
 playwright = pytest.importorskip("playwright.sync_api")
@@ -16,7 +16,7 @@ LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-ru
 def test_report_renders_without_console_errors_or_fetches(tmp_path, name, assignment):
     if not chromium_path():
         pytest.fail("Chromium is not installed (apt-get install chromium)")
-    result = grade(SUBMISSIONS / name, assignment)
+    result = grade((SAMPLES if assignment == "columns" else SUBMISSIONS) / name, assignment)
     page_path = tmp_path / "report.html"
     write_html(result, page_path)
     problems, requests = [], []

@@ -128,12 +128,12 @@ def test_batch_of_hostile_and_correct_notebooks(tmp_path):
     outside the output folder."""
     batch = tmp_path / "batch"
     batch.mkdir()
-    correct = ["worked_solution.ipynb", "two_head_sheet_002.ipynb"]
+    correct = ["worked_solution.ipynb", "correct_einsum_batched.ipynb"]
     hostile = ["sandbox_fake_results.ipynb", "sandbox_process_flood.ipynb", "sandbox_double_fork_daemon.ipynb",
                "hostile_os_exit.ipynb", "sandbox_thread_output.ipynb", "not_json.ipynb",
                "hostile_ignores_interrupt.ipynb", "hostile_message_flood.ipynb", "hostile_forged_errors.ipynb"]
-    for name in correct:
-        (batch / name).write_bytes((SUBMISSIONS / name).read_bytes())
+    (batch / correct[0]).write_bytes((SUBMISSIONS / correct[0]).read_bytes())
+    (batch / correct[1]).write_bytes((FIXTURES / correct[1]).read_bytes())
     for name in hostile:
         (batch / name).write_bytes((FIXTURES / name).read_bytes())
     # Names that once collided with the batch's own files, and inputs that once aborted it.
