@@ -29,7 +29,7 @@ from .inputs import Submission, collect
 from .loader import SubmissionError, check_size, one_line
 from .report_html import write_html, write_summary
 from .result import GradeResult
-from .sandbox import Sandbox
+from .sandbox import Sandbox, run_id
 from .settings import SETTINGS, settings_from
 from .similarity import fingerprint, similar_pairs
 from .seeds import run_seed, submission_seed
@@ -88,7 +88,7 @@ def spec_for_task(explicit: dict) -> tuple | None:
 def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) -> dict:
     """Grade one submission from its bytes, anywhere: in a local worker process or on a Dask
     worker. Returns the result as JSON-ready data; the caller writes the files."""
-    with tempfile.TemporaryDirectory(prefix="grader-task-") as folder:
+    with tempfile.TemporaryDirectory(prefix=f"grader-task-{run_id()}-") as folder:
         path = Path(folder) / Path(name).name
         path.write_bytes(content)
         try:

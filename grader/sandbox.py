@@ -249,7 +249,8 @@ class Sandbox:
     def prepare(self) -> None:
         if not self.enabled:
             return
-        self.cgroup = Cgroup(f"grader-{self.marker.split('.')[1][:12]}", self.memory_bytes, self.max_processes)
+        # Named after the run as well, so that what a run leaves behind can be told apart.
+        self.cgroup = Cgroup(f"grader-{self.marker.replace('.', '-')[:32]}", self.memory_bytes, self.max_processes)
         self.active.append("memory limit")
         self.active.append("cpu limit")
         if "pids" in self.cgroup.dirs or self.ids:
