@@ -7,6 +7,7 @@ from pathlib import Path
 
 from . import __version__
 from .batch import grade_all
+from .files import write_json
 from .grade import grade_path
 from .lms import PLATFORMS
 from .lms import run as run_lms
@@ -16,6 +17,7 @@ from .seeds import fresh_seed
 from .settings import add_arguments, explicit_values, from_namespace, markdown_table, settings_from
 from .spec import SpecError, builtin_names, load_assignment, student_assignment
 from .terminal import summary
+from .view import result_view
 
 EXIT_FULL_MARKS, EXIT_FAILURES, EXIT_UNUSABLE = 0, 1, 2
 
@@ -31,7 +33,8 @@ def check(ns) -> int:
         result = grade_path(path, assignment, from_namespace(ns, assignment.limits))
         print(summary(result, staff=settings.staff), flush=True)
         if settings.json:
-            result.write_json(settings.json)
+            # What the summary shows, as JSON: the student view unless --staff (see grader/view.py).
+            write_json(settings.json, result_view(result, settings.staff).to_json())
         if settings.html:
             write_html(result, settings.html, staff=settings.staff)
         if not result.full_marks:

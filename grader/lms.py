@@ -15,6 +15,7 @@ from .loader import SubmissionError
 from .report_html import write_html
 from .result import GradeResult
 from .spec import Assignment, SpecError, load_assignment, staff_assignment
+from .view import CheckView, ResultView, result_view
 
 SUFFIXES = (".ipynb", ".py")
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
@@ -38,46 +39,40 @@ class Gradescope(Platform):
                      if assignment else "after_published")
         if hidden_as not in VISIBILITIES:
             hidden_as = "after_published"
-        tests = []
-        if result is not None:
-            for c in result.checks:
-                output = (f"Likely mistake: {c.diagnosis}. " if c.diagnosis and c.lost_points else "") + c.message
-                test = {"name": c.name, "score": c.points, "max_score": c.max_points,
-                        "status": "passed" if c.status == "passed" else "failed",
-                        "output": output, "output_format": "text",
-                        "visibility": hidden_as if c.hidden else "visible"}
-                if c.status == "info":   # no status: Gradescope shows a 0-point test as neither
-                    del test["status"]
-                    test["output"] = f"Informational, no points. {c.message}"
-                tests.append(test)
+        view = students_view(result)
+        tests = [self.test(c, hidden_as) for c in view.checks] if view else []
         if problem:
             tests.append({"name": "grader error", "score": 0, "max_score": 0, "status": "failed",
                           "output": problem, "output_format": "text", "visibility": "hidden"})
-        return {"score": result.score if result else 0.0, "execution_time": int(round(seconds)),
-                "output": summary_html(result, problem), "output_format": "html",
+        return {"score": view.score if view else 0.0, "execution_time": int(round(seconds)),
+                "output": summary_html(view, problem), "output_format": "html",
                 "stdout_visibility": "hidden", "tests": tests}
+
+    @staticmethod
+    def test(c: CheckView, hidden_as: str) -> dict:
+        test = {"name": c.name, "score": c.points, "max_score": c.max_points,
+                "status": "passed" if c.status == "passed" else "failed",
+                "output": feedback(c), "output_format": "text",
+                "visibility": hidden_as if c.hidden else "visible"}
+        if c.status == "info":   # no status: Gradescope shows a 0-point test as neither
+            del test["status"]
+        return test
 
 
 class PrairieLearn(Platform):
     name, default_root, submission_folder, spec_folder = "prairielearn", "/grade", "student", "tests"
 
     def render(self, result: GradeResult | None, problem: str, seconds: float, assignment: Assignment | None) -> dict:
-        tests = []
-        if result is not None:
-            for c in result.checks:
-                message = (f"Likely mistake: {c.diagnosis}. " if c.diagnosis and c.lost_points else "") + \
-                          ("Hidden check." if c.hidden else c.message)
-                if c.status == "info":
-                    message = f"Informational, no points. {message}"
-                tests.append({"name": c.name, "description": c.title, "points": c.points,
-                              "max_points": c.max_points, "message": message, "output": ""})
+        view = students_view(result)
+        tests = [{"name": c.name, "description": c.title, "points": c.points, "max_points": c.max_points,
+                  "message": feedback(c), "output": ""} for c in view.checks] if view else []
         if problem:
             tests.append({"name": "grader error", "description": "shown to course staff", "points": 0,
                           "max_points": 0, "message": problem, "output": ""})
-        gradable = result is not None and not any(e.get("kind") == "grader_error" for e in result.errors)
-        score = (result.score / result.max_score) if result and result.max_score else 0.0
+        gradable = view is not None and not any(e.get("kind") == "grader_error" for e in view.errors)
+        score = (view.score / view.max_score) if view and view.max_score else 0.0
         return {"gradable": bool(gradable), "score": min(max(score, 0.0), 1.0),
-                "message": summary_line(result, problem), "output": summary_text(result, problem),
+                "message": summary_line(view, problem), "output": summary_text(view, problem),
                 "tests": tests}
 
 
@@ -109,32 +104,43 @@ def choose_assignment(requested: str | None, root: Path, platform: Platform):
     return staff_assignment(None)
 
 
-def summary_line(result: GradeResult | None, problem: str) -> str:
-    if result is None:
+def students_view(result: GradeResult | None) -> ResultView | None:
+    """Both platforms show their results file to students, so it is made from their view."""
+    return result_view(result, staff=False) if result is not None else None
+
+
+def feedback(c: CheckView) -> str:
+    """One check's feedback, as both platforms show it."""
+    if c.status == "info":
+        return f"Informational, no points. {c.message}"
+    return (f"Likely mistake: {c.likely_mistake}. " if c.likely_mistake else "") + c.message
+
+
+def summary_line(view: ResultView | None, problem: str) -> str:
+    if view is None:
         return f"Not graded: {problem}"
-    return f"Score {result.score:g} / {result.max_score:g} ({result.status})."
+    return f"Score {view.score:g} / {view.max_score:g} ({view.status})."
 
 
-def summary_text(result: GradeResult | None, problem: str) -> str:
-    lines = [summary_line(result, problem)]
-    if result is not None:
-        for c in result.checks:
-            if c.lost_points and not c.hidden:
-                lines.append(f"- {c.name}: {c.diagnosis + ': ' if c.diagnosis else ''}{c.message}")
-        lines += [f"- cell {e['cell']}: {e['ename']}: {e['evalue']}" for e in result.errors if e["cell"] >= 0]
+def summary_text(view: ResultView | None, problem: str) -> str:
+    lines = [summary_line(view, problem)]
+    if view is not None:
+        lines += [f"- {c.name}: {c.likely_mistake + ': ' if c.likely_mistake else ''}{c.message}"
+                  for c in view.failures]
+        lines += [f"- cell {e['cell']}: {e['ename']}: {e['evalue']}" for e in view.errors if e["cell"] >= 0]
     return "\n".join(lines)
 
 
-def summary_html(result: GradeResult | None, problem: str) -> str:
+def summary_html(view: ResultView | None, problem: str) -> str:
     from html import escape
-    if result is None:
+    if view is None:
         return f"<p><b>Not graded.</b> {escape(problem)}</p>"
-    items = "".join(f"<li><code>{escape(c.name)}</code>: {escape(c.diagnosis or c.message)}</li>"
-                    for c in result.checks if c.lost_points and not c.hidden)
+    items = "".join(f"<li><code>{escape(c.name)}</code>: {escape(c.likely_mistake or c.message)}</li>"
+                    for c in view.failures)
     errors = "".join(f"<li>cell {e['cell']}: {escape(e['ename'])}: {escape(e['evalue'])}</li>"
-                     for e in result.errors if e["cell"] >= 0)
-    return (f"<p><b>Score {result.score:g} / {result.max_score:g}</b> (seed {result.seed}, "
-            f"isolation {escape(result.isolation.get('level', 'none'))}). The full report with heatmaps is "
+                     for e in view.errors if e["cell"] >= 0)
+    return (f"<p><b>Score {view.score:g} / {view.max_score:g}</b> (seed {view.seed}, "
+            f"isolation {escape(view.isolation.get('level', 'none'))}). The full report with heatmaps is "
             f"saved as report.html beside results.json.</p>"
             + (f"<p>Checks not passed:</p><ul>{items}</ul>" if items else "")
             + (f"<p>Errors while running the notebook:</p><ul>{errors}</ul>" if errors else ""))

@@ -8,12 +8,13 @@ import jinja2
 
 from .files import write_atomically
 from .result import GradeResult
+from .view import result_view
 
 
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FunctionLoader(
         lambda name: resources.files("grader.templates").joinpath(name).read_text()),
-        autoescape=True, trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.do"])
+        autoescape=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["heat"] = heat_colour
     return env
 
@@ -28,7 +29,8 @@ def heat_colour(value: float) -> str:
 
 
 def render(result: GradeResult, staff: bool = False) -> str:
-    return _environment().get_template("report.html.j2").render(r=result, staff=staff)
+    """The report as a student (or with `staff` the teaching staff) may see it."""
+    return _environment().get_template("report.html.j2").render(r=result_view(result, staff))
 
 
 def write_html(result: GradeResult, path: Path, staff: bool = False) -> None:
@@ -46,15 +48,16 @@ def write_summary(results: list[dict], folders: list[str], duplicates: list, sim
     """The class dashboard: score histogram, pass rate per check, common diagnoses, failures."""
     from collections import Counter
     rows = [dict(r, folder=f) for r, f in zip(results, folders)]
+    # Every student's scores are on this page: it is only ever for the staff, who see all.
+    views = [result_view(GradeResult.from_json(r), staff=True) for r in results]
     percentages = [100 * r["score"] / r["max_score"] for r in rows if r.get("max_score")]
     checks: dict[str, list[int]] = {}
-    for r in rows:
-        for c in r["checks"]:
-            if c["status"] != "info":   # informational checks have no pass rate
-                checks.setdefault(c["name"], []).append(c["status"] == "passed")
+    for view in views:
+        for c in view.checks:
+            if c.status != "info":   # informational checks have no pass rate
+                checks.setdefault(c.name, []).append(c.status == "passed")
     pass_rates = [{"name": n, "rate": 100 * sum(v) / len(v), "count": len(v)} for n, v in checks.items()]
-    diagnoses = Counter((c["function"], c["diagnosis"]) for r in rows for c in r["checks"]
-                        if c.get("diagnosis") and c["status"] in ("failed", "error"))
+    diagnoses = Counter((c.function, c.likely_mistake) for view in views for c in view.failures if c.likely_mistake)
     page = _environment().get_template("summary.html.j2").render(
         rows=rows, bins=histogram(percentages), pass_rates=pass_rates, diagnoses=diagnoses.most_common(12),
         failures=[r for r in rows if r["status"] != "graded"], duplicates=duplicates, similar=similar,

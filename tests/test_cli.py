@@ -80,7 +80,7 @@ def test_hidden_check_messages_are_withheld_from_students(tmp_path):
         lines = output.splitlines()
         index = next(i for i, line in enumerate(lines) if check in line)
         return " ".join(line for line in lines[index + 1:index + 4] if "diagnosis:" not in line)
-    assert "hidden check" in message_after(student.stdout, "self_attention.random_shapes")
+    assert "Hidden check: its details are not shown" in message_after(student.stdout, "self_attention.random_shapes")
     assert "differs from the reference" in message_after(staff.stdout, "self_attention.random_shapes")
 
 

@@ -1,0 +1,99 @@
+"""What a reader may see of a result: the one place that decides it.
+
+The terminal summary, the HTML report, the JSON `grader check` writes and the Gradescope and
+PrairieLearn results are all rendered from a ResultView, never from the checks themselves,
+so no rendering can show a student what another withholds. A hidden check shows a student
+its name, title, status and points; its message, diagnosis and figures (which on the
+randomized inputs give the hidden cases away) are withheld, and so is everything made from
+them: the "Likely mistakes", the lists of checks not passed. The staff see everything.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .result import CheckResult, GradeResult
+
+HIDDEN_NOTE = "Hidden check: its details are not shown to students."
+
+
+@dataclass(frozen=True)
+class CheckView:
+    # The fields of CheckResult, in its order, so that the staff's JSON is the result itself.
+    name: str
+    function: str
+    kind: str
+    title: str
+    status: str              # passed | failed | error | info
+    points: float
+    max_points: float
+    message: str             # HIDDEN_NOTE when withheld
+    diagnosis: str | None    # None when withheld
+    hidden: bool             # what the spec says; Gradescope's visibility follows it
+    figures: list            # empty when withheld
+    withheld: bool           # this reader may not see the message, diagnosis and figures
+
+    @property
+    def lost_points(self) -> bool:
+        return self.status in ("failed", "error")
+
+    @property
+    def likely_mistake(self) -> str | None:
+        """The diagnosis, as a mistake to fix: an informational (0-point) check names none,
+        since it did not fail."""
+        return self.diagnosis if self.lost_points else None
+
+
+@dataclass(frozen=True)
+class ResultView:
+    """A GradeResult as one reader may see it: the same fields, the checks replaced by views."""
+    staff: bool
+    submission: str
+    assignment: str
+    seed: int
+    status: str
+    score: float
+    max_score: float
+    checks: tuple[CheckView, ...]
+    errors: list
+    policy: dict
+    functions: dict
+    timing: dict
+    isolation: dict
+    grader_version: str
+    metadata_assignment: str | None
+
+    @property
+    def failures(self) -> list[CheckView]:
+        """The checks to list as not passed: those that lost points and whose details this
+        reader may see. A withheld check stays out, since even its name there would tell a
+        student, before the course publishes it, that a hidden case failed."""
+        return [c for c in self.checks if c.lost_points and not c.withheld]
+
+    @property
+    def likely_mistakes(self) -> list[tuple[str, str]]:
+        """(function, mistake) once each, in check order, from the failures this reader sees."""
+        found = []
+        for c in self.failures:
+            if c.likely_mistake and (c.function, c.likely_mistake) not in found:
+                found.append((c.function, c.likely_mistake))
+        return found
+
+    def to_json(self) -> dict:
+        """The result's JSON contract; for the staff, exactly GradeResult.to_json()."""
+        data = {f.name: getattr(self, f.name) for f in fields(GradeResult)}
+        data["checks"] = [{f.name: getattr(c, f.name) for f in fields(CheckResult)} for c in self.checks]
+        return data
+
+
+def check_view(check: CheckResult, staff: bool) -> CheckView:
+    withheld = check.hidden and not staff
+    shared = {f.name: getattr(check, f.name) for f in fields(CheckResult)}
+    if withheld:
+        shared.update(message=HIDDEN_NOTE, diagnosis=None, figures=[])
+    return CheckView(**shared, withheld=withheld)
+
+
+def result_view(result: GradeResult, staff: bool = False) -> ResultView:
+    """What may be shown of `result`: to a student, or with `staff` to the teaching staff."""
+    shared = {f.name: getattr(result, f.name) for f in fields(GradeResult) if f.name != "checks"}
+    return ResultView(staff=staff, checks=tuple(check_view(c, staff) for c in result.checks), **shared)

@@ -1,0 +1,68 @@
+"""The one visibility view: what a student, and what the staff, may see of a result, and
+every rendering made from it (no kernel: a result built by hand)."""
+import json
+
+from grader.lms import PLATFORMS
+from grader.report_html import render
+from grader.result import CheckResult, GradeResult
+from grader.terminal import summary
+from grader.view import HIDDEN_NOTE, result_view
+
+SECRET_MESSAGE = "On random N = 4, D = 6: largest difference 0.77 at index (2, 0)."
+SECRET_DIAGNOSIS = "scores not scaled"
+SECRET_FIGURE = {"title": "attention weights", "case": "random N = 4", "student": [[0.123456]],
+                 "expected": [[0.654321]]}
+
+
+def example() -> GradeResult:
+    result = GradeResult(submission="hw.ipynb", assignment="rows", seed=1, checks=[
+        CheckResult("f.fixed", "f", "fixed", "Sheet data", "failed", 0, 3, "Off by 2.86.",
+                    diagnosis="softmax over the wrong axis"),
+        CheckResult("f.random_shapes", "f", "random_shapes", "Random shapes", "failed", 0, 3, SECRET_MESSAGE,
+                    diagnosis=SECRET_DIAGNOSIS, hidden=True, figures=[SECRET_FIGURE]),
+        CheckResult("f.dtypes", "f", "dtypes", "dtypes", "passed", 1, 1, "Fine on float32.", hidden=True),
+        CheckResult("f.numerical_stability", "f", "numerical_stability", "Large scores", "info", 0, 0,
+                    "Overflows on large scores.", diagnosis="softmax without max-subtraction overflows"),
+    ])
+    result.total()
+    return result
+
+
+def test_a_student_sees_of_a_hidden_check_only_its_name_title_status_and_points():
+    shown = {c.name: c for c in result_view(example()).checks}
+    hidden = shown["f.random_shapes"]
+    assert (hidden.title, hidden.status, hidden.points, hidden.max_points) == ("Random shapes", "failed", 0, 3)
+    assert (hidden.message, hidden.diagnosis, hidden.figures, hidden.withheld) == (HIDDEN_NOTE, None, [], True)
+    assert shown["f.dtypes"].message == HIDDEN_NOTE
+    assert shown["f.fixed"].message == "Off by 2.86." and not shown["f.fixed"].withheld
+
+
+def test_the_staff_see_everything_and_their_json_is_the_result():
+    result = example()
+    view = result_view(result, staff=True)
+    assert not any(c.withheld for c in view.checks)
+    assert view.to_json() == result.to_json()
+    assert ("f", SECRET_DIAGNOSIS) in view.likely_mistakes
+
+
+def test_informational_checks_are_never_failures_or_mistakes():
+    for staff in (False, True):
+        view = result_view(example(), staff)
+        assert "f.numerical_stability" not in [c.name for c in view.failures]
+        assert all("overflows" not in mistake for _, mistake in view.likely_mistakes)
+
+
+def test_no_rendering_for_students_shows_what_a_hidden_check_withholds():
+    result = example()
+    documents = {"terminal": summary(result), "html": render(result),
+                 "json": json.dumps(result_view(result).to_json())}
+    for name, platform in PLATFORMS.items():
+        documents[name] = json.dumps(platform.render(result, "", 1.0, None))
+    for where, text in documents.items():
+        for secret in (SECRET_MESSAGE, SECRET_DIAGNOSIS, "0.12", "0.65"):
+            assert secret not in text, f"{where} shows {secret!r}"
+        assert "softmax over the wrong axis" in text, where   # a visible check's diagnosis is shown
+    staff = {"terminal": summary(result, staff=True), "html": render(result, staff=True)}
+    for where, text in staff.items():
+        assert SECRET_MESSAGE in text and SECRET_DIAGNOSIS in text, where
+    assert "0.12" in staff["html"], "the staff's report lacks the hidden check's heatmap"
