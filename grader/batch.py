@@ -15,7 +15,6 @@ import io
 import json
 import os
 import sys
-import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -34,6 +33,7 @@ from .settings import SETTINGS, settings_from
 from .similarity import fingerprint, similar_pairs
 from .seeds import run_seed, submission_seed
 from .spec import DEFAULT_ASSIGNMENT, SpecError, builtin_names, load_assignment, parse, spec_text, staff_assignment
+from .watchdog import temporary_folder
 
 UNPACKED = ".submissions"   # where archives are extracted, inside OUTDIR
 
@@ -88,7 +88,7 @@ def spec_for_task(explicit: dict) -> tuple | None:
 def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) -> dict:
     """Grade one submission from its bytes, anywhere: in a local worker process or on a Dask
     worker. Returns the result as JSON-ready data; the caller writes the files."""
-    with tempfile.TemporaryDirectory(prefix=f"grader-task-{run_id()}-") as folder:
+    with temporary_folder(f"grader-task-{run_id()}-") as folder:
         path = Path(folder) / Path(name).name
         path.write_bytes(content)
         try:
@@ -195,7 +195,9 @@ class Progress:
 
 
 def local_pool(workers: int):
-    """Worker processes that die with the grader, so a killed batch leaves nothing running."""
+    """Worker processes that die with the grader, so a killed batch leaves nothing running,
+    and carry its run id, so their submissions' processes and folders are known as this run's."""
+    run_id()
     return ProcessPoolExecutor(max_workers=workers, initializer=Sandbox.die_with_parent)
 
 

@@ -11,7 +11,6 @@ import ast
 import asyncio
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import time
@@ -242,9 +241,10 @@ class KernelSession:
 
     async def __aenter__(self) -> "KernelSession":
         self.workdir = tempfile.mkdtemp(prefix=f"grader-kernel-{run_id()}-")
-        self._write_startup_file()
         self.sandbox = Sandbox(self.settings, self.workdir, grader_paths([self.settings.assignment or ""]))
         self.sandbox.prepare()
+        self._write_startup_file()
+        self.sandbox.give_workdir()
         self.client = CappedClient(nbformat.v4.new_notebook(),
                                    km=self.kernel_manager_factory(self.workdir, self.sandbox),
                                    kernel_name="python3", allow_errors=True, interrupt_on_timeout=True,
@@ -261,7 +261,6 @@ class KernelSession:
             self.kernel_log.seek(0)
             tail = self.kernel_log.read()[-600:].decode(errors="replace").strip().splitlines()[-3:]
             self.sandbox.cleanup()
-            shutil.rmtree(self.workdir, ignore_errors=True)
             raise RuntimeError(f"the kernel did not start ({exc}): {' | '.join(tail)}") from None
         self.alive = True
         payload, error = await self.run_code(f"{HARNESS}.ready()", timeout=60)
@@ -295,7 +294,6 @@ class KernelSession:
             pass
         finally:
             self.log.leftover_processes += len(self.sandbox.cleanup())
-            shutil.rmtree(self.workdir, ignore_errors=True)
             self.kernel_log.close()
 
     def _memory_message(self, what: str) -> str:

@@ -1,5 +1,6 @@
-"""Isolation of one submission's kernel: resource limits, namespaces, cgroups, an unprivileged
-user, and afterwards the removal of every process it started.
+"""Isolation of one submission's kernel: resource limits, namespaces, cgroups, a size-limited
+folder, an unprivileged user, and afterwards the removal of every process it started, by the
+grader or, should the grader be killed first, by its watchdog.
 
 Each mechanism is used where the machine allows it; the result records which were active,
 and grading goes on with "isolation: partial" where some are missing.
@@ -22,6 +23,8 @@ import uuid
 from importlib import resources
 from pathlib import Path
 
+from .watchdog import Watchdog
+
 MARKER = "SANDBOX_ID"
 PR_SET_PDEATHSIG = 1
 # A kernel maps about 1 GiB of address space (libraries, thread stacks) before it holds any
@@ -32,8 +35,11 @@ UNPRIVILEGED_USER = "nobody"
 SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 UNSHARE = ("unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--net", "--ipc", "--uts")
 # What "isolation: full" means; anything missing from it makes the isolation partial.
-REQUIRED = ("memory limit", "process limit", "cpu limit", "pid namespace", "network namespace",
-            "private filesystem", "unprivileged user", "scrubbed environment")
+REQUIRED = ("memory limit", "process limit", "cpu limit", "cpu share", "folder quota", "pid namespace",
+            "network namespace", "private filesystem", "unprivileged user", "scrubbed environment")
+CPU_PERIOD_MICROSECONDS = 100_000   # the kernel's default period of CPU quotas
+MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @functools.lru_cache(maxsize=1)
@@ -80,14 +86,19 @@ def _own_cgroup(controller: str) -> Path | None:
 
 
 class Cgroup:
-    """A child cgroup for one kernel (v1 memory and pids controllers, or v2)."""
+    """A child cgroup for one kernel (v1 memory, pids and cpu controllers, or v2)."""
 
-    def __init__(self, name: str, memory_bytes: int, max_processes: int):
+    def __init__(self, name: str, memory_bytes: int, max_processes: int, cpu_cores: float):
         self.dirs: dict[str, Path] = {}
-        self.files: dict[str, Path] = {}
         v2 = _own_cgroup("")
-        wanted = ({"memory": ("memory.max", memory_bytes), "pids": ("pids.max", max_processes)} if v2 else
-                  {"memory": ("memory.limit_in_bytes", memory_bytes), "pids": ("pids.max", max_processes)})
+        # A quota, not a weight: it holds whatever else runs on the machine and however the
+        # cgroups above are weighted, so a submission's processes together never get more
+        # than `cpu_cores` cores, however many of them spin.
+        quota = max(1000, int(cpu_cores * CPU_PERIOD_MICROSECONDS))
+        wanted = ({"memory": ("memory.max", memory_bytes), "pids": ("pids.max", max_processes),
+                   "cpu": ("cpu.max", f"{quota} {CPU_PERIOD_MICROSECONDS}")} if v2 else
+                  {"memory": ("memory.limit_in_bytes", memory_bytes), "pids": ("pids.max", max_processes),
+                   "cpu": ("cpu.cfs_quota_us", quota)})
         for controller, (limit_file, value) in wanted.items():
             parent = v2 if v2 else _own_cgroup(controller)
             if parent is None:
@@ -97,7 +108,8 @@ class Cgroup:
                 directory.mkdir(exist_ok=True)
                 (directory / limit_file).write_text(str(value))
             except OSError:
-                _remove_quietly(directory)
+                if directory not in self.dirs.values():   # v2: other controllers share it
+                    _remove_quietly(directory)
                 continue
             self.dirs[controller] = directory
 
@@ -107,13 +119,7 @@ class Cgroup:
             (directory / "cgroup.procs").write_text(str(os.getpid()))
 
     def pids(self) -> set[int]:
-        found = set()
-        for directory in set(self.dirs.values()):
-            try:
-                found |= {int(p) for p in (directory / "cgroup.procs").read_text().split()}
-            except OSError:
-                pass
-        return found
+        return cgroup_pids(self.dirs.values())
 
     def memory_exceeded(self) -> bool:
         directory = self.dirs.get("memory")
@@ -131,12 +137,15 @@ class Cgroup:
         except (OSError, ValueError):
             return False
 
-    def remove(self) -> set[int]:
-        """Kill every process left in the cgroup, then remove it; returns what was killed."""
-        killed = kill_until_gone(self.pids)
-        for directory in set(self.dirs.values()):
-            _remove_quietly(directory)
-        return killed
+
+def cgroup_pids(directories) -> set[int]:
+    found = set()
+    for directory in set(directories):
+        try:
+            found |= {int(p) for p in (Path(directory) / "cgroup.procs").read_text().split()}
+        except OSError:
+            pass
+    return found
 
 
 def kill(pids) -> None:
@@ -162,9 +171,35 @@ def kill_until_gone(find) -> set[int]:
 
 def _remove_quietly(directory: Path) -> None:
     try:
-        directory.rmdir()
+        Path(directory).rmdir()
     except OSError:
         pass
+
+
+def mount_tmpfs(folder: str, megabytes: int) -> bool:
+    """Put a tmpfs of `megabytes` on the folder, so what is written there fails with ENOSPC
+    past that size; False where mounting is not allowed (not root, no CAP_SYS_ADMIN)."""
+    options = f"size={megabytes}m,mode=0700".encode()
+    return _libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0
+
+
+def unmount(folder: str) -> None:
+    # Detached: the kernel's mount namespace may hold a copy until its last process is gone.
+    _libc.umount2(folder.encode(), MNT_DETACH)
+
+
+def remove_leftovers(marker: str | None = None, cgroups=(), mounts=(), folders=()) -> set[int]:
+    """Kill every process of a submission (in its cgroups or carrying its marker), then remove
+    its cgroups, mounts and folders; returns what was killed. The grader does this after each
+    kernel, and its watchdog when the grader was killed before it could."""
+    killed = kill_until_gone(lambda: cgroup_pids(cgroups) | set(marked_processes(marker) if marker else ()))
+    for directory in cgroups:
+        _remove_quietly(directory)
+    for folder in mounts:
+        unmount(folder)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    return killed
 
 
 def _parent(pid: int) -> int | None:
@@ -229,11 +264,15 @@ CREATED_MARKERS: list[str] = []
 
 
 class Sandbox:
+    """The isolation of one kernel, which owns its folder: the sandbox removes it in cleanup()."""
+
     def __init__(self, settings, workdir: str, hidden: list[str] = ()):
         self.enabled = settings.sandbox
         self.memory_bytes = int(settings.memory_limit * 2**20)
         self.max_processes = settings.max_processes
         self.cpu_seconds = int(settings.cpu_limit)
+        self.cpu_cores = settings.cpu_cores
+        self.folder_megabytes = settings.folder_limit
         self.workdir = workdir
         # The grading run first, so the processes of one run's submissions can be told apart.
         self.marker = f"{run_id()}.{uuid.uuid4().hex}"
@@ -241,29 +280,53 @@ class Sandbox:
         self.hidden = list(hidden)
         self.active: list[str] = ["scrubbed environment"]
         self.cgroup: Cgroup | None = None
+        self.folder_mounted = False
+        self.watchdog: Watchdog | None = None
         self.namespaces = self.enabled and namespaces_available()
         self.ids = unprivileged_ids() if self.enabled else None
         if self.ids and not self.namespaces and not all(map(reachable_by_others, interpreter_paths())):
             self.ids = None
 
     def prepare(self) -> None:
-        if not self.enabled:
-            return
+        """Before anything is written to the kernel's folder: its quota and the cgroups, then
+        a watchdog that removes them, the folder and the kernel's processes should this
+        process die without cleanup() (SIGKILL, out of memory)."""
+        if self.enabled:
+            self._limit()
+        self.watchdog = Watchdog(self.leftovers())
+
+    def _limit(self) -> None:
         # Named after the run as well, so that what a run leaves behind can be told apart.
-        self.cgroup = Cgroup(f"grader-{self.marker.replace('.', '-')[:32]}", self.memory_bytes, self.max_processes)
+        self.cgroup = Cgroup(f"grader-{self.marker.replace('.', '-')[:32]}", self.memory_bytes, self.max_processes,
+                             self.cpu_cores)
+        self.folder_mounted = mount_tmpfs(self.workdir, self.folder_megabytes)
         self.active.append("memory limit")
         self.active.append("cpu limit")
         if "pids" in self.cgroup.dirs or self.ids:
             self.active.append("process limit")
         if "memory" in self.cgroup.dirs:
             self.active.append("memory cgroup")
+        if "cpu" in self.cgroup.dirs:
+            self.active.append("cpu share")
+        if self.folder_mounted:
+            self.active.append("folder quota")
         if self.namespaces:
             self.active += ["pid namespace", "network namespace", "private filesystem"]
         if self.ids:
             self.active.append("unprivileged user")
-            for root, dirs, files in os.walk(self.workdir):
-                for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
-                    os.chown(name, *self.ids)
+
+    def give_workdir(self) -> None:
+        """Once the grader has written its files there: the kernel's folder to the unprivileged user."""
+        if not self.ids:
+            return
+        for root, dirs, files in os.walk(self.workdir):
+            for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                os.chown(name, *self.ids)
+
+    def leftovers(self) -> dict:
+        """What remove_leftovers() takes away after this kernel."""
+        return {"marker": self.marker, "cgroups": [str(d) for d in set(self.cgroup.dirs.values())] if self.cgroup else [],
+                "mounts": [self.workdir] if self.folder_mounted else [], "folders": [self.workdir]}
 
     def environment(self, env: dict) -> dict:
         return {**env, MARKER: self.marker}
@@ -271,7 +334,8 @@ class Sandbox:
     def wrap(self, command: list[str], connection_file: str) -> list[str]:
         if not self.enabled or not (self.namespaces or self.ids):
             return command
-        policy = {"workdir": self.workdir, "tmpfs": list(SHARED_TMP), "hide": self.hidden,
+        policy = {"workdir": self.workdir, "tmpfs": list(SHARED_TMP), "tmpfs_megabytes": self.folder_megabytes,
+                  "hide": self.hidden,
                   "expose": interpreter_paths() + [self.workdir],
                   "mount": self.namespaces, "connection_file": connection_file,
                   "uid": self.ids[0] if self.ids else None, "gid": self.ids[1] if self.ids else None}
@@ -327,13 +391,15 @@ class Sandbox:
         return (self.cgroup.pids() if self.cgroup else set()) | set(marked_processes(self.marker))
 
     def cleanup(self) -> list[int]:
-        """Kill whatever the submission left running; returns what had to be killed. The
-        kernel's own processes get a moment to finish exiting first."""
+        """Kill whatever the submission left running, then remove its cgroups and folder;
+        returns what had to be killed. The kernel's own processes get a moment to finish
+        exiting first."""
         deadline = time.monotonic() + 1.0
         while self._running() and time.monotonic() < deadline:
             time.sleep(0.02)
-        leftovers = self.cgroup.remove() if self.cgroup else set()
-        leftovers |= kill_until_gone(lambda: marked_processes(self.marker))
+        leftovers = remove_leftovers(**self.leftovers())
+        if self.watchdog:
+            self.watchdog.release()
         return sorted(leftovers)
 
     def report(self) -> dict:

@@ -14,6 +14,7 @@ import signal
 import sys
 
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
+PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -36,7 +37,7 @@ def private_tmp(policy):
     roots = [p for p in wanted if not any(_inside(p, q) and p != q for q in wanted)]
     kept = {p: os.open(p, os.O_RDONLY | os.O_DIRECTORY) for p in roots}
     for target in targets:
-        mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "size=512m,mode=1777")
+        mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={policy['tmpfs_megabytes']}m,mode=1777")
     for path, fd in kept.items():
         os.makedirs(path, exist_ok=True)
         mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
@@ -78,11 +79,19 @@ def hide(paths):
 
 
 def drop_privileges(uid, gid, connection_file):
+    parent = os.getppid()
     if connection_file and os.path.exists(connection_file):
         os.chown(connection_file, uid, gid)
     os.setgroups([])
     os.setgid(gid)
     os.setuid(uid)
+    # Changing the user cleared the parent-death signal (`unshare --kill-child`, or the
+    # grader's own): set it again, so this process, and with it the kernel's PID namespace,
+    # dies with its parent. A parent already gone is seen here, except from inside a PID
+    # namespace, where the grader's watchdog kills what is left.
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def main():

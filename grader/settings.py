@@ -48,6 +48,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("memory_limit", int, 2048, "MiB of memory one submission may use"),
     Setting("max_processes", int, 64, "processes one submission may run at once"),
     Setting("cpu_limit", float, 600.0, "seconds of CPU time one submission's kernel may use"),
+    Setting("cpu_cores", float, 1.0, "cores one submission's processes may keep busy together (a cgroup CPU quota), "
+            "so that a neighbour graded at the same time keeps its share"),
+    Setting("folder_limit", int, 256, "MiB the kernel's folder (its home, working and temporary folder) and its "
+            "private /tmp, /var/tmp and /dev/shm may each hold; writing more fails with \"No space left on device\""),
     Setting("json", Path, None, "write the result as JSON to this path", ("check",), shapes_result=False),
     Setting("html", Path, None, "write the self-contained HTML report to this path", ("check",), shapes_result=False),
     Setting("staff", bool, False, "show hidden checks' messages (teaching staff view)", ("check", "grade")),
@@ -65,7 +69,7 @@ Settings = make_dataclass("Settings", [(s.name, s.type, s.default) for s in SETT
 
 # Settings an assignment spec may set in its [limits] table; the command line still wins.
 SPEC_SETTINGS = ("cell_timeout", "notebook_timeout", "call_timeout", "output_limit", "cell_output_limit",
-                 "memory_limit", "max_processes", "cpu_limit")
+                 "memory_limit", "max_processes", "cpu_limit", "cpu_cores", "folder_limit")
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:

@@ -163,7 +163,7 @@ def test_resume_key_covers_every_setting_that_shapes_a_result(tmp_path, monkeypa
     changed = {"assignment": "columns", "seed": 1, "cell_timeout": 1.0, "interrupt_grace": 1.0, "notebook_timeout": 1.0,
                "call_timeout": 1.0, "probe_timeout": 1.0,
                "output_limit": 1, "cell_output_limit": 1, "sandbox": False, "memory_limit": 1, "max_processes": 1,
-               "cpu_limit": 1.0, "staff": True}
+               "cpu_limit": 1.0, "cpu_cores": 0.5, "folder_limit": 1, "staff": True}
     assert set(changed) == {s.name for s in SETTINGS if s.shapes_result}
     for name, value in changed.items():
         assert batch_key(GOOD, rows, settings_from({name: value})) != key, name

@@ -161,3 +161,36 @@ def test_batch_of_hostile_and_correct_notebooks(tmp_path):
     assert not [n for n in new_in_tmp if n.startswith(f"grader-kernel-{pid}-") or n.startswith(f"grader-task-{pid}-")
                 or n == "results.json"], new_in_tmp
     assert _grader_cgroups(pid) == set()
+
+
+def test_writing_past_the_folder_quota_is_a_cell_error():
+    """A cell that writes 1 GiB into the kernel's folder gets "No space left on device"; the
+    grader and the rest of the notebook carry on."""
+    result = grade(FIXTURES / "sandbox_fills_folder.ipynb", "rows")
+    if "folder quota" not in result.isolation["active"]:
+        assert "folder quota" in result.isolation["missing"]
+        pytest.skip("no tmpfs mounts here (not root); the result says the folder quota is missing")
+    (error,) = result.errors
+    assert error["ename"] == "OSError" and "No space left on device" in error["evalue"], error
+    assert result.status == "graded" and result.score == result.max_score
+    assert sandbox_processes() == []
+
+
+def test_spinning_neighbour_cannot_starve_a_correct_notebook(tmp_path):
+    """Sixty processes spinning in one submission, each in a session of its own, get that
+    submission's CPU share and no more: a correct notebook graded beside it, within short
+    timeouts, keeps full marks (without the share, it does not even answer an interrupt)."""
+    if "cpu share" not in grade(SUBMISSIONS / "worked_solution.ipynb", "rows").isolation["active"]:
+        pytest.skip("no cpu cgroup here; the isolation report test covers what the result says")
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    (batch / "spinners.ipynb").write_bytes((FIXTURES / "sandbox_cpu_spinners.ipynb").read_bytes())
+    (batch / "correct.ipynb").write_bytes((SUBMISSIONS / "worked_solution.ipynb").read_bytes())
+    code, _, err, pid = run_grader(["grade", batch, "-o", tmp_path / "out", "--workers", "2", "--max-processes", "100",
+                                    "--notebook-timeout", "10", "--call-timeout", "2", "--interrupt-grace", "1"],
+                                   cwd=tmp_path)
+    assert code == 0, err
+    rows = {r["submission"]: r for r in csv.DictReader((tmp_path / "out" / "grades.csv").open())}
+    correct = rows["correct.ipynb"]
+    assert correct["score"] == correct["max_score"] and correct["status"] == "graded", correct
+    assert sandbox_processes(grader_pid=pid) == []
