@@ -13,6 +13,7 @@ import csv
 import hashlib
 import io
 import json
+import multiprocessing
 import os
 import sys
 import time
@@ -105,7 +106,10 @@ def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) ->
 def grade_alone(*task) -> dict:
     """grade_task in a worker process of its own, so that losing this worker is this
     submission's own doing."""
-    with local_pool(1) as pool:
+    # Started from a thread: a plain fork would copy locks other threads hold (an import in
+    # progress in the main thread hung a worker forever), so the worker comes from a clean
+    # fork server instead. It still dies with the grader: the server exits when the grader does.
+    with local_pool(1, multiprocessing.get_context("forkserver")) as pool:
         return pool.submit(grade_task, *task).result()
 
 
@@ -194,11 +198,11 @@ class Progress:
             print(file=self.stream, flush=True)
 
 
-def local_pool(workers: int):
+def local_pool(workers: int, context=None):
     """Worker processes that die with the grader, so a killed batch leaves nothing running,
     and carry its run id, so their submissions' processes and folders are known as this run's."""
     run_id()
-    return ProcessPoolExecutor(max_workers=workers, initializer=Sandbox.die_with_parent)
+    return ProcessPoolExecutor(max_workers=workers, initializer=Sandbox.die_with_parent, mp_context=context)
 
 
 def dask_pool(scheduler: str):
