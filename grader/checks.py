@@ -15,7 +15,7 @@ from grader.reference.sheets import FIXED_DATA
 
 from . import cases as make
 from .conventions import PART_WORDS, TOKEN_AXES, Convention
-from .explain import CORRECT, Predictions, overflow, same
+from .explain import CORRECT, Predictions, agrees, differs_from_reference, overflow
 from .returns import Parts, Tolerance, compare
 
 FLOAT32_LOOSENING = 1e3
@@ -116,7 +116,7 @@ def _missing_part(probe: Probe, parts: Parts, part: str) -> Verdict:
     return Verdict("failed", f"On {probe.label}: the {PART_WORDS[part]} {parts.missing(part)}{heads}.")
 
 
-def _tolerance(probe: Probe, tol: Tolerance) -> Tolerance:
+def probe_tolerance(probe: Probe, tol: Tolerance) -> Tolerance:
     return tol.loosened(FLOAT32_LOOSENING) if probe.variant == "float32" else tol
 
 
@@ -125,17 +125,14 @@ def _only_overflow(conv: Convention, probe: Probe, parts: Parts, tol: Tolerance,
     from the reference here only because exp() overflows: the sheets do not ask for the
     max-subtraction, so only the numerical_stability check judges it."""
     naive = overflow(conv.name)
-    if naive is None:
-        return False
-    predicted = ctx.predictions.parts(conv, naive, probe.case)
-    reference = ctx.predictions.parts(conv, CORRECT, probe.case)
-    differs = any(not same(predicted[p], reference[p], tol.rtol, tol.atol) for p in parts.values)
-    return differs and all(same(v, predicted[p], tol.rtol, tol.atol) for p, v in parts.values.items())
+    observed = [(probe.case, parts.values, tol)]
+    return naive is not None and differs_from_reference(conv, naive, observed, ctx.predictions) \
+        and agrees(conv, naive, observed, ctx.predictions)
 
 
 def _reference_mismatch(conv: Convention, probe: Probe, parts: Parts, ctx: Context,
                         overflow_allowed: bool) -> Verdict | None:
-    tol = _tolerance(probe, ctx.tolerance)
+    tol = probe_tolerance(probe, ctx.tolerance)
     expected_parts = ctx.predictions.parts(conv, CORRECT, probe.case)
     for part, expected in expected_parts.items():
         if part not in parts.values:

@@ -9,53 +9,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .checks import FLOAT32_LOOSENING, Outcome, Probe
+from .checks import Outcome, Probe, probe_tolerance
 from .conventions import Convention
-from .explain import CORRECT, Explanation, Predictions, explanations, same
+from .explain import CORRECT, Predictions, agrees, differs_from_reference, explanations
 
 NOT_DIAGNOSED = ("inputs_unmodified", "forbidden_libraries")
 
 
-def _tolerance(probe: Probe, tol):
-    return tol.loosened(FLOAT32_LOOSENING) if probe.variant == "float32" else tol
-
-
-def _agrees(conv, explanation: Explanation, results, tol, predictions: Predictions) -> bool:
-    """The explanation predicts every part the student returned, on every case."""
-    compared = False
-    for probe, outcome in results:
-        wanted = predictions.parts(conv, explanation, probe.case)
-        t = _tolerance(probe, tol)
-        for part, value in outcome.parts.values.items():
-            if part in wanted:
-                if not same(value, wanted[part], t.rtol, t.atol):
-                    return False
-                compared = True
-    return compared
-
-
-def _differs_from_reference(conv, explanation: Explanation, results, tol, predictions: Predictions) -> bool:
-    for probe, outcome in results:
-        wanted = predictions.parts(conv, explanation, probe.case)
-        reference = predictions.parts(conv, CORRECT, probe.case)
-        t = _tolerance(probe, tol)
-        if any(part in wanted and not same(wanted[part], reference[part], t.rtol, t.atol)
-               for part in outcome.parts.values):
-            return True
-    return False
-
-
-def _weights_right(conv, results, tol, predictions: Predictions) -> bool:
-    checked = False
-    for probe, outcome in results:
-        expected = predictions.parts(conv, CORRECT, probe.case)
-        for part in ("weights", "weights_per_head"):
-            if part in expected and part in outcome.parts.values:
-                t = _tolerance(probe, tol)
-                if not same(outcome.parts.values[part], expected[part], t.rtol, t.atol):
-                    return False
-                checked = True
-    return checked
+def _weights_only(observed) -> list:
+    """The observations narrowed to the attention weights."""
+    return [(case, {k: v for k, v in values.items() if k in ("weights", "weights_per_head")}, tol)
+            for case, values, tol in observed]
 
 
 def locate(conv: Convention, results, tol) -> str:
@@ -87,11 +51,12 @@ def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: dic
     if not usable:
         return None, ""
     conv = fn.convention
-    if _agrees(conv, CORRECT, usable, tol, predictions):
+    observed = [(p.case, o.parts.values, probe_tolerance(p, tol)) for p, o in usable]
+    if agrees(conv, CORRECT, observed, predictions):
         return None, ""   # what came back is right: the failure is a missing or unreadable part
     for explanation in explanations(conv.name):
-        if _agrees(conv, explanation, usable, tol, predictions) and \
-                _differs_from_reference(conv, explanation, usable, tol, predictions):
+        if agrees(conv, explanation, observed, predictions) and \
+                differs_from_reference(conv, explanation, observed, predictions):
             return explanation.title, f" {explanation.advice}"
     if info.get("globals"):
         shown = ", ".join(f"{k} = {v}" for k, v in info["globals"].items())
@@ -99,7 +64,7 @@ def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: dic
         return title, (f" The function reads the notebook's globals ({shown}) instead of taking "
                        "sizes from its arguments, so it only works for the notebook's own shapes. Derive sizes "
                        "from the arguments (for example their .shape).")
-    if "output" in conv.returns and _weights_right(conv, usable, tol, predictions):
+    if "output" in conv.returns and agrees(conv, CORRECT, _weights_only(observed), predictions):
         title = "weights right but combined wrongly with V"
         return title, (" Your attention weights match the reference, so the error "
                        "comes after the softmax: look at how the weights multiply V (output = weights @ V) "

@@ -122,6 +122,31 @@ def same(actual, expected, rtol: float, atol: float) -> bool:
     return bool(np.allclose(actual[finite], expected[finite], rtol=rtol, atol=atol))
 
 
+def agrees(conv: Convention, explanation: Explanation, observed, predictions: Predictions) -> bool:
+    """The explanation predicts every part returned, on every case. `observed` holds
+    (case, returned parts, tolerance) for each call."""
+    compared = False
+    for case, values, tol in observed:
+        wanted = predictions.parts(conv, explanation, case)
+        for part, value in values.items():
+            if part in wanted:
+                if not same(value, wanted[part], tol.rtol, tol.atol):
+                    return False
+                compared = True
+    return compared
+
+
+def differs_from_reference(conv: Convention, explanation: Explanation, observed, predictions: Predictions) -> bool:
+    """On some case, the explanation predicts a returned part other than the reference does:
+    a mistake that changes nothing on these inputs explains nothing."""
+    for case, values, tol in observed:
+        wanted = predictions.parts(conv, explanation, case)
+        reference = predictions.parts(conv, CORRECT, case)
+        if any(part in wanted and not same(wanted[part], reference[part], tol.rtol, tol.atol) for part in values):
+            return True
+    return False
+
+
 def trivial(value, arguments: list) -> str | None:
     """Why a value could be produced without computing attention, or None when it could not:
     it is constant, every token gets the same row, every row is uniform, or it is one of the
