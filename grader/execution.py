@@ -35,7 +35,8 @@ from .static_scan import python_source
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Whatever a kernel sends, the grader holds at most MAX_QUEUED_MESSAGES messages of at most
 # MAX_MESSAGE_BYTES on each of its sockets: a larger message makes ZMQ drop the connection
-# (it reconnects) instead of reading it, and past the queue limit further messages are dropped.
+# instead of reading it (see BoundedKernelClient), and past the queue limit further messages
+# are dropped.
 MAX_MESSAGE_BYTES = 8 * 2**20
 MAX_QUEUED_MESSAGES = 8
 # The only messages the grader reads; comm (widget) traffic, display updates and anything
@@ -300,9 +301,15 @@ class KernelSession:
         return f"memory limit exceeded ({self.settings.memory_limit} MiB): {what}"
 
     def _remember_reply(self, cell, cell_index, execute_reply):
-        # nbclient's own timeout reply has no header; a real reply from the kernel (which the
-        # notebook could forge, with ename "Timeout") always has one.
-        self._reply = dict(execute_reply, fake_timeout="header" not in execute_reply)
+        self._reply = execute_reply
+
+    def _timed_out(self) -> bool:
+        """nbclient gave up waiting and interrupted the kernel. Its own timeout reply has no
+        header; a real reply from the kernel (which the notebook could forge, with ename
+        "Timeout") always has one."""
+        reply = self._reply or {}
+        content = reply.get("content", {})
+        return "header" not in reply and content.get("status") == "error" and content.get("ename") == "Timeout"
 
     async def _settles(self, grace: float) -> bool:
         """Whether the kernel answers a no-op within `grace` seconds of an interrupt. nbclient
@@ -356,7 +363,7 @@ class KernelSession:
                                    f"the notebook sent a message larger than {MAX_MESSAGE_BYTES // 2**20} MiB; "
                                    "the grader does not read such messages and stopped the kernel", kernel_lost=True)
         reply = (self._reply or {}).get("content", {})
-        if reply.get("status") == "error" and reply.get("ename") == "Timeout" and self._reply.get("fake_timeout"):
+        if self._timed_out():
             if not await self._settles(grace):
                 await self._kill()
                 return reply, CellError(index, "unresponsive", "Unresponsive",
