@@ -217,12 +217,11 @@ def dask_pool(scheduler: str):
         raise SubmissionError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
 
 
-def planned_key(s: Submission, explicit: dict) -> str:
-    """The submission's resume key; raises when it cannot even be read or given a spec."""
+def planned_key(s: Submission, assignment, explicit: dict) -> str:
+    """The submission's resume key; raises when it cannot even be read."""
     if s.problem:
         raise SubmissionError(s.problem)
     check_size(s.path)
-    assignment = staff_assignment(explicit.get("assignment"))
     return batch_key(s.path.read_bytes(), assignment, settings_from(explicit, assignment.limits))
 
 
@@ -277,18 +276,16 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     report = BatchReport(duplicates=duplicates)
     for student, files in duplicates:
         print(f"duplicate student id {student}: {', '.join(files)} (graded separately)", file=stream)
-    given = "seed" in explicit   # the staff replay a run: every submission gets that seed
-    if not given:
-        explicit = dict(explicit, seed=run_seed(outdir))
-    explicit_for = (lambda s: explicit) if given else per_submission_seed(explicit)
+    explicit, explicit_for = seeded(explicit, outdir)
+    assignment = staff_assignment(explicit.get("assignment"))   # the same for every submission
     settings = settings_from(explicit)
     output = Output(outdir, assignment_name(explicit), settings.seed, settings.staff)
     rows: dict[str, dict] = {}   # folder -> the submission's row in grades.csv and the summary
     todo = []
     for s in submissions:
         try:
-            key = planned_key(s, explicit_for(s))
-        except Exception as exc:  # noqa: BLE001 - unreadable, unzippable or without a usable spec
+            key = planned_key(s, assignment, explicit_for(s))
+        except Exception as exc:  # noqa: BLE001 - unreadable or unzippable
             rows[s.folder] = output.keep(s, output.error_row(s, reason(exc)), "")
             report.graded += 1
             continue
@@ -312,9 +309,14 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     return report
 
 
-def per_submission_seed(explicit: dict):
-    """The settings for each submission: its own seed, derived from the batch's secret one."""
-    return lambda s: dict(explicit, seed=submission_seed(explicit["seed"], s.folder))
+def seeded(explicit: dict, outdir: Path):
+    """(the batch's settings, the settings of each submission). A seed the staff give replays a
+    run: every submission gets it. Otherwise the batch's secret seed (kept in OUTDIR) gives
+    every submission a seed of its own."""
+    if "seed" in explicit:
+        return explicit, lambda s: explicit
+    batch = dict(explicit, seed=run_seed(outdir))
+    return batch, lambda s: dict(batch, seed=submission_seed(batch["seed"], s.folder))
 
 
 def fingerprints(submissions: list[Submission], rows: dict, output: Output) -> list[tuple[str, str]]:
