@@ -28,8 +28,7 @@ def check(ns) -> int:
         raise SubmissionError("--json and --html take one submission at a time")
     code = EXIT_FULL_MARKS
     for path in ns.paths:
-        load_submission(path)
-        assignment = student_assignment(path, settings.assignment)
+        assignment = student_assignment(load_submission(path), settings.assignment)
         result = grade_path(path, assignment, from_namespace(ns, assignment.limits))
         print(summary(result, staff=settings.staff), flush=True)
         if settings.json:

@@ -162,14 +162,10 @@ def staff_assignment(requested: str | None) -> Assignment:
     return load_assignment(requested or DEFAULT_ASSIGNMENT)
 
 
-def student_assignment(path: Path, requested: str | None) -> Assignment:
+def student_assignment(nb, requested: str | None) -> Assignment:
     """`grader check`, run by students on their own notebooks: --assignment, else the metadata
     when it names a built-in (never a file: a notebook never loads a spec), else rows."""
     if requested:
         return load_assignment(requested)
-    from .loader import SubmissionError, load_submission
-    try:
-        name = metadata_assignment(load_submission(path))
-    except SubmissionError:
-        name = None
+    name = metadata_assignment(nb)
     return load_assignment(name if name in builtin_names() else DEFAULT_ASSIGNMENT)
