@@ -15,6 +15,7 @@ from .conventions import PART_WORDS, Convention
 
 MAX_ARRAY_BYTES = 4 * 2**20   # a 64-token attention matrix is 32 KiB
 NUMERIC_KINDS = "biuf"
+NOT_RETURNED = "was not returned"   # why a part is missing when nothing came back for it at all
 
 
 class BadValue(Exception):
@@ -59,14 +60,20 @@ class Parts:
     """A return value in canonical form, with what was wrong with its structure."""
 
     values: dict = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
+    structure: list[str] = field(default_factory=list)   # what is wrong with the shape of the return
     returned: str = ""
     # Parts the convention returns that are absent or could not be decoded: part -> why.
     unreadable: dict = field(default_factory=dict)
 
     def missing(self, part: str) -> str:
         """Why an expected part is not among the values, as a clause after its name."""
-        return self.unreadable.get(part, "was not returned")
+        return self.unreadable.get(part, NOT_RETURNED)
+
+    @property
+    def problems(self) -> list[str]:
+        """The structure's problems, then each part that came back but cannot be used."""
+        return self.structure + [f"the {PART_WORDS[name]} {why}" for name, why in self.unreadable.items()
+                                 if why != NOT_RETURNED]
 
 
 class Unreadable(Exception):
@@ -111,16 +118,16 @@ def canonical_parts(conv: Convention, encoded: dict) -> Parts:
         if encoded.get("kind") == "sequence":
             items = encoded["items"]
             if len(items) != len(expected):
-                parts.problems.append(f"returned {len(items)} values; expected {len(expected)}: {wanted}")
+                parts.structure.append(f"returned {len(items)} values; expected {len(expected)}: {wanted}")
             pairs = list(zip(expected, items))
         else:
             lone = "output" if "output" in expected else expected[0]
-            parts.problems.append(f"returned only one value ({parts.returned}) where {wanted} was expected; "
+            parts.structure.append(f"returned only one value ({parts.returned}) where {wanted} was expected; "
                                   f"it is checked as the {PART_WORDS[lone]}")
             pairs = [(lone, encoded)]
     else:
         if encoded.get("kind") == "sequence" and encoded.get("items"):
-            parts.problems.append(f"returned a {encoded['type']} ({parts.returned}) where a single array was "
+            parts.structure.append(f"returned a {encoded['type']} ({parts.returned}) where a single array was "
                                   f"expected; its first item is checked")
             encoded = encoded["items"][0]
         pairs = [(expected[0], encoded)]
@@ -129,14 +136,13 @@ def canonical_parts(conv: Convention, encoded: dict) -> Parts:
             value = _per_head(item) if name == "weights_per_head" else _array(item)
         except Unreadable as exc:
             parts.unreadable[name] = str(exc)
-            parts.problems.append(f"the {PART_WORDS[name]} {exc}")
             continue
         if conv.columns and name == "output" and value.ndim == 2:
             value = value.T
         parts.values[name] = value
     for name in expected:
         if name not in parts.values and name not in parts.unreadable:
-            parts.unreadable[name] = "was not returned"
+            parts.unreadable[name] = NOT_RETURNED
     return parts
 
 
