@@ -205,14 +205,14 @@ def local_pool(workers: int, context=None):
     return ProcessPoolExecutor(max_workers=workers, initializer=Sandbox.die_with_parent, mp_context=context)
 
 
-def dask_pool(scheduler: str):
+def dask_pool(scheduler: str, timeout: float):
     """An executor on an existing Dask cluster (distributed's Client is one)."""
     try:
         from distributed import Client
     except ImportError:
         raise SubmissionError("--scheduler needs Dask: pip install 'attention-grader[dask]'") from None
     try:
-        return Client(scheduler, timeout=30)
+        return Client(scheduler, timeout=timeout)
     except OSError as exc:
         raise SubmissionError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
 
@@ -225,7 +225,8 @@ def planned_key(s: Submission, assignment, explicit: dict) -> str:
     return batch_key(s.path.read_bytes(), assignment, settings_from(explicit, assignment.limits))
 
 
-def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, scheduler: str | None):
+def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, scheduler: str | None,
+           connect_timeout: float = 30.0):
     """(submission, key, result data) for each (submission, key) in todo, as they finish.
 
     A worker lost from the local pool (killed, out of memory) breaks the whole pool, and the
@@ -233,7 +234,7 @@ def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, 
     in a worker of its own, and only a submission that loses that worker too gets the loss as
     its result."""
     width = max(1, min(workers or os.cpu_count() or 1, len(todo)))
-    pool = dask_pool(scheduler) if scheduler else local_pool(width)
+    pool = dask_pool(scheduler, connect_timeout) if scheduler else local_pool(width)
     with pool, ThreadPoolExecutor(width) as alone:
         pending = {}    # future -> (submission, key, the executor it runs on)
         finished = []   # (submission, key, data) ready to hand out
@@ -297,7 +298,7 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
             todo.append((s, key))
     progress = Progress(len(todo), stream)
     if todo:
-        for s, key, data in graded(todo, spec, explicit_for, output, workers, scheduler):
+        for s, key, data in graded(todo, spec, explicit_for, output, workers, scheduler, settings.connect_timeout):
             row = rows[s.folder] = output.keep(s, data, key)
             report.graded += 1
             progress.step(f"{s.name}: {row['score']:g}/{row['max_score']:g} {row['status']}")

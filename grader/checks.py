@@ -46,7 +46,6 @@ class Outcome:
     error: str = ""
     sent: list = field(default_factory=list)
     inputs_after: list | None = None
-    by_keyword: bool = False
 
 
 @dataclass

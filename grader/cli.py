@@ -67,7 +67,7 @@ def list_assignments(ns) -> int:
         a = load_assignment(name)
         print(f"{name:<10} {a.title}")
         for fn in a.functions:
-            print(f"{'':<10}   {fn.name}({', '.join(fn.params)})  [{fn.convention.name}]")
+            print(f"{'':<10}   {fn.name}({', '.join(fn.params)})  [{fn.convention.name}: {fn.convention.description}]")
     return 0
 
 

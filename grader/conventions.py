@@ -35,6 +35,9 @@ class Convention:
     projection: bool = False    # has an output projection
     scaled: bool = True
     columns: bool = False       # tokens are columns: outputs come back transposed
+    # The steps of attention its functions compute themselves, which decide the mistakes they
+    # can make: the projections of X to Q, K and V, the scores, the softmax.
+    steps: frozenset = frozenset({"projections", "scores", "softmax"})
     int_inputs: str = "x"       # which inputs an integer test makes integral: x | qkv | none
 
     def prepare(self, case: Case) -> Case:
@@ -113,36 +116,42 @@ CONVENTIONS: dict[str, Convention] = {c.name: c for c in [
         ("Q", "K"), ("scores",),
         lambda c: [attention(c)["heads"][0]["q"], attention(c)["heads"][0]["k"]],
         lambda r, c: {"scores": _first_head(r)["scores"]},
-        int_inputs="qkv"),
+        int_inputs="qkv",
+        steps=frozenset({"scores"})),
     Convention(
         "softmax_rows", "row-wise softmax of a score matrix",
         ("scores",), ("weights",),
         _scores_input,
         lambda r, c: {"weights": _first_head(r)["weights"]},
-        int_inputs="none"),
+        int_inputs="none",
+        steps=frozenset({"softmax"})),
     Convention(
         "sdpa", "scaled dot-product attention on Q, K, V; returns (scores, weights, output)",
         ("Q", "K", "V"), ("scores", "weights", "output"),
         lambda c: [attention(c)["heads"][0][p] for p in "qkv"],
         lambda r, c: {"scores": _first_head(r)["scores"], "weights": _first_head(r)["weights"],
                       "output": r["output"]},
-        int_inputs="qkv"),
+        int_inputs="qkv",
+        steps=frozenset({"scores", "softmax"})),
     Convention(
         "qkv_projections", "projections first: returns (Q, K, V)",
         ("X", "W_q", "W_k", "W_v"), ("q", "k", "v"),
         lambda c: [c.x, _h(c).wq, _h(c).wk, _h(c).wv],
-        lambda r, c: {p: _first_head(r)[p] for p in "qkv"}),
+        lambda r, c: {p: _first_head(r)[p] for p in "qkv"},
+        steps=frozenset()),
     Convention(
         "qkv_single", "attention on given Q, K, V; returns the output",
         ("Q", "K", "V"), ("output",),
         lambda c: [attention(c)["heads"][0][p] for p in "qkv"],
         lambda r, c: {"output": r["output"]},
-        int_inputs="qkv"),
+        int_inputs="qkv",
+        steps=frozenset({"scores", "softmax"})),
     Convention(
         "qkv_multi", "multi-head attention on given Q, K, V split into n_heads contiguous blocks",
         ("Q", "K", "V", "n_heads"), ("output",),
         lambda c: [_fused_projection(c, "wq"), _fused_projection(c, "wk"), _fused_projection(c, "wv"),
                    len(c.heads)],
         lambda r, c: {"output": r["output"]},
-        heads="many", int_inputs="qkv"),
+        heads="many", int_inputs="qkv",
+        steps=frozenset({"scores", "softmax"})),
 ]}

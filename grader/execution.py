@@ -30,6 +30,7 @@ from nbclient.exceptions import DeadKernelError
 
 from .harness import MIME
 from .sandbox import Sandbox, grader_paths, run_id
+from .settings import Limits
 from .static_scan import python_source
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -66,7 +67,6 @@ class CellError:
 @dataclass
 class ExecutionLog:
     errors: list[CellError] = field(default_factory=list)
-    cells_run: int = 0
     seconds: float = 0.0
     output_bytes: int = 0
     kernel_alive: bool = True
@@ -232,17 +232,20 @@ def harness_source() -> str:
 class KernelSession:
     """One kernel in a fresh temporary directory, for one submission."""
 
-    def __init__(self, settings, kernel_manager_factory=default_kernel_manager):
-        self.settings = settings
-        self.cell_timeout = settings.cell_timeout
-        self.notebook_timeout = settings.notebook_timeout
+    def __init__(self, limits: Limits, kernel_manager_factory=default_kernel_manager, forbidden: tuple[str, ...] = (),
+                 hidden_files: tuple[str, ...] = ()):
+        self.limits = limits
+        self.hidden_files = hidden_files
+        self.forbidden = forbidden
+        self.cell_timeout = limits.cell_timeout
+        self.notebook_timeout = limits.notebook_timeout
         self.kernel_manager_factory = kernel_manager_factory
         self.alive = False
         self.log = ExecutionLog()
 
     async def __aenter__(self) -> "KernelSession":
         self.workdir = tempfile.mkdtemp(prefix=f"grader-kernel-{run_id()}-")
-        self.sandbox = Sandbox(self.settings, self.workdir, grader_paths([self.settings.assignment or ""]))
+        self.sandbox = Sandbox(self.limits, self.workdir, grader_paths(self.hidden_files), self.forbidden)
         self.sandbox.prepare()
         self._write_startup_file()
         self.sandbox.give_workdir()
@@ -250,6 +253,7 @@ class KernelSession:
                                    km=self.kernel_manager_factory(self.workdir, self.sandbox),
                                    kernel_name="python3", allow_errors=True, interrupt_on_timeout=True,
                                    iopub_timeout=2, shutdown_kernel="immediate",
+                                   startup_timeout=self.limits.startup_timeout,
                                    on_cell_executed=self._remember_reply)
         # The kernel's own stderr goes to a file outside its reach, for when it fails to start.
         self.kernel_log = tempfile.TemporaryFile()
@@ -258,13 +262,13 @@ class KernelSession:
             preexec_fn=self.sandbox.preexec, stdout=subprocess.DEVNULL, stderr=self.kernel_log)
         try:
             await self._kernel.__aenter__()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever stopped the start, the folder and cgroups go
             self.kernel_log.seek(0)
             tail = self.kernel_log.read()[-600:].decode(errors="replace").strip().splitlines()[-3:]
             self.sandbox.cleanup()
             raise RuntimeError(f"the kernel did not start ({exc}): {' | '.join(tail)}") from None
         self.alive = True
-        payload, error = await self.run_code(f"{HARNESS}.ready()", timeout=60)
+        payload, error = await self.run_code(f"{HARNESS}.ready()", timeout=self.limits.startup_timeout)
         if not payload:
             await self.__aexit__(None, None, None)   # the kernel is up: stop it and clean up
             detail = f"{error.ename}: {error.evalue}" if error else "it did not load"
@@ -281,7 +285,7 @@ class KernelSession:
                     f"_m = _t.ModuleType({HARNESS_MODULE!r})\n"
                     f"exec(compile({harness_source()!r}, '<grader-harness>', 'exec'), _m.__dict__)\n"
                     f"_s.modules[_m.__name__] = _m\n"
-                    f"_m.install({int(self.settings.cell_output_limit)}, {int(self.settings.output_limit)})\n"
+                    f"_m.install({int(self.limits.cell_output_limit)}, {int(self.limits.output_limit)})\n"
                     "del _t, _s, _m\n")
 
     async def __aexit__(self, *exc) -> None:
@@ -298,7 +302,7 @@ class KernelSession:
             self.kernel_log.close()
 
     def _memory_message(self, what: str) -> str:
-        return f"memory limit exceeded ({self.settings.memory_limit} MiB): {what}"
+        return f"memory limit exceeded ({self.limits.memory_limit} MiB): {what}"
 
     def _remember_reply(self, cell, cell_index, execute_reply):
         self._reply = execute_reply
@@ -337,7 +341,7 @@ class KernelSession:
 
     async def _execute(self, cell, index: int, timeout: float):
         """Execute one cell; returns (reply content or None, CellError or None)."""
-        grace = self.settings.interrupt_grace
+        grace = self.limits.interrupt_grace
         self.client.timeout = max(1, int(round(timeout)))
         self.client.error_on_timeout = {"ename": "Timeout", "evalue": f"interrupted after {timeout:.0f} s"}
         self._reply = None
@@ -373,7 +377,8 @@ class KernelSession:
                                     f"the cell ran longer than {timeout:.0f} s and was interrupted")
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error" and out.get("ename") == "MemoryError":
-                return reply, CellError(index, "memory", "MemoryError", self._memory_message("the cell raised MemoryError"),
+                return reply, CellError(index, "memory", "MemoryError",
+                                        self._memory_message("the cell raised MemoryError"),
                                         clean_traceback(out.get("traceback", [])))
             if out.get("output_type") == "error":
                 return reply, CellError(index, "error", out.get("ename", ""), str(out.get("evalue", ""))[:1000],
@@ -396,7 +401,6 @@ class KernelSession:
                                                      "this and later cells did not run", source=cell.source))
                 break
             await self._run_cell(cell, index, deadline)
-            self.log.cells_run += 1
         self.log.seconds = time.monotonic() - started
         self.log.output_bytes = self.client.output_bytes
         self.log.kernel_alive = self.alive
@@ -442,20 +446,24 @@ MAX_RESTARTS = 2
 
 
 @asynccontextmanager
-async def executed_notebook(nb, settings, kernel_manager_factory=default_kernel_manager):
+async def executed_notebook(nb, limits: Limits, kernel_manager_factory=default_kernel_manager,
+                            forbidden: tuple[str, ...] = (), hidden_files: tuple[str, ...] = ()):
     """Yield (session, log) after running the notebook. A cell that kills the kernel is
     recorded, and the notebook runs again in a new kernel without it (at most MAX_RESTARTS
     times, within the same overall deadline), so one fatal cell does not cost every function.
-    Once the context exits, log.leftover_processes counts what every attempt left running."""
+    Once the context exits, log.leftover_processes counts what every attempt left running.
+    The `forbidden` libraries, and the grader's own files with `hidden_files`, are removed
+    from the kernel's view where the sandbox can."""
     started = time.monotonic()
     skipped: set[int] = set()
     earlier: list[ExecutionLog] = []
     while True:
-        remaining = max(1.0, settings.notebook_timeout - (time.monotonic() - started))
-        async with KernelSession(replace(settings, notebook_timeout=remaining), kernel_manager_factory) as session:
+        remaining = max(1.0, limits.notebook_timeout - (time.monotonic() - started))
+        async with KernelSession(replace(limits, notebook_timeout=remaining), kernel_manager_factory,
+                                 forbidden, hidden_files) as session:
             log = await session.run_notebook(nb, frozenset(skipped))
             fatal = [e for e in log.errors if e.kernel_lost and e.cell >= 0]
-            if fatal and len(skipped) < MAX_RESTARTS and time.monotonic() - started < settings.notebook_timeout:
+            if fatal and len(skipped) < MAX_RESTARTS and time.monotonic() - started < limits.notebook_timeout:
                 fatal[-1].evalue += "; the notebook was run again in a new kernel without this cell"
                 skipped.add(fatal[-1].cell)
                 earlier.append(log)

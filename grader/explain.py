@@ -39,17 +39,11 @@ CORRECT = Explanation()
 
 
 def features(conv: Convention) -> set[str]:
-    """What a convention's functions compute, which decides the mistakes they can make."""
-    computes_scores = conv.name not in ("softmax_rows", "qkv_projections")
-    found = set()
-    if computes_scores:
-        found.add("scores")
-        if conv.scaled:
-            found.add("scaled")
-    if conv.name not in ("scores", "qkv_projections"):
-        found.add("softmax")
-    if conv.params[0] == "X" and conv.name != "qkv_projections":
-        found.add("projections")
+    """What a convention's functions compute, which decides the mistakes they can make: the
+    steps it declares, and what its shapes and returns say."""
+    found = set(conv.steps)
+    if "scores" in conv.steps and conv.scaled:
+        found.add("scaled")
     if conv.params[0] in ("X", "Q") and conv.heads != "one" or conv.params[0] == "X" and not conv.square:
         found.add("model_dim")
     if conv.heads == "many":

@@ -15,6 +15,7 @@ from .diagnosis import diagnose
 from .execution import HARNESS, KernelSession, default_kernel_manager, executed_notebook
 from .loader import code_cells, load_submission
 from .result import CheckResult, GradeResult
+from .sandbox import ENFORCES_POLICY
 from .returns import BadValue, canonical_parts, decode_array
 from .spec import Assignment, FunctionSpec, metadata_assignment
 
@@ -179,12 +180,14 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
     result.policy["penalty"] = assignment.penalty
     for cell, line, module in scan.imports:
         hit = static_scan.matches(module, assignment.forbidden)
-        if hit:
-            result.policy["findings"].append({"source": "static", "module": hit, "cell": cell, "line": line})
+        finding = {"source": "static", "module": hit, "cell": cell, "line": line}
+        if hit and finding not in result.policy["findings"]:   # `from m import a, b` names m three times
+            result.policy["findings"].append(finding)
         if static_scan.matches(module, GRADER_MODULES):
             result.policy["findings"].append({"source": "static", "module": module, "cell": cell, "line": line,
                                               "kind": "grader_import"})
-    async with executed_notebook(nb, settings, kernel_manager_factory) as (session, log):
+    async with executed_notebook(nb, settings.limits, kernel_manager_factory, assignment.forbidden,
+                                 (assignment.source_file,) if assignment.source_file else ()) as (session, log):
         result.errors = [e.to_json() for e in log.errors]
         result.timing["execution"] = round(log.seconds, 3)
         probing_started = time.monotonic()
@@ -217,6 +220,7 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
         result.timing["output_characters"] = log.output_bytes
     result.isolation = {**log.isolation, "leftover_processes_killed": log.leftover_processes,
                         "background_processes_stopped": log.background_stopped}
+    result.policy["level"] = "full" if ENFORCES_POLICY in log.isolation.get("active", []) else "partial"
     if any(e["kind"] == "deadline" for e in result.errors):
         result.status = "timeout"
     elif not log.kernel_alive or error and not described["functions"]:

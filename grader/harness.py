@@ -31,7 +31,7 @@ _MAX_ITEMS = 64
 _defined = {}  # name -> (function object, data globals it read when its cell ran)
 
 
-def _code_names(code, seen=None):
+def _code_names(code):
     names = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):

@@ -38,7 +38,8 @@ def function_info(info) -> dict:
         raise BadReply("a function's globals are malformed")
     return {"found": True, "name": _text(info.get("name"), "a function's name", 200),
             "params": _texts(info.get("params", []), "a function's parameters"),
-            "globals": {_text(k, "a global's name", 100): _text(v, "a global's value", 100) for k, v in globals_.items()},
+            "globals": {_text(k, "a global's name", 100): _text(v, "a global's value", 100)
+                        for k, v in globals_.items()},
             "modules": _texts(info.get("modules", []), "a function's modules")}
 
 

@@ -40,7 +40,9 @@ class GradeResult:
     max_score: float = 0.0
     checks: list[CheckResult] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)
-    policy: dict = field(default_factory=lambda: {"forbidden": [], "findings": []})
+    # level: "full" where the forbidden libraries were removed from the kernel's filesystem,
+    # "partial" where the policy rests on the static scan and on what the kernel reported.
+    policy: dict = field(default_factory=lambda: {"forbidden": [], "findings": [], "level": "partial"})
     functions: dict = field(default_factory=dict)
     timing: dict = field(default_factory=dict)
     isolation: dict = field(default_factory=dict)

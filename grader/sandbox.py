@@ -16,6 +16,7 @@ import resource
 import shutil
 import signal
 import site
+from importlib.machinery import all_suffixes
 import subprocess
 import sys
 import time
@@ -32,11 +33,14 @@ PR_SET_PDEATHSIG = 1
 # memory cgroup enforces exactly where there is one.
 ADDRESS_SPACE_HEADROOM = 2**30
 UNPRIVILEGED_USER = "nobody"
-SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 UNSHARE = ("unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--net", "--ipc", "--uts")
 # What "isolation: full" means; anything missing from it makes the isolation partial.
 REQUIRED = ("memory limit", "process limit", "cpu limit", "cpu share", "folder quota", "pid namespace",
-            "network namespace", "private filesystem", "unprivileged user", "scrubbed environment")
+            "network namespace", "filesystem allowlist", "unprivileged user", "scrubbed environment")
+# With the filesystem allowlist, the forbidden libraries are not there for the kernel to
+# import: the policy is enforced. Without it, it rests on a scan of the notebook and on what
+# the kernel reports, which a submission can hide: the policy is partial.
+ENFORCES_POLICY = "filesystem allowlist"
 CPU_PERIOD_MICROSECONDS = 100_000   # the kernel's default period of CPU quotas
 MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -238,6 +242,20 @@ def interpreter_paths() -> list[str]:
     return sorted(os.path.realpath(p) for p in paths if os.path.isdir(p))
 
 
+def library_paths(module: str) -> list[str]:
+    """Where the kernel's interpreter would find `module` (a package folder or a module file,
+    in any folder of its search path), found without importing anything."""
+    parts = module.split(".")
+    found = set()
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        base = os.path.join(entry, *parts)
+        candidates = [base] + [base + suffix for suffix in all_suffixes()]
+        found |= {os.path.realpath(c) for c in candidates if os.path.exists(c)}
+    return sorted(found)
+
+
 def reachable_by_others(path: str) -> bool:
     parts = Path(path).resolve().parts
     return all(os.stat(Path(*parts[:i])).st_mode & 0o001 for i in range(1, len(parts)))
@@ -247,6 +265,7 @@ def grader_paths(extra: list[str]) -> list[str]:
     """Everything of the grader's the kernel must not read: its package, the reference, the
     templates, a source checkout, and the assignment spec."""
     paths = {str(Path(resources.files(p))) for p in ("grader", "grader.reference", "grader.templates")}
+    paths |= set(library_paths("grader"))   # an installed copy beside the one running
     paths |= {str(Path(p).resolve()) for p in extra if p}
     checkout = Path(__file__).resolve().parent.parent
     if (checkout / "pyproject.toml").is_file() and (checkout / "reference").is_dir():
@@ -266,18 +285,19 @@ CREATED_MARKERS: list[str] = []
 class Sandbox:
     """The isolation of one kernel, which owns its folder: the sandbox removes it in cleanup()."""
 
-    def __init__(self, settings, workdir: str, hidden: list[str] = ()):
-        self.enabled = settings.sandbox
-        self.memory_bytes = int(settings.memory_limit * 2**20)
-        self.max_processes = settings.max_processes
-        self.cpu_seconds = int(settings.cpu_limit)
-        self.cpu_cores = settings.cpu_cores
-        self.folder_megabytes = settings.folder_limit
+    def __init__(self, limits, workdir: str, hidden: list[str] = (), forbidden: tuple[str, ...] = ()):
+        self.enabled = limits.sandbox
+        self.memory_bytes = int(limits.memory_limit * 2**20)
+        self.max_processes = limits.max_processes
+        self.cpu_seconds = max(1, int(limits.cpu_limit))
+        self.cpu_cores = limits.cpu_cores
+        self.folder_megabytes = limits.folder_limit
         self.workdir = workdir
         # The grading run first, so the processes of one run's submissions can be told apart.
         self.marker = f"{run_id()}.{uuid.uuid4().hex}"
         CREATED_MARKERS.append(self.marker)
         self.hidden = list(hidden)
+        self.forbidden = tuple(forbidden)
         self.active: list[str] = ["scrubbed environment"]
         self.cgroup: Cgroup | None = None
         self.folder_mounted = False
@@ -311,7 +331,7 @@ class Sandbox:
         if self.folder_mounted:
             self.active.append("folder quota")
         if self.namespaces:
-            self.active += ["pid namespace", "network namespace", "private filesystem"]
+            self.active += ["pid namespace", "network namespace", "filesystem allowlist"]
         if self.ids:
             self.active.append("unprivileged user")
 
@@ -325,7 +345,8 @@ class Sandbox:
 
     def leftovers(self) -> dict:
         """What remove_leftovers() takes away after this kernel."""
-        return {"marker": self.marker, "cgroups": [str(d) for d in set(self.cgroup.dirs.values())] if self.cgroup else [],
+        cgroups = [str(d) for d in set(self.cgroup.dirs.values())] if self.cgroup else []
+        return {"marker": self.marker, "cgroups": cgroups,
                 "mounts": [self.workdir] if self.folder_mounted else [], "folders": [self.workdir]}
 
     def environment(self, env: dict) -> dict:
@@ -334,9 +355,8 @@ class Sandbox:
     def wrap(self, command: list[str], connection_file: str) -> list[str]:
         if not self.enabled or not (self.namespaces or self.ids):
             return command
-        policy = {"workdir": self.workdir, "tmpfs": list(SHARED_TMP), "tmpfs_megabytes": self.folder_megabytes,
-                  "hide": self.hidden,
-                  "expose": interpreter_paths() + [self.workdir],
+        policy = {"workdir": self.workdir, "hide": self.hidden, "expose": interpreter_paths(),
+                  "forbidden": {m: library_paths(m) for m in self.forbidden},
                   "mount": self.namespaces, "connection_file": connection_file,
                   "uid": self.ids[0] if self.ids else None, "gid": self.ids[1] if self.ids else None}
         launcher = str(resources.files("grader").joinpath("sandbox_launcher.py"))
@@ -357,8 +377,9 @@ class Sandbox:
         if not self.enabled:
             return
         self.die_with_parent()
-        limits = [(resource.RLIMIT_AS, self.memory_bytes + ADDRESS_SPACE_HEADROOM), (resource.RLIMIT_CPU, self.cpu_seconds),
-                  (resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, 256 * 2**20)]
+        limits = [(resource.RLIMIT_AS, self.memory_bytes + ADDRESS_SPACE_HEADROOM),
+                  (resource.RLIMIT_CPU, self.cpu_seconds), (resource.RLIMIT_CORE, 0),
+                  (resource.RLIMIT_FSIZE, 256 * 2**20)]
         if self.ids and not (self.cgroup and "pids" in self.cgroup.dirs):
             limits.append((resource.RLIMIT_NPROC, self.max_processes))
         for kind, value in limits:

@@ -2,10 +2,12 @@
 just before the kernel starts. Never imported by the grader: it runs as
 `python -I -S sandbox_launcher.py POLICY COMMAND...`.
 
-argv: policy JSON, then the kernel command. It gives the sandbox a private /tmp, hides the
-grader's files, drops to the unprivileged user, starts the kernel as its child and reaps
-every orphan until the kernel exits; when it exits, the kernel namespace and everything
-left in it are killed.
+argv: policy JSON, then the kernel command. It builds the kernel's filesystem from an
+allowlist (the system's programs and libraries, the interpreter and its packages, a few
+files of /etc, and the kernel's own folder, the only thing writable), puts stubs over the
+grader's files and the forbidden libraries, drops to the unprivileged user, starts the kernel
+as its child and reaps every orphan until the kernel exits; when it exits, the kernel
+namespace and everything left in it are killed.
 """
 import ctypes
 import json
@@ -13,14 +15,28 @@ import os
 import signal
 import sys
 
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
+MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "i686": 217, "armv7l": 218}
+# The system's programs and libraries; on merged-/usr systems most are links into /usr.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What programs need of /etc: users and groups, the dynamic linker's cache, the time zone,
+# Debian's alternatives (links of /usr/bin point there), fonts and MIME types.
+ETC = ("passwd", "group", "nsswitch.conf", "hosts", "host.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+       "localtime", "timezone", "alternatives", "fonts", "mime.types", "os-release", "debian_version")
+DEVICES = ("null", "zero", "full", "random", "urandom")
+# Where code expects to write temporary files; in the sandbox they are one folder inside the
+# kernel's own, so they count against its quota and vanish with it.
+TEMPORARY = ("/tmp", "/var/tmp", "/dev/shm")
+SCRATCH = "/tmp"   # where the new root is assembled, in this mount namespace only
+STUBS = "/.stubs"
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def mount(source, target, fstype=None, flags=0, data=None):
-    if _libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
-                   data.encode() if data else None) != 0:
+    if _libc.mount(source.encode() if source else None, target.encode(), fstype.encode() if fstype else None,
+                   flags, data.encode() if data else None) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"mount {source} on {target}: {os.strerror(errno)}")
 
@@ -29,53 +45,131 @@ def _inside(path, folder):
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def private_tmp(policy):
-    """tmpfs over the shared temporary folders; the kernel's own folder, and the interpreter
-    if it lives there (a virtual environment in /tmp), are bound back."""
-    targets = [t for t in policy["tmpfs"] if os.path.isdir(t)]
-    wanted = sorted({p for p in [policy["workdir"], *policy["expose"]] if any(_inside(p, t) for t in targets)})
-    roots = [p for p in wanted if not any(_inside(p, q) and p != q for q in wanted)]
-    kept = {p: os.open(p, os.O_RDONLY | os.O_DIRECTORY) for p in roots}
-    for target in targets:
-        mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={policy['tmpfs_megabytes']}m,mode=1777")
-    for path, fd in kept.items():
-        os.makedirs(path, exist_ok=True)
-        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        os.close(fd)
+def _outermost(paths):
+    """The paths not inside another of them."""
+    return sorted(p for p in set(paths) if not any(_inside(p, q) and p != q for q in paths))
 
 
-def expose(paths):
-    """Let the unprivileged user reach the interpreter and the kernel's folder: a folder on
-    their way that others may not enter (such as /root) is replaced, in this namespace only,
-    by an empty tmpfs holding just the needed child, bound back from the original."""
-    needed = {}
-    for path in paths:
-        parts = path.rstrip("/").split("/")
-        for depth in range(2, len(parts)):
-            ancestor, child = "/".join(parts[:depth]) or "/", parts[depth]
-            if not os.stat(ancestor).st_mode & 0o001:
-                needed.setdefault(ancestor, set()).add(child)
-                break
-    for ancestor in sorted(needed, key=len, reverse=True):
-        kept = {c: os.open(os.path.join(ancestor, c), os.O_RDONLY | os.O_DIRECTORY) for c in needed[ancestor]}
-        mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0711")
-        for child, fd in kept.items():
-            os.mkdir(os.path.join(ancestor, child))
-            mount(f"/proc/self/fd/{fd}", os.path.join(ancestor, child), None, MS_BIND | MS_REC)
+class Root:
+    """The new root, a small tmpfs, filled with bind mounts of what the kernel may see."""
+
+    def __init__(self, where):
+        self.where = where
+        self.sources = {}
+
+    def keep(self, path):
+        """Open what will be bound before anything is mounted over its path."""
+        if path not in self.sources and os.path.lexists(path) and not os.path.islink(path):
+            self.sources[path] = os.open(path, os.O_PATH)
+
+    def mount(self):
+        mount("tmpfs", self.where, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755")
+
+    def at(self, path):
+        return self.where + path
+
+    def bind(self, path, source=None, writable=False):
+        """Bind `source` (by default the same path outside) at `path`; read-only unless writable."""
+        source = source or path
+        fd = self.sources.get(source)
+        if fd is None:
+            return False
+        target = self.at(path)
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(target, mode=0o755, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+            if not os.path.exists(target):
+                open(target, "w").close()
+        mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+        flags = MS_REMOUNT | MS_BIND | MS_NOSUID | (0 if writable else MS_RDONLY)
+        if path.startswith("/dev/") and not os.path.isdir(target):
+            mount(None, target, None, flags)
+        else:
+            mount(None, target, None, flags | MS_NODEV)
+        return True
+
+    def link(self, path):
+        target = self.at(path)
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        os.symlink(os.readlink(path), target)
+
+    def stub(self, path, message, index):
+        """Put a stub over `path`, if the kernel can see it: a folder becomes a package whose
+        import fails with `message`, a module file one that fails the same way."""
+        target = self.at(path)
+        if not os.path.lexists(target):
+            return
+        stub = self.at(f"{STUBS}/{index}")
+        os.makedirs(stub, mode=0o755)
+        code = f"raise ImportError({message!r})\n"
+        with open(os.path.join(stub, "__init__.py"), "w") as f:
+            f.write(code)
+        if os.path.isdir(target):
+            mount(stub, target, None, MS_BIND)
+        else:
+            with open(stub + ".py", "w") as f:
+                f.write(code)
+            mount(stub + ".py", target, None, MS_BIND)
+
+    def enter(self, workdir):
+        """Make the new root read-only and the process's root; the old one is detached."""
+        mount(None, self.where, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        for fd in self.sources.values():
             os.close(fd)
+        os.chdir(self.where)
+        number = SYS_PIVOT_ROOT.get(os.uname().machine)
+        if number is not None and _libc.syscall(number, b".", b".") == 0:
+            _libc.umount2(b".", MNT_DETACH)
+        else:
+            os.chroot(".")
+        os.chdir("/")
+        os.chdir(workdir)
 
 
-def hide(paths):
-    """Folders become a package whose import fails with a plain message; files become empty."""
-    stub = "/tmp/.grader-hidden"
-    os.makedirs(stub, mode=0o755, exist_ok=True)
-    with open(os.path.join(stub, "__init__.py"), "w") as f:
-        f.write('raise ImportError("the grader is not available to submissions")\n')
-    for path in paths:
-        if os.path.isdir(path):
-            mount(stub, path, None, MS_BIND)
-        elif os.path.isfile(path):
-            mount("/dev/null", path, None, MS_BIND)
+def build_root(policy):
+    workdir = policy["workdir"]
+    uid = policy.get("uid")
+    temporary = os.path.join(workdir, ".tmp")
+    os.makedirs(temporary, mode=0o700, exist_ok=True)
+    if uid is not None:
+        os.chown(temporary, uid, policy["gid"])
+    root = Root(SCRATCH)
+    system = [p for p in SYSTEM if os.path.lexists(p)]
+    links = [p for p in system if os.path.islink(p)]
+    interpreter = [p for p in _outermost(policy["expose"]) if not any(_inside(p, s) for s in system if s not in links)]
+    etc = [os.path.join("/etc", n) for n in ETC if os.path.lexists(os.path.join("/etc", n))]
+    for path in [*system, *interpreter, *etc, workdir, temporary, *(f"/dev/{d}" for d in DEVICES)]:
+        root.keep(path)
+    root.mount()
+    for path in system:
+        root.link(path) if path in links else root.bind(path)
+    for path in interpreter:
+        root.bind(path)
+    for path in etc:
+        root.link(path) if os.path.islink(path) else root.bind(path)
+    for device in DEVICES:
+        root.bind(f"/dev/{device}", writable=True)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, root.at(f"/dev/{name}"))
+    # A private set of pseudo-terminals, for shell escapes (`!cmd`), which run in one.
+    os.makedirs(root.at("/dev/pts"), mode=0o755)
+    mount("devpts", root.at("/dev/pts"), "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+    os.symlink("pts/ptmx", root.at("/dev/ptmx"))
+    os.symlink("/proc/self/mounts", root.at("/etc/mtab"))
+    for path in TEMPORARY:
+        root.bind(path, source=temporary, writable=True)
+    root.bind(workdir, writable=True)   # after /tmp, which it may lie in
+    os.makedirs(root.at("/proc"), mode=0o555)
+    mount("proc", root.at("/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    index = 0
+    for path in policy["hide"]:
+        root.stub(path, "the grader is not available to submissions", index := index + 1)
+    for module, paths in policy["forbidden"].items():
+        for path in paths:
+            root.stub(path, f"{module} is not available: this assignment forbids it", index := index + 1)
+    root.enter(workdir)
 
 
 def drop_privileges(uid, gid, connection_file):
@@ -98,9 +192,7 @@ def main():
     policy = json.loads(sys.argv[1])
     command = sys.argv[2:]
     if policy.get("mount"):
-        private_tmp(policy)
-        expose(policy["expose"])
-        hide(policy["hide"])
+        build_root(policy)
     if policy.get("uid") is not None:
         drop_privileges(policy["uid"], policy["gid"], policy.get("connection_file"))
     # Interrupts reach the kernel through its process group; this reaper must not die of them.

@@ -3,7 +3,8 @@ settings table are both derived from this list."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, make_dataclass
+import math
+from dataclasses import dataclass, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,40 @@ class Setting:
     # False for settings that only say where output goes or how a batch runs; every other
     # setting can change a result, so a batch regrades when it changes.
     shapes_result: bool = True
+    # A limit on one submission's kernel: part of Limits, the only settings that reach the
+    # kernel and the sandbox; `in_spec` ones may also be set in a spec's [limits] table.
+    limit: bool = False
+    in_spec: bool = True
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    def validated(self, value: Any) -> Any:
+        """`value` as this setting's type, or a ValueError saying in a few words what is wrong:
+        a number must be a number (not a quoted one, nor true/false) and a limit positive."""
+        if self.type in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    (self.type is int and not isinstance(value, int)):
+                raise ValueError(f"must be {'an integer' if self.type is int else 'a number'}, not {value!r}"[:120])
+            if not math.isfinite(value) or (self.limit and value <= 0):
+                raise ValueError(f"must be a positive number, not {value!r}")
+            return self.type(value)
+        if self.type is bool and not isinstance(value, bool):
+            raise ValueError(f"must be true or false, not {value!r}"[:120])
+        return value
+
+    def from_text(self, text: str) -> Any:
+        """The command line's conversion: the declared type, then the same checks as a spec."""
+        try:
+            value = self.type(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{self.flag} must be {'an integer' if self.type is int else 'a number'}, "
+                                             f"not {text!r}") from None
+        try:
+            return self.validated(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{self.flag} {exc}") from None
 
 
 # The seed students know: `grader check` uses it; `grade` and `lms` draw secret ones (seeds.py).
@@ -31,27 +62,33 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("assignment", str, None,
             "built-in assignment name (see `grader assignments`) or path to a TOML spec; when omitted, "
             "`rows` (`check` alone follows a notebook's metadata `grader.assignment` naming a built-in)"),
-    Setting("seed", int, PUBLIC_SEED, "seed of the randomized inputs, recorded in every result so a run can be replayed; "
+    Setting("seed", int, PUBLIC_SEED, "seed of the randomized inputs, recorded in every result so a run can be "
+            "replayed; "
             "when omitted, `check` uses this public one while `grade` draws a secret one per output folder (and per "
             "student) and `lms` one per run"),
-    Setting("cell_timeout", float, 30.0, "seconds one notebook cell may run before it is interrupted"),
+    Setting("cell_timeout", float, 30.0, "seconds one notebook cell may run before it is interrupted", limit=True),
     Setting("interrupt_grace", float, 5.0, "seconds a cell or call may go on after its interrupt before the kernel "
-            "is stopped; the notebook then runs again in a new kernel without that cell"),
-    Setting("notebook_timeout", float, 300.0, "seconds the whole notebook may run"),
-    Setting("call_timeout", float, 10.0, "seconds one call of a student function may run"),
+            "is stopped; the notebook then runs again in a new kernel without that cell", limit=True),
+    Setting("notebook_timeout", float, 300.0, "seconds the whole notebook may run", limit=True),
+    Setting("call_timeout", float, 10.0, "seconds one call of a student function may run", limit=True),
     Setting("probe_timeout", float, 120.0, "seconds all calls of one submission's functions may take together; "
-            "calls past it are not made and their checks fail"),
-    Setting("output_limit", int, 1_000_000, "characters of output the whole notebook may print; the rest is discarded"),
-    Setting("cell_output_limit", int, 200_000, "characters of output one cell may print; the rest is discarded"),
+            "calls past it are not made and their checks fail", limit=True),
+    Setting("startup_timeout", float, 60.0, "seconds a kernel and the grader's code in it may take to start",
+            limit=True),
+    Setting("output_limit", int, 1_000_000, "characters of output the whole notebook may print; the rest is discarded",
+            limit=True),
+    Setting("cell_output_limit", int, 200_000, "characters of output one cell may print; the rest is discarded",
+            limit=True),
     Setting("sandbox", bool, True, "isolate the kernel (limits, namespaces, cgroups, unprivileged user) where the "
-            "machine allows it; --no-sandbox runs it as a plain subprocess"),
-    Setting("memory_limit", int, 2048, "MiB of memory one submission may use"),
-    Setting("max_processes", int, 64, "processes one submission may run at once"),
-    Setting("cpu_limit", float, 600.0, "seconds of CPU time one submission's kernel may use"),
+            "machine allows it; --no-sandbox runs it as a plain subprocess", limit=True, in_spec=False),
+    Setting("memory_limit", int, 2048, "MiB of memory one submission may use", limit=True),
+    Setting("max_processes", int, 64, "processes one submission may run at once", limit=True),
+    Setting("cpu_limit", float, 600.0, "seconds of CPU time one submission's kernel may use", limit=True),
     Setting("cpu_cores", float, 1.0, "cores one submission's processes may keep busy together (a cgroup CPU quota), "
-            "so that a neighbour graded at the same time keeps its share"),
-    Setting("folder_limit", int, 256, "MiB the kernel's folder (its home, working and temporary folder) and its "
-            "private /tmp, /var/tmp and /dev/shm may each hold; writing more fails with \"No space left on device\""),
+            "so that a neighbour graded at the same time keeps its share", limit=True),
+    Setting("folder_limit", int, 256, "MiB the kernel's folder may hold (its home, working and temporary folder, "
+            "and its /tmp, /var/tmp and /dev/shm, which lie inside it); writing more fails with "
+            "\"No space left on device\"", limit=True),
     Setting("json", Path, None, "write the result as JSON to this path", ("check",), shapes_result=False),
     Setting("html", Path, None, "write the self-contained HTML report to this path", ("check",), shapes_result=False),
     Setting("staff", bool, False, "show hidden checks' messages (teaching staff view)", ("check", "grade")),
@@ -60,16 +97,39 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("force", bool, False, "regrade submissions whose results are up to date", ("grade",), shapes_result=False),
     Setting("scheduler", str, None, "tcp://HOST:PORT of an existing Dask cluster to grade on instead of local workers",
             ("grade",), shapes_result=False),
+    Setting("connect_timeout", float, 30.0, "seconds to wait for the Dask cluster given by --scheduler",
+            ("grade",), shapes_result=False),
     Setting("root", Path, None, "the platform's folder (none: /autograder for gradescope, /grade for prairielearn)",
             ("lms",), shapes_result=False),
 )
 
-Settings = make_dataclass("Settings", [(s.name, s.type, s.default) for s in SETTINGS], frozen=True)
-
-
+BY_NAME = {s.name: s for s in SETTINGS}
+# What one submission's kernel may do and use: all that reaches the kernel and the sandbox.
+Limits = make_dataclass("Limits", [(s.name, s.type, s.default) for s in SETTINGS if s.limit], frozen=True)
 # Settings an assignment spec may set in its [limits] table; the command line still wins.
-SPEC_SETTINGS = ("cell_timeout", "notebook_timeout", "call_timeout", "output_limit", "cell_output_limit",
-                 "memory_limit", "max_processes", "cpu_limit", "cpu_cores", "folder_limit")
+SPEC_SETTINGS = tuple(s.name for s in SETTINGS if s.limit and s.in_spec)
+
+
+def _limits(self) -> Limits:
+    return Limits(**{f.name: getattr(self, f.name) for f in fields(Limits)})
+
+
+Settings = make_dataclass("Settings", [(s.name, s.type, s.default) for s in SETTINGS], frozen=True,
+                          namespace={"limits": property(_limits, doc="The settings that reach the kernel.")})
+
+
+def validated_limits(limits: dict, where: str) -> dict:
+    """A spec's [limits] table, each value checked against its setting; a ValueError names
+    the first key that is unknown or has a value of the wrong type."""
+    checked = {}
+    for key, value in limits.items():
+        if key not in SPEC_SETTINGS:
+            raise ValueError(f"{where}: unknown limit {key!r} (limits: {', '.join(SPEC_SETTINGS)})")
+        try:
+            checked[key] = BY_NAME[key].validated(value)
+        except ValueError as exc:
+            raise ValueError(f"{where}: limits.{key} {exc}") from None
+    return checked
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -83,7 +143,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             parser.add_argument(s.flag, dest=s.name, action=argparse.BooleanOptionalAction, default=None,
                                 help=s.help + shown)
         else:
-            parser.add_argument(s.flag, dest=s.name, type=s.type, default=None, metavar=s.type.__name__.upper(),
+            parser.add_argument(s.flag, dest=s.name, type=s.from_text if s.type in (int, float) else s.type,
+                                default=None, metavar=s.type.__name__.upper(),
                                 help=s.help + (shown if s.default is not None else ""))
 
 

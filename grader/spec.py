@@ -1,8 +1,9 @@
 """Assignment specs: a course's variant of the assignment as a TOML file."""
 from __future__ import annotations
 
+import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from grader.reference.sheets import FIXED_DATA
 from .checks import CHECKS
 from .conventions import CONVENTIONS, Convention
 from .returns import Tolerance
-from .settings import SPEC_SETTINGS
+from .settings import SPEC_SETTINGS, validated_limits
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,6 +27,28 @@ MAX_SPEC_BYTES = 1024 * 2**10
 
 class SpecError(Exception):
     """The spec file is unusable; the message is one line."""
+
+
+# Every key a spec may have, table by table: a misspelt one (`[tolerence]`, `point = 3`)
+# is an error naming it, never silently ignored.
+SCHEMA = {
+    "": ("name", "title", "functions", "tolerance", "policy", "limits", "lms"),
+    "functions": ("name", "convention", "params", "aliases", "fixed_data", "points", "skip", "hidden"),
+    "tolerance": ("rtol", "atol"),
+    "policy": ("forbidden", "penalty"),
+    "lms": ("hidden_visibility",),
+    "limits": SPEC_SETTINGS,
+}
+TABLES = ("tolerance", "policy", "lms", "limits")
+
+
+def _known_keys(table, allowed: tuple, where: str) -> dict:
+    if not isinstance(table, dict):
+        raise SpecError(f"{where}: must be a table")
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise SpecError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(allowed)})")
+    return table
 
 
 @dataclass(frozen=True)
@@ -52,6 +75,7 @@ class Assignment:
     forbidden: tuple[str, ...] = DEFAULT_FORBIDDEN
     penalty: str = "zero_function"
     source: str = ""
+    source_file: str = ""   # the spec's file, when it is not a built-in: kept from the kernel's view
     limits: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict, compare=False)
 
@@ -65,11 +89,13 @@ def builtin_names() -> list[str]:
 
 
 def _function(raw: dict, where: str) -> FunctionSpec:
+    _known_keys(raw, SCHEMA["functions"], where)
     try:
         name = raw["name"]
         conv = CONVENTIONS[raw["convention"]]
     except KeyError as exc:
-        raise SpecError(f"{where}: missing or unknown {exc.args[0]!r} (conventions: {', '.join(CONVENTIONS)})") from None
+        raise SpecError(f"{where}: missing or unknown {exc.args[0]!r} "
+                        f"(conventions: {', '.join(CONVENTIONS)})") from None
     params = tuple(raw.get("params", conv.params))
     if len(params) != len(conv.params):
         raise SpecError(f"{where}: {name} has {len(params)} params, convention {conv.name} takes {len(conv.params)}")
@@ -93,6 +119,14 @@ def _function(raw: dict, where: str) -> FunctionSpec:
     return FunctionSpec(name, conv, params, tuple(raw.get("aliases", [])), fixed, points, hidden)
 
 
+def _tolerance(table: dict, where: str) -> Tolerance:
+    """Tolerance's own defaults, replaced by what the spec gives."""
+    for key, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise SpecError(f"{where}: tolerance.{key} must be a non-negative number, not {value!r}"[:200])
+    return Tolerance(**{key: float(value) for key, value in table.items()})
+
+
 def parse(text: str, source: str) -> Assignment:
     try:
         raw = tomllib.loads(text)
@@ -100,24 +134,27 @@ def parse(text: str, source: str) -> Assignment:
         raise SpecError(f"{source}: not valid TOML ({exc})") from None
     except RecursionError:
         raise SpecError(f"{source}: not valid TOML (nested too deeply)") from None
+    _known_keys(raw, SCHEMA[""], source)
+    for table in TABLES:
+        _known_keys(raw.get(table, {}), SCHEMA[table], f"{source}: [{table}]")
     functions = raw.get("functions")
-    if not functions:
+    if not functions or not isinstance(functions, list):
         raise SpecError(f"{source}: no [[functions]] to grade")
     policy = raw.get("policy", {})
     penalty = policy.get("penalty", "zero_function")
     if penalty not in PENALTIES:
         raise SpecError(f"{source}: policy.penalty must be one of {', '.join(PENALTIES)}")
     tol = raw.get("tolerance", {})
-    limits = raw.get("limits", {})
-    unknown = set(limits) - set(SPEC_SETTINGS)
-    if unknown:
-        raise SpecError(f"{source}: unknown limit {sorted(unknown)[0]!r} (limits: {', '.join(SPEC_SETTINGS)})")
+    try:
+        limits = validated_limits(raw.get("limits", {}), source)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
     return Assignment(
         name=raw.get("name", Path(source).stem), title=raw.get("title", ""),
         functions=tuple(_function(f, f"{source}: function {i + 1}") for i, f in enumerate(functions)),
-        tolerance=Tolerance(float(tol.get("rtol", 1e-5)), float(tol.get("atol", 1e-8))),
+        tolerance=_tolerance(tol, source),
         forbidden=tuple(policy.get("forbidden", DEFAULT_FORBIDDEN)), penalty=penalty, source=source,
-        limits=dict(limits), raw=raw)
+        limits=limits, raw=raw)
 
 
 def load_assignment(name_or_path: str) -> Assignment:
@@ -126,7 +163,7 @@ def load_assignment(name_or_path: str) -> Assignment:
         return parse(path.read_text(), f"{name_or_path} (built-in)")
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
-        return parse(spec_text(path), str(path))
+        return replace(parse(spec_text(path), str(path)), source_file=str(path.resolve()))
     raise SpecError(f"unknown assignment {name_or_path!r}; built-in ones: {', '.join(builtin_names())}")
 
 

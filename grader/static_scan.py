@@ -13,10 +13,9 @@ _transformer = TransformerManager()
 @dataclass
 class StaticScan:
     stubs: set = field(default_factory=set)         # graded names whose last definition is a stub
-    defined: set = field(default_factory=set)       # graded names defined at top level somewhere
     imports: list = field(default_factory=list)     # (cell index, line, module)
-    unparsable: list = field(default_factory=list)  # cell indices that are not valid Python
-    function_imports: dict = field(default_factory=dict)  # function name -> modules imported inside it
+    # function name -> modules it imports, or reaches through a name the notebook imported
+    function_imports: dict = field(default_factory=dict)
 
 
 def python_source(cell_source: str) -> str:
@@ -68,21 +67,57 @@ def imported_modules(tree: ast.AST):
                 yield node.lineno, f"{node.module}.{alias.name}"
 
 
+def imported_names(statements) -> dict[str, str]:
+    """The names top-level import statements bind, each to the module it stands for."""
+    bound = {}
+    for node in statements:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                bound[alias.asname or top] = alias.name if alias.asname else top
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return bound
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+    """`a.b.c` as ["a", "b", "c"]; None for anything else."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return inner + [node.attr] if inner else None
+    return None
+
+
+def reached_modules(function: ast.AST, bound: dict[str, str]) -> set[str]:
+    """Modules a function reaches through names the notebook imported: `softmax` after
+    `from scipy.special import softmax`, `scipy.special.softmax` after `import scipy`."""
+    found = set()
+    for node in ast.walk(function):
+        parts = _dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+        if parts and parts[0] in bound:
+            found.add(".".join([bound[parts[0]], *parts[1:]]))
+    return found
+
+
 def scan(cells: list[tuple[int, str]], graded_names: set[str]) -> StaticScan:
     result = StaticScan()
+    bound: dict[str, str] = {}
     for index, source in cells:
         try:
             tree = ast.parse(python_source(source))
         except SyntaxError:
-            result.unparsable.append(index)
             continue
         for line, module in imported_modules(tree):
             result.imports.append((index, line, module))
+        bound.update(imported_names(tree.body))
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in graded_names:
-                result.defined.add(node.name)
                 (result.stubs.add if is_stub(node) else result.stubs.discard)(node.name)
-                result.function_imports[node.name] = sorted({m for _, m in imported_modules(node)})
+                result.function_imports[node.name] = sorted({m for _, m in imported_modules(node)}
+                                                            | reached_modules(node, bound))
     return result
 
 

@@ -36,6 +36,8 @@ def summary(result: GradeResult, staff: bool = False) -> str:
                      "were stopped before its functions were called")
     if iso.get("leftover_processes_killed"):
         lines.append(f"  note: {iso['leftover_processes_killed']} process(es) left running by the notebook were killed")
+    if view.policy_note:
+        lines.append(f"  {view.policy_note}")
     for f in view.policy.get("findings", []):
         what = "tries to import the grader" if f.get("kind") == "grader_import" else "imports forbidden library"
         lines.append(f"  policy: {what} {f['module']} ({f['source']})")

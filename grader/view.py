@@ -63,6 +63,14 @@ class ResultView:
     metadata_assignment: str | None
 
     @property
+    def policy_note(self) -> str | None:
+        """What a partial policy gives up, for every reader, once there are libraries to forbid."""
+        if self.policy.get("level") != "partial" or not self.policy.get("forbidden"):
+            return None
+        return ("Policy: partial. Forbidden libraries were looked for in the notebook and in what its kernel "
+                "reported, not removed from the kernel; a submission can hide its use of one.")
+
+    @property
     def failures(self) -> list[CheckView]:
         """The checks to list as not passed: those that lost points and whose details this
         reader may see. A withheld check stays out, since even its name there would tell a

@@ -21,10 +21,6 @@ class Head:
     bk: np.ndarray | None = None
     bv: np.ndarray | None = None
 
-    @property
-    def d_k(self) -> int:
-        return self.wq.shape[1]
-
 
 @dataclass(frozen=True)
 class Case:

@@ -16,11 +16,32 @@ SAMPLES = FIXTURES / "samples"
 TEST_SETTINGS = Settings(cell_timeout=4.0, call_timeout=2.0, notebook_timeout=60.0)
 
 _graded = {}
+_current = {"slow": True}
+
+
+@pytest.fixture(autouse=True)
+def _kernels_only_in_slow_tests(request, monkeypatch):
+    """A test that starts a kernel or a grader process must be marked `slow`, so that
+    `pytest -m "not slow"` is the quick subset it claims to be: elsewhere, doing so fails."""
+    _current["slow"] = request.node.get_closest_marker("slow") is not None
+    if not _current["slow"]:
+        from grader.execution import KernelSession
+
+        async def refuse(self):
+            pytest.fail("this test starts a Jupyter kernel: mark it @pytest.mark.slow")
+        monkeypatch.setattr(KernelSession, "__aenter__", refuse)
+
+
+def expect_slow() -> None:
+    """Called by every helper that grades or starts a grader process."""
+    if not _current["slow"]:
+        pytest.fail("this test grades a notebook or starts a grader process: mark it @pytest.mark.slow")
 
 
 def grade(path: Path, assignment: str, _fresh=None, **overrides):
     """Grade once per (file, assignment, settings); `_fresh` names a grading that must not
     share its result with others (the test changes the environment around it)."""
+    expect_slow()
     key = (str(path), assignment, tuple(sorted(overrides.items())), _fresh)
     if key not in _graded:
         settings = Settings(**{**TEST_SETTINGS.__dict__, **overrides})
@@ -60,6 +81,7 @@ def sandbox_processes(grader_pid: int | None = None) -> list[int]:
 def run_grader(args: list, cwd=None, timeout=600):
     """Run the `grader` command; returns (returncode, stdout, stderr, pid)."""
     import subprocess
+    expect_slow()
     process = subprocess.Popen(["grader", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, cwd=cwd, env=own_run_environment())
     out, err = process.communicate(timeout=timeout)
@@ -71,3 +93,17 @@ def own_run_environment() -> dict:
     submissions' processes are marked with its own PID."""
     import os
     return {k: v for k, v in os.environ.items() if k != "GRADER_RUN_ID"}
+
+
+@pytest.fixture
+def outside_tmp():
+    """A folder outside /tmp that every user may read, as a course's submissions, outputs and
+    LMS folders often are: the kernel's user could read it, were it not for the sandbox."""
+    import os
+    import shutil
+    import tempfile
+    parent = next((p for p in ("/srv", "/opt", "/var/lib") if os.access(p, os.W_OK)), str(Path.home()))
+    folder = Path(tempfile.mkdtemp(prefix="grader-test-", dir=parent))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

@@ -45,7 +45,7 @@ def test_the_reference_and_every_known_mistake_are_recognised(name):
             continue   # identical to the reference on ordinary inputs
         explanation = Explanation((mistake,), mistake.variant)
         predictions = Predictions()
-        results = _results(conv, lambda case, sent: predictions.parts(conv, explanation, case))
+        results = _results(conv, lambda case, sent, p=predictions, e=explanation: p.parts(conv, e, case))
         assert recognised(conv, results, TOL, predictions), mistake.id
 
 

@@ -6,8 +6,12 @@ import json
 
 import nbformat
 
+import pytest
+
 from conftest import SAMPLES, SUBMISSIONS, run_grader
 from test_lms import run_entrypoint
+
+pytestmark = pytest.mark.slow
 
 FAST = ["--cell-timeout", "4", "--call-timeout", "2"]
 # A spec a student might upload beside the notebook: huge points and tolerances, no limits.

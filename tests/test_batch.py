@@ -5,8 +5,12 @@ import stat
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from conftest import FIXTURES, SUBMISSIONS, run_grader, sandbox_processes
 from grader.inputs import collect, student_of
+
+pytestmark = pytest.mark.slow
 
 FAST = ["--cell-timeout", "4", "--call-timeout", "2", "--workers", "2"]
 

@@ -19,6 +19,8 @@ from grader.loader import notebook_from_python
 from grader.settings import SETTINGS, settings_from
 from grader.spec import load_assignment
 
+pytestmark = pytest.mark.slow
+
 FAST = ["--cell-timeout", "4", "--call-timeout", "2", "--workers", "2"]
 GOOD = (SUBMISSIONS / "worked_solution.ipynb").read_bytes()
 BATCH_FILES = {"grades.csv", "summary.html", UNPACKED}
@@ -161,13 +163,13 @@ def test_resume_key_covers_every_setting_that_shapes_a_result(tmp_path, monkeypa
     base = settings_from({})
     key = batch_key(GOOD, rows, base)
     changed = {"assignment": "columns", "seed": 1, "cell_timeout": 1.0, "interrupt_grace": 1.0, "notebook_timeout": 1.0,
-               "call_timeout": 1.0, "probe_timeout": 1.0,
+               "call_timeout": 1.0, "probe_timeout": 1.0, "startup_timeout": 1.0,
                "output_limit": 1, "cell_output_limit": 1, "sandbox": False, "memory_limit": 1, "max_processes": 1,
                "cpu_limit": 1.0, "cpu_cores": 0.5, "folder_limit": 1, "staff": True}
     assert set(changed) == {s.name for s in SETTINGS if s.shapes_result}
     for name, value in changed.items():
         assert batch_key(GOOD, rows, settings_from({name: value})) != key, name
-    for name, value in {"workers": 7, "force": True, "scheduler": "tcp://elsewhere:1"}.items():
+    for name, value in {"workers": 7, "force": True, "scheduler": "tcp://elsewhere:1", "connect_timeout": 5.0}.items():
         assert batch_key(GOOD, rows, settings_from({name: value})) == key, name
     assert batch_key(GOOD + b" ", rows, base) != key
     assert batch_key(GOOD, replace(rows, raw={**rows.raw, "tolerance": {"rtol": 0.1}}), base) != key
@@ -178,7 +180,8 @@ def test_resume_key_covers_every_setting_that_shapes_a_result(tmp_path, monkeypa
 @pytest.mark.parametrize("assignment", ["missing.toml", "no-such-builtin"])
 def test_an_unusable_assignment_stops_the_batch_before_grading(tmp_path, assignment):
     (tmp_path / "hw.ipynb").write_text(tiny_notebook())
-    code, _, stderr, _ = run_grader(["grade", tmp_path / "hw.ipynb", "-o", tmp_path / "out", "--assignment", assignment])
+    code, _, stderr, _ = run_grader(["grade", tmp_path / "hw.ipynb", "-o", tmp_path / "out",
+                                     "--assignment", assignment])
     assert code == 2 and len(stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out" / "grades.csv").exists()
 

@@ -29,6 +29,7 @@ def test_unusable_input_is_one_line_and_exit_2(args, words):
     assert "Traceback" not in done.stderr + done.stdout
 
 
+@pytest.mark.slow
 def test_full_marks_exit_0_with_json_and_html(tmp_path):
     done = run("check", SUBMISSIONS / "worked_solution.ipynb", "--json", tmp_path / "r.json",
                "--html", tmp_path / "r.html", *FAST)
@@ -49,6 +50,7 @@ def test_full_marks_exit_0_with_json_and_html(tmp_path):
     assert 'class="status failed"' not in report and "Likely mistake" not in report
 
 
+@pytest.mark.slow
 def test_failures_exit_1_and_summary_names_them():
     done = run("check", SUBMISSIONS / "mistake_softmax_axis.ipynb", *FAST)
     assert done.returncode == 1
@@ -56,6 +58,7 @@ def test_failures_exit_1_and_summary_names_them():
     assert "sums to" in done.stdout
 
 
+@pytest.mark.slow
 def test_assignment_from_metadata_and_explicit_spec_file(tmp_path):
     spec = tmp_path / "course.toml"
     spec.write_text('name = "course"\n[[functions]]\nname = "apply_softmax"\nconvention = "softmax_rows"\n'
@@ -71,6 +74,7 @@ def test_assignment_from_metadata_and_explicit_spec_file(tmp_path):
     assert names["apply_softmax.random_shapes"]["hidden"] is True
 
 
+@pytest.mark.slow
 def test_hidden_check_messages_are_withheld_from_students(tmp_path):
     spec = tmp_path / "hidden.toml"
     spec.write_text('[[functions]]\nname = "self_attention"\nconvention = "rows_single"\nhidden = ["random_shapes"]\n')
@@ -101,3 +105,32 @@ def test_bad_spec_is_a_one_line_error(tmp_path):
     spec.write_text('[[functions]]\nname = "f"\nconvention = "no_such_convention"\n')
     done = run("check", SUBMISSIONS / "worked_solution.ipynb", "--assignment", spec)
     assert done.returncode == 2 and "unknown 'no_such_convention'" in done.stderr.replace('"', "'")
+
+
+FUNCTION = '[[functions]]\nname = "self_attention"\nconvention = "rows_single"\n'
+
+
+@pytest.mark.parametrize("text, words", [
+    ('[limits]\nmemory_limit = "512"\n' + FUNCTION, "limits.memory_limit must be an integer, not '512'"),
+    ('[limits]\ncell_timeout = -1\n' + FUNCTION, "limits.cell_timeout must be a positive number"),
+    ('[limits]\nsandbox = false\n' + FUNCTION, "unknown key 'sandbox'"),
+    ('[tolerence]\nrtol = 1e-3\n' + FUNCTION, "unknown key 'tolerence'"),
+    ('[tolerance]\nrtol = "1e-3"\n' + FUNCTION, "tolerance.rtol must be a non-negative number"),
+    (FUNCTION + 'point = 3\n', "function 1: unknown key 'point'"),
+    ('[policy]\nforbiden = ["torch"]\n' + FUNCTION, "unknown key 'forbiden'"),
+])
+def test_a_spec_is_checked_against_its_schema(tmp_path, text, words):
+    """A misspelt key or a value of the wrong type is one line naming it, never ignored and
+    never an error in every submission."""
+    spec = tmp_path / "course.toml"
+    spec.write_text(text)
+    done = run("check", SUBMISSIONS / "worked_solution.ipynb", "--assignment", spec)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and words in lines[0], done.stderr
+
+
+@pytest.mark.parametrize("flag, value", [("--memory-limit", "-5"), ("--cell-timeout", "0"), ("--cell-timeout", "nan"),
+                                         ("--workers", "x")])
+def test_a_limit_on_the_command_line_is_checked_the_same_way(flag, value):
+    done = run("check", SUBMISSIONS / "worked_solution.ipynb", flag, value)
+    assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -90,3 +90,13 @@ def test_random_shapes_cover_the_required_variety():
     assert any(n == 64 for n, _, _ in shapes)
     assert len({h for _, _, h in shapes if h > 1}) >= 2
     assert all(d % h == 0 for _, d, h in shapes)
+
+
+def test_features_come_from_what_a_convention_declares_not_its_name():
+    from dataclasses import replace
+
+    from grader.explain import features
+    for conv in CONVENTIONS.values():
+        assert features(replace(conv, name="renamed")) == features(conv), conv.name
+    assert features(CONVENTIONS["softmax_rows"]) == {"softmax"}
+    assert "projections" in features(CONVENTIONS["rows_single"]) and "softmax" not in features(CONVENTIONS["scores"])

@@ -7,6 +7,8 @@ import pytest
 from conftest import FIXTURES, SAMPLES, SUBMISSIONS, sandbox_processes
 from grader.batch import grade_all
 
+pytestmark = pytest.mark.slow
+
 distributed = pytest.importorskip("distributed")
 
 BATCH = [SUBMISSIONS / "worked_solution.ipynb", SUBMISSIONS / "mistake_softmax_axis.ipynb",

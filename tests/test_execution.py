@@ -4,8 +4,12 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from conftest import FIXTURES, grade
 from grader.execution import CellError, remaining_statements
+
+pytestmark = pytest.mark.slow
 
 
 def test_rest_of_a_cell_runs_after_a_failing_statement():

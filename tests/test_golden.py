@@ -6,6 +6,8 @@ import pytest
 from conftest import ROOT, grade, sandbox_processes
 from golden import load
 
+pytestmark = pytest.mark.slow
+
 ENTRIES = load()
 
 

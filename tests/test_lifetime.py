@@ -8,8 +8,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import FIXTURES, own_run_environment, sandbox_processes
 from grader.sandbox import MARKER
+
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 SLEEPER = FIXTURES / "sandbox_sleeps_with_child.ipynb"
 
@@ -29,12 +33,16 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def environment_of(pid: int) -> dict:
+    pairs = (v.split(b"=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in v)
+    return {k.decode(): v.decode() for k, v in pairs}
+
+
 def marker_of(pid: int) -> str:
-    prefix = MARKER.encode() + b"="
-    for value in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-        if value.startswith(prefix):
-            return value[len(prefix):].decode()
-    raise AssertionError(f"process {pid} carries no sandbox marker")
+    marker = environment_of(pid).get(MARKER)
+    if marker is None:
+        raise AssertionError(f"process {pid} carries no sandbox marker")
+    return marker
 
 
 def processes_with(marker: str) -> list[int]:
@@ -56,10 +64,14 @@ def owned_by(pid: int) -> dict:
     for line in Path(f"/proc/{launched}/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
         if "grader-" in path:
-            v2 = Path("/sys/fs/cgroup") if Path("/sys/fs/cgroup/cgroup.controllers").exists() else Path("/sys/fs/cgroup/unified")
+            unified = Path("/sys/fs/cgroup/cgroup.controllers").exists()
+            v2 = Path("/sys/fs/cgroup") if unified else Path("/sys/fs/cgroup/unified")
             base = Path("/sys/fs/cgroup") / controllers.split(",")[0] if controllers else v2
             cgroups.append(base / path.lstrip("/"))
-    return {"marker": marker_of(launched), "workdir": os.readlink(f"/proc/{launched}/cwd"), "cgroups": cgroups}
+    # The kernel's HOME is its folder (its working directory is not: it lies in the kernel's
+    # own filesystem, which the grader's cannot name).
+    home = environment_of(launched)["HOME"]
+    return {"marker": marker_of(launched), "workdir": home, "cgroups": cgroups}
 
 
 def mounted(folder: str) -> bool:

@@ -10,6 +10,8 @@ import pytest
 
 from conftest import SAMPLES, FIXTURES, ROOT, SUBMISSIONS, own_run_environment, sandbox_processes
 
+pytestmark = pytest.mark.slow
+
 SCHEMAS = {name: json.loads((ROOT / "tests" / "schemas" / f"{name}.json").read_text())
            for name in ("gradescope", "prairielearn")}
 ENTRYPOINTS = {"gradescope": ROOT / "lms" / "run_autograder", "prairielearn": ROOT / "lms" / "prairielearn_entrypoint"}

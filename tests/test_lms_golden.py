@@ -21,6 +21,8 @@ import pytest
 from conftest import FIXTURES, SUBMISSIONS, run_grader
 from test_lms import FAST, run_entrypoint
 
+pytestmark = pytest.mark.slow
+
 COURSE = FIXTURES / "lms" / "assignment.toml"
 NOTEBOOK = SUBMISSIONS / "mistake_global_D.ipynb"
 SEED = ["--seed", "20261122"]

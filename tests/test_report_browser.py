@@ -4,6 +4,8 @@ import pytest
 from conftest import SAMPLES, SUBMISSIONS, chromium_path, grade
 from grader.report_html import write_html
 
+pytestmark = pytest.mark.slow
+
 playwright = pytest.importorskip("playwright.sync_api")
 
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -11,6 +11,8 @@ import pytest
 from conftest import FIXTURES, SUBMISSIONS, grade, run_grader, sandbox_processes
 from grader import sandbox
 
+pytestmark = pytest.mark.slow
+
 FULL = sandbox.namespaces_available() and sandbox.unprivileged_ids() is not None
 
 
@@ -100,7 +102,8 @@ def test_importing_the_grader_fails_and_is_flagged():
 def test_memory_limit_from_the_spec(tmp_path):
     spec = tmp_path / "tight.toml"
     spec.write_text('[limits]\nmemory_limit = 512\n[[functions]]\nname = "self_attention"\n'
-                    'convention = "rows_single"\nfixed_data = "sheet_000"\n[functions.points]\nnumerical_stability = 0\n')
+                    'convention = "rows_single"\nfixed_data = "sheet_000"\n'
+                    '[functions.points]\nnumerical_stability = 0\n')
     from grader.cli import main
     code = main(["check", str(FIXTURES / "sandbox_memory_bomb.ipynb"), "--assignment", str(spec),
                  "--json", str(tmp_path / "r.json"), "--cell-timeout", "20"])

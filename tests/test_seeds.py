@@ -8,12 +8,16 @@ import stat
 import nbformat
 import numpy as np
 
+import pytest
+
 from conftest import FIXTURES, SUBMISSIONS, run_grader
 from grader.checks import CHECKS, Context, evidence_probes
 from grader.grade import variant_arguments
 from grader.returns import Tolerance
 from grader.settings import PUBLIC_SEED
 from grader.spec import load_assignment
+
+pytestmark = pytest.mark.slow
 
 FAST = ["--cell-timeout", "4", "--call-timeout", "2"]
 
