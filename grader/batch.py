@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import __version__
 from .files import write_atomically, write_json
-from .grade import grade_path
+from .grade import grade_path, not_graded
 from .inputs import Submission, collect
 from .loader import SubmissionError, check_size, one_line
 from .report_html import write_html, write_summary
@@ -33,7 +33,7 @@ from .sandbox import Sandbox, run_id
 from .settings import SETTINGS, settings_from
 from .similarity import fingerprint, similar_pairs
 from .seeds import run_seed, submission_seed
-from .spec import DEFAULT_ASSIGNMENT, SpecError, builtin_names, load_assignment, parse, spec_text, staff_assignment
+from .spec import Assignment, SpecError, builtin_names, load_assignment, parse, spec_text, staff_assignment
 from .watchdog import temporary_folder
 
 UNPACKED = ".submissions"   # where archives are extracted, inside OUTDIR
@@ -61,18 +61,6 @@ def reason(exc: BaseException) -> str:
     return one_line(exc, typed=not isinstance(exc, (SubmissionError, SpecError)))
 
 
-def unreadable(name: str, assignment: str, seed: int, why: str) -> GradeResult:
-    result = GradeResult(submission=name, assignment=assignment, seed=seed, status="error")
-    result.errors.append({"cell": -1, "kind": "unreadable", "ename": "SubmissionError", "evalue": why,
-                          "traceback": "", "source": ""})
-    return result
-
-
-def assignment_name(explicit: dict) -> str:
-    """What the batch grades against, as named in error rows: the staff's choice."""
-    return str(explicit.get("assignment") or DEFAULT_ASSIGNMENT)
-
-
 def spec_for_task(explicit: dict) -> tuple | None:
     """How a worker, which has the grader but not this machine's files, finds the assignment:
     a built-in name, or the TOML text of a course's spec file. An unusable --assignment stops
@@ -92,14 +80,13 @@ def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) ->
     with temporary_folder(f"grader-task-{run_id()}-") as folder:
         path = Path(folder) / Path(name).name
         path.write_bytes(content)
+        # Checked before the batch started (spec_for_task), so it loads here too.
+        assignment = parse(spec[1], spec[2]) if spec and spec[0] == "toml" else staff_assignment(spec and spec[1])
         try:
-            if spec and spec[0] == "toml":
-                assignment = parse(spec[1], spec[2])
-            else:
-                assignment = staff_assignment(spec[1] if spec else None)
             result = grade_path(path, assignment, settings_from(explicit, assignment.limits))
-        except (SubmissionError, SpecError) as exc:
-            result = unreadable(path.name, assignment_name(explicit), settings_from(explicit).seed, reason(exc))
+        except SubmissionError as exc:
+            result = not_graded(path.name, assignment, settings_from(explicit).seed, "unreadable", "SubmissionError",
+                                reason(exc))
     return result.to_json()
 
 
@@ -122,12 +109,12 @@ def _dask_wait(futures):
 class Output:
     """OUTDIR and how a submission's row gets into it."""
     outdir: Path
-    assignment: str
+    assignment: Assignment
     seed: int
     staff: bool
 
     def error_row(self, s: Submission, why: str) -> dict:
-        return unreadable(s.name, self.assignment, self.seed, why).to_json()
+        return not_graded(s.name, self.assignment, self.seed, "unreadable", "SubmissionError", why).to_json()
 
     def stored(self, s: Submission, key: str) -> dict | None:
         """The stored result, if it is up to date; an error is never, so it is graded again."""
@@ -280,7 +267,7 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     explicit, explicit_for = seeded(explicit, outdir)
     assignment = staff_assignment(explicit.get("assignment"))   # the same for every submission
     settings = settings_from(explicit)
-    output = Output(outdir, assignment_name(explicit), settings.seed, settings.staff)
+    output = Output(outdir, assignment, settings.seed, settings.staff)
     rows: dict[str, dict] = {}   # folder -> the submission's row in grades.csv and the summary
     todo = []
     for s in submissions:

@@ -14,7 +14,7 @@ from .checks import CHECKS, Context, Outcome, Probe, Verdict, evidence_probes
 from .diagnosis import diagnose
 from .execution import HARNESS, KernelSession, default_kernel_manager, executed_notebook
 from .loader import code_cells, load_submission
-from .result import CheckResult, GradeResult
+from .result import CheckResult, ErrorRecord, GradeResult
 from .sandbox import ENFORCES_POLICY
 from .returns import BadValue, canonical_parts, decode_array
 from .spec import Assignment, FunctionSpec, metadata_assignment
@@ -118,6 +118,24 @@ def _not_implemented(fn: FunctionSpec, why: str) -> list[CheckResult]:
             for kind, points in fn.points.items()]
 
 
+def not_graded(submission: str, assignment: Assignment | str, seed: int, kind: str, ename: str,
+               why: str) -> GradeResult:
+    """The one result of a submission that could not be graded at all: `why` as its only
+    error (`kind` "unreadable" when the submission is at fault, "grader_error" when the grader
+    or the course's setup is), and, when the assignment is known, each of its checks as an
+    error saying why, so the result has the same maximum score as every other."""
+    first_line = (why.strip().splitlines() or [ename])[0][:500]   # checks never carry a traceback
+    name = assignment.name if isinstance(assignment, Assignment) else assignment
+    result = GradeResult(submission=submission, assignment=name, seed=seed, status="error")
+    result.errors.append(ErrorRecord(-1, kind, ename, why[:2000]).to_json())
+    functions = assignment.functions if isinstance(assignment, Assignment) else ()
+    result.checks = [CheckResult(f"{fn.name}.{check}", fn.name, check, CHECKS[check].title, "error", 0.0, points,
+                                 f"Not graded: {first_line}", hidden=check in fn.hidden)
+                     for fn in functions for check, points in fn.points.items()]
+    result.total()
+    return result
+
+
 def _forbidden_uses(fn: FunctionSpec, info: dict, scan, forbidden) -> list[str]:
     modules = list(info.get("modules", [])) + scan.function_imports.get(info.get("name", fn.name), [])
     return sorted({hit for m in modules if (hit := static_scan.matches(m, forbidden))})
@@ -197,9 +215,9 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
         try:
             described = payloads.describe_reply(described, list(functions)) if described else None
         except payloads.BadReply as exc:
-            result.errors.append({"cell": -1, "kind": "bad_reply", "ename": "BadReply", "traceback": "", "source": "",
-                                  "evalue": f"the kernel's description of the functions was malformed ({exc}); "
-                                            "was the grader's harness replaced?"})
+            result.errors.append(ErrorRecord(-1, "bad_reply", "BadReply",
+                                             f"the kernel's description of the functions was malformed ({exc}); "
+                                             "was the grader's harness replaced?").to_json())
             described = None
         described = described or {"functions": {}, "imported": []}
         for module in described.get("imported", []):
@@ -236,12 +254,5 @@ def grade_path(path: Path, assignment: Assignment, settings, **kw) -> GradeResul
     try:
         return asyncio.run(grade_notebook(nb, assignment, settings, Path(path).name, **kw))
     except Exception as exc:  # noqa: BLE001 - a grader fault still yields a valid result
-        result = GradeResult(submission=Path(path).name, assignment=assignment.name, seed=settings.seed,
-                             status="error")
-        result.errors.append({"cell": -1, "kind": "grader_error", "ename": type(exc).__name__,
-                              "evalue": str(exc)[:500], "traceback": "", "source": ""})
-        result.checks = [c for fn in assignment.functions for c in _not_implemented(fn, "grading could not finish")]
-        for c in result.checks:
-            c.status, c.message = "error", f"Grading could not finish: {type(exc).__name__}: {exc}"[:500]
-        result.total()
-        return result
+        return not_graded(Path(path).name, assignment, settings.seed, "grader_error", type(exc).__name__,
+                          f"grading could not finish: {type(exc).__name__}: {exc}")

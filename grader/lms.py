@@ -5,15 +5,16 @@ results file is written, by the grader's own process, after the student's code h
 """
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from pathlib import Path
 
 from .files import write_json
-from .grade import grade_path
+from .grade import grade_path, not_graded
 from .loader import SubmissionError
 from .report_html import write_html
-from .result import GradeResult
+from .result import NOT_GRADED, ErrorRecord, GradeResult
 from .spec import Assignment, SpecError, load_assignment, staff_assignment
 from .view import CheckView, ResultView, result_view
 
@@ -34,17 +35,17 @@ class Platform:
 class Gradescope(Platform):
     name, default_root, submission_folder, spec_folder = "gradescope", "/autograder", "submission", "source"
 
-    def render(self, result: GradeResult | None, problem: str, seconds: float, assignment: Assignment | None) -> dict:
+    def render(self, result: GradeResult, problem: str, seconds: float, assignment: Assignment | None) -> dict:
         hidden_as = (assignment.raw.get("lms", {}).get("hidden_visibility", "after_published")
                      if assignment else "after_published")
         if hidden_as not in VISIBILITIES:
             hidden_as = "after_published"
         view = students_view(result)
-        tests = [self.test(c, hidden_as) for c in view.checks] if view else []
+        tests = [self.test(c, hidden_as) for c in view.checks]
         if problem:
             tests.append({"name": "grader error", "score": 0, "max_score": 0, "status": "failed",
                           "output": problem, "output_format": "text", "visibility": "hidden"})
-        return {"score": view.score if view else 0.0, "execution_time": int(round(seconds)),
+        return {"score": view.score, "execution_time": int(round(seconds)),
                 "output": summary_html(view, problem), "output_format": "html",
                 "stdout_visibility": "hidden", "tests": tests}
 
@@ -62,15 +63,15 @@ class Gradescope(Platform):
 class PrairieLearn(Platform):
     name, default_root, submission_folder, spec_folder = "prairielearn", "/grade", "student", "tests"
 
-    def render(self, result: GradeResult | None, problem: str, seconds: float, assignment: Assignment | None) -> dict:
+    def render(self, result: GradeResult, problem: str, seconds: float, assignment: Assignment | None) -> dict:
         view = students_view(result)
         tests = [{"name": c.name, "description": c.title, "points": c.points, "max_points": c.max_points,
-                  "message": feedback(c), "output": ""} for c in view.checks] if view else []
+                  "message": feedback(c), "output": ""} for c in view.checks]
         if problem:
-            tests.append({"name": "grader error", "description": "shown to course staff", "points": 0,
+            tests.append({"name": "grader error", "description": "why the submission was not graded", "points": 0,
                           "max_points": 0, "message": problem, "output": ""})
-        gradable = view is not None and not any(e.get("kind") == "grader_error" for e in view.errors)
-        score = (view.score / view.max_score) if view and view.max_score else 0.0
+        gradable = not problem
+        score = (view.score / view.max_score) if view.max_score else 0.0
         return {"gradable": bool(gradable), "score": min(max(score, 0.0), 1.0),
                 "message": summary_line(view, problem), "output": summary_text(view, problem),
                 "tests": tests}
@@ -104,9 +105,9 @@ def choose_assignment(requested: str | None, root: Path, platform: Platform):
     return staff_assignment(None)
 
 
-def students_view(result: GradeResult | None) -> ResultView | None:
+def students_view(result: GradeResult) -> ResultView:
     """Both platforms show their results file to students, so it is made from their view."""
-    return result_view(result, staff=False) if result is not None else None
+    return result_view(result, staff=False)
 
 
 def feedback(c: CheckView) -> str:
@@ -116,24 +117,24 @@ def feedback(c: CheckView) -> str:
     return (f"Likely mistake: {c.likely_mistake}. " if c.likely_mistake else "") + c.message
 
 
-def summary_line(view: ResultView | None, problem: str) -> str:
-    if view is None:
+def summary_line(view: ResultView, problem: str) -> str:
+    if problem:
         return f"Not graded: {problem}"
     return f"Score {view.score:g} / {view.max_score:g} ({view.status})."
 
 
-def summary_text(view: ResultView | None, problem: str) -> str:
+def summary_text(view: ResultView, problem: str) -> str:
     lines = [summary_line(view, problem)]
-    if view is not None:
+    if not problem:
         lines += [f"- {c.name}: {c.likely_mistake + ': ' if c.likely_mistake else ''}{c.message}"
                   for c in view.failures]
         lines += [f"- cell {e['cell']}: {e['ename']}: {e['evalue']}" for e in view.errors if e["cell"] >= 0]
     return "\n".join(lines)
 
 
-def summary_html(view: ResultView | None, problem: str) -> str:
+def summary_html(view: ResultView, problem: str) -> str:
     from html import escape
-    if view is None:
+    if problem:
         return f"<p><b>Not graded.</b> {escape(problem)}</p>"
     items = "".join(f"<li><code>{escape(c.name)}</code>: {escape(c.likely_mistake or c.message)}</li>"
                     for c in view.failures)
@@ -158,7 +159,7 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
     `settings_for(assignment)` gives the settings with that assignment's limits applied."""
     platform = PLATFORMS[platform_name]
     started = time.monotonic()
-    result, problem, assignment, submission = None, "", None, None
+    result, problem, kind, assignment, submission = None, "", "unreadable", None, None
     try:
         try:
             submission = find_submission(root / platform.submission_folder)
@@ -167,13 +168,26 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
         assignment = choose_assignment(requested, root, platform)
         if submission is not None:
             result = grade_path(submission, assignment, settings_for(assignment))
-            if any(e.get("kind") == "grader_error" for e in result.errors):
-                problem = "; ".join(e["evalue"] for e in result.errors if e.get("kind") == "grader_error")
             write_html(result, root / "results" / "report.html")
-    except (SubmissionError, SpecError) as exc:
+    except SubmissionError as exc:
         problem = str(exc)
+    except SpecError as exc:
+        problem, kind = str(exc), "grader_error"
     except Exception as exc:  # noqa: BLE001 - whatever failed, a valid results file is still written
-        problem = f"unexpected error in the grader: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
-    data = platform.render(result, problem, time.monotonic() - started, assignment)
+        problem, kind = f"unexpected error in the grader: {type(exc).__name__}: {exc}", "grader_error"
+        # The details go to the platform's log of the grading job, which only the staff read.
+        traceback.print_exc(limit=5, file=sys.stderr)
+    if result is None:
+        seed = settings_for(assignment).seed if assignment else 0
+        result = not_graded(submission.name if submission else "(no submission)", assignment or str(requested or "?"),
+                            seed, kind, "SubmissionError" if kind == "unreadable" else "GraderError", problem)
+    elif problem:
+        result.errors.append(ErrorRecord(-1, kind, "GraderError", problem).to_json())
+    data = platform.render(result, why_not_graded(result), time.monotonic() - started, assignment)
     write_results(platform.results_path(root), data)
     return data
+
+
+def why_not_graded(result: GradeResult) -> str:
+    """The reasons the submission was not (fully) graded, one line each, or ""."""
+    return "; ".join(e["evalue"].splitlines()[0] for e in result.errors if e["kind"] in NOT_GRADED and e["evalue"])

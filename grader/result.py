@@ -7,7 +7,26 @@ from pathlib import Path
 from . import __version__
 from .files import write_json
 
+# Kinds of error that mean the submission was not graded at all: the submission could not be
+# read (its author's doing) or the grader failed (the staff's to look into).
+NOT_GRADED = ("unreadable", "grader_error")
 
+
+@dataclass
+class ErrorRecord:
+    """Something that went wrong while running or grading a notebook, as a result stores it."""
+    cell: int            # index of the cell in the notebook, -1 for the grader's own code
+    kind: str            # error | timeout | memory | kernel_died | deadline | ... | unreadable | grader_error
+    ename: str
+    evalue: str
+    traceback: str = ""
+    source: str = ""
+    # Set by the grader, never from what the kernel says: the kernel died or was stopped
+    # during this cell, so the notebook is run again without it.
+    kernel_lost: bool = False
+
+    def to_json(self) -> dict:
+        return asdict(self)
 
 @dataclass
 class CheckResult:
