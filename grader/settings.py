@@ -166,9 +166,11 @@ def from_namespace(ns: argparse.Namespace, spec_limits: dict | None = None) -> "
 
 
 def markdown_table() -> str:
-    rows = ["| option | type | default | commands | what it does |", "| --- | --- | --- | --- | --- |"]
+    rows = ["| option | type | default | commands | spec `[limits]` | what it does |",
+            "| --- | --- | --- | --- | --- | --- |"]
     for s in SETTINGS:
         default = ({True: "on", False: "off"}[s.default] if s.type is bool
                    else "none" if s.default is None else f"`{s.default}`")
-        rows.append(f"| `{s.flag}` | {s.type.__name__} | {default} | {', '.join(s.commands)} | {s.help} |")
+        in_spec = f"`{s.name}`" if s.name in SPEC_SETTINGS else ""
+        rows.append(f"| `{s.flag}` | {s.type.__name__} | {default} | {', '.join(s.commands)} | {in_spec} | {s.help} |")
     return "\n".join(rows)
