@@ -6,23 +6,24 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .batch import grade_all
-from .files import write_json
-from .grade import grade_path
-from .lms import PLATFORMS
-from .lms import run as run_lms
-from .loader import SubmissionError, load_submission
-from .report_html import write_html
-from .seeds import fresh_seed
+from .errors import SpecError, SubmissionError
 from .settings import add_arguments, explicit_values, from_namespace, markdown_table, settings_from
-from .spec import SpecError, builtin_names, load_assignment, student_assignment
-from .terminal import summary
-from .view import result_view
+
+# The grading modules import NumPy, nbclient and IPython: each command imports what it needs
+# when it runs, so that `grader --help` and a wrong argument answer at once.
 
 EXIT_FULL_MARKS, EXIT_FAILURES, EXIT_UNUSABLE = 0, 1, 2
+PLATFORM_NAMES = ("gradescope", "prairielearn")   # grader.lms.PLATFORMS, without importing it
 
 
 def check(ns) -> int:
+    from .files import write_json
+    from .grade import grade_path
+    from .loader import load_submission
+    from .report_html import write_html
+    from .spec import student_assignment
+    from .terminal import summary
+    from .view import result_view
     settings = from_namespace(ns)
     if len(ns.paths) > 1 and (settings.json or settings.html):
         raise SubmissionError("--json and --html take one submission at a time")
@@ -42,6 +43,7 @@ def check(ns) -> int:
 
 
 def grade(ns) -> int:
+    from .batch import grade_all
     settings = from_namespace(ns)
     if settings.workers is not None and settings.workers < 1:
         raise SubmissionError("--workers must be at least 1")
@@ -53,6 +55,9 @@ def grade(ns) -> int:
 
 
 def lms(ns) -> int:
+    from .lms import PLATFORMS
+    from .lms import run as run_lms
+    from .seeds import fresh_seed
     root = ns.root or Path(PLATFORMS[ns.platform].default_root)
     # A seed drawn for this run unless the staff give one: students never know the inputs.
     seed = {} if ns.seed is not None else {"seed": fresh_seed()}
@@ -63,6 +68,7 @@ def lms(ns) -> int:
 
 
 def list_assignments(ns) -> int:
+    from .spec import builtin_names, load_assignment
     for name in builtin_names():
         a = load_assignment(name)
         print(f"{name:<10} {a.title}")
@@ -90,7 +96,7 @@ def parser() -> argparse.ArgumentParser:
     add_arguments(g, "grade")
     g.set_defaults(run=grade)
     lms_parser = sub.add_parser("lms", help="grade inside an LMS container and write its results file")
-    lms_parser.add_argument("platform", choices=sorted(PLATFORMS))
+    lms_parser.add_argument("platform", choices=PLATFORM_NAMES)
     add_arguments(lms_parser, "lms")
     lms_parser.set_defaults(run=lms)
     sub.add_parser("assignments", help="list the built-in assignments").set_defaults(run=list_assignments)

@@ -7,15 +7,13 @@ from pathlib import Path
 
 import nbformat
 
+from .errors import SubmissionError
+
 CELL_MARKER = re.compile(r"^# ?%%.*$", re.MULTILINE)
 MAX_SUBMISSION_BYTES = 50 * 1024 * 1024
 # Code the kernel would have to compile and run: a real solution is a few kilobytes, and a
 # notebook of megabytes of code only costs grading time (5 MB of code took 29 s).
 MAX_CODE_CHARACTERS = 1_000_000
-
-
-class SubmissionError(Exception):
-    """The file cannot be graded at all; the message is one line for the user."""
 
 
 def one_line(exc: BaseException, typed: bool = True, limit: int = 300) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 from grader.reference.sheets import FIXED_DATA
 
 from .checks import CHECKS
+from .errors import SpecError
 from .conventions import CONVENTIONS, Convention
 from .returns import Tolerance
 from .settings import SPEC_SETTINGS, validated_limits
@@ -23,10 +24,6 @@ DEFAULT_FORBIDDEN = ("torch", "tensorflow", "jax", "flax", "keras", "scipy.speci
                      "mxnet", "paddle", "transformers")
 PENALTIES = ("zero_function", "flag")
 MAX_SPEC_BYTES = 1024 * 2**10
-
-
-class SpecError(Exception):
-    """The spec file is unusable; the message is one line."""
 
 
 # Every key a spec may have, table by table: a misspelt one (`[tolerence]`, `point = 3`)

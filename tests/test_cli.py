@@ -1,6 +1,7 @@
 """The command line as a user meets it: exit codes, one-line errors, files written."""
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,15 @@ def test_a_spec_is_checked_against_its_schema(tmp_path, text, words):
 def test_a_limit_on_the_command_line_is_checked_the_same_way(flag, value):
     done = run("check", SUBMISSIONS / "worked_solution.ipynb", flag, value)
     assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_command_line_answers_without_importing_the_grading_modules():
+    """`grader --help` and argument errors come at once: NumPy, nbclient and IPython are
+    imported only by the command that needs them."""
+    code = ("import sys, grader.cli; grader.cli.parser().format_help(); "
+            "print(sorted(m for m in ('numpy', 'nbclient', 'IPython', 'jinja2') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+    from grader.cli import PLATFORM_NAMES
+    from grader.lms import PLATFORMS
+    assert set(PLATFORM_NAMES) == set(PLATFORMS)
