@@ -5,10 +5,10 @@ a fresh nbclient kernel, measured in the same run. Prints the ratio (grader / ba
 """
 import argparse
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+import measure
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = [ROOT / "submissions" / "worked_solution.ipynb", ROOT / "submissions" / "mistake_softmax_axis.ipynb",
@@ -17,12 +17,6 @@ DEFAULT = [ROOT / "submissions" / "worked_solution.ipynb", ROOT / "submissions" 
 BARE = ("import sys, nbformat\nfrom nbclient import NotebookClient\n"
         "nb = nbformat.read(sys.argv[1], as_version=4)\n"
         "NotebookClient(nb, kernel_name='python3', allow_errors=True, timeout=30).execute()\n")
-
-
-def timed(command: list[str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - started
 
 
 def main() -> None:
@@ -34,12 +28,14 @@ def main() -> None:
     for _ in range(args.repeat):
         for nb in args.notebooks:
             # Interleaved, so drift on a shared machine hits both alike.
-            bare.append(timed([sys.executable, "-c", BARE, str(nb)]))
-            grader.append(timed([sys.executable, "-m", "grader.cli", "check", str(nb)]))
-    g, b = statistics.median(grader), statistics.median(bare)
+            bare.append(measure.run([sys.executable, "-c", BARE, str(nb)]))
+            grader.append(measure.run([sys.executable, "-m", "grader.cli", "check", str(nb)]))
+    g, b = (statistics.median(m.seconds for m in runs) for runs in (grader, bare))
+    gc, bc = (statistics.median(m.cpu_seconds for m in runs) for runs in (grader, bare))
     print(f"notebooks: {len(args.notebooks)} x {args.repeat} runs (medians)")
-    print(f"bare nbclient execution: {b:.2f} s per notebook")
-    print(f"grader check:            {g:.2f} s per notebook")
+    print(f"bare nbclient execution: {b:.2f} s per notebook, {bc:.2f} CPU s")
+    print(f"grader check:            {g:.2f} s per notebook, {gc:.2f} CPU s, "
+          f"peak {max(m.peak_grader_mib for m in grader):.0f} MiB")
     print(f"ratio grader / bare:     {g / b:.2f}")
 
 

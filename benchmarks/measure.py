@@ -1,0 +1,90 @@
+"""Run a command and measure it: wall seconds, CPU seconds of its whole process tree (every
+process it started, kernels included), and the peak memory of the grader's own processes
+(the command and its Python workers, not the kernels it starts).
+
+Both are sampled from /proc every 50 ms: a sandboxed kernel is reaped inside its own PID
+namespace, so its CPU time never reaches this process's RUSAGE_CHILDREN. The CPU figure is
+the larger of the two accounts; it misses at most the last 50 ms of each process."""
+import os
+import resource
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# Processes of a grading run that are the student's, not the grader's.
+NOT_THE_GRADER = (b"ipykernel", b"sandbox_launcher", b"unshare", b"grader.watchdog")
+
+
+@dataclass
+class Measured:
+    seconds: float
+    cpu_seconds: float
+    peak_grader_mib: float
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = Path(f"/proc/{pid}/task").iterdir()
+        return [int(c) for t in tasks for c in (t / "children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])   # utime + stime
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _tree(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(_children(p))
+    return found
+
+
+def _grader_rss(pid: int) -> int:
+    """Resident bytes of the grader process `pid` and its descendants that are the grader's."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            cmdline = Path(f"/proc/{p}/cmdline").read_bytes()
+            rss_pages = int(Path(f"/proc/{p}/statm").read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if not any(marker in cmdline for marker in NOT_THE_GRADER):
+            total += rss_pages * os.sysconf("SC_PAGE_SIZE")
+            todo.extend(_children(p))
+    return total
+
+
+def run(command: list, env=None) -> Measured:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    peak = [0]
+    ticks: dict[int, int] = {}   # last CPU ticks seen, per process of the tree
+    done = threading.Event()
+
+    def sample():
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], _grader_rss(process.pid))
+            for p in _tree(process.pid):
+                ticks[p] = max(ticks.get(p, 0), _cpu_ticks(p))
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    process.wait()
+    done.set()
+    sampler.join()
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    reaped = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    sampled = sum(ticks.values()) / os.sysconf("SC_CLK_TCK")
+    return Measured(seconds, max(reaped, sampled), peak[0] / 2**20)
