@@ -3,12 +3,17 @@ import re
 
 import pytest
 
-from conftest import ROOT, grade, sandbox_processes
+from conftest import ROOT, grade, grade_many, sandbox_processes
 from golden import load
 
 pytestmark = pytest.mark.slow
 
 ENTRIES = load()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def graded_two_at_a_time(request):
+    grade_many(request, [(ROOT / e["path"], e["assignment"], e.get("settings", {})) for e in ENTRIES])
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e["path"].split("/")[-1] for e in ENTRIES])
