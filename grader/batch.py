@@ -213,7 +213,7 @@ def planned_key(s: Submission, assignment, explicit: dict) -> str:
 
 
 def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, scheduler: str | None,
-           connect_timeout: float = 30.0):
+           connect_timeout: float):
     """(submission, key, result data) for each (submission, key) in todo, as they finish.
 
     A worker lost from the local pool (killed, out of memory) breaks the whole pool, and the

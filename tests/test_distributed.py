@@ -46,4 +46,5 @@ def test_dask_cluster_grades_like_local_mode(tmp_path):
 def test_unreachable_scheduler_is_a_one_line_error(tmp_path):
     from grader.loader import SubmissionError
     with pytest.raises(SubmissionError, match="cannot reach the Dask scheduler"):
-        grade_all(BATCH[:1], tmp_path / "out", SETTINGS, scheduler="tcp://127.0.0.1:9")
+        # The connect timeout is a setting: a second is plenty for a port nothing listens on.
+        grade_all(BATCH[:1], tmp_path / "out", {**SETTINGS, "connect_timeout": 1.0}, scheduler="tcp://127.0.0.1:9")
