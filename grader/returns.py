@@ -1,43 +1,18 @@
 """Turn what a student function returned into checked, canonical arrays, and compare arrays.
 
-Everything here runs in the grader process on data the kernel sent as np.save bytes; nothing
-is unpickled and nothing the student built is trusted as an object.
+Everything here runs in the grader process on values the kernel sent in the wire format
+(grader/wire.py); nothing is unpickled and nothing the student built is trusted as an object.
 """
 from __future__ import annotations
 
-import base64
-import io
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .conventions import PART_WORDS, Convention
+from .wire import BadValue, decode_array
 
-MAX_ARRAY_BYTES = 4 * 2**20   # a 64-token attention matrix is 32 KiB
-NUMERIC_KINDS = "biuf"
 NOT_RETURNED = "was not returned"   # why a part is missing when nothing came back for it at all
-
-
-class BadValue(Exception):
-    """The kernel sent something that is not a plain numeric array."""
-
-
-def decode_array(encoded: dict) -> np.ndarray:
-    try:
-        raw = base64.b64decode(encoded["npy"], validate=True)
-    except (KeyError, TypeError, ValueError):
-        raise BadValue("unreadable array data") from None
-    if len(raw) > MAX_ARRAY_BYTES:
-        raise BadValue(f"array larger than {MAX_ARRAY_BYTES // 2**20} MiB")
-    try:
-        array = np.load(io.BytesIO(raw), allow_pickle=False)
-    except Exception as exc:  # noqa: BLE001 - any malformed payload is just a bad value
-        raise BadValue(f"unreadable array data ({type(exc).__name__})") from None
-    if type(array) is not np.ndarray or array.dtype.kind not in NUMERIC_KINDS + "c":
-        raise BadValue(f"not a real numeric array (dtype {array.dtype})")
-    if array.dtype.kind == "c":
-        raise BadValue("complex numbers")
-    return array
 
 
 def describe_value(encoded: dict) -> str:
