@@ -5,8 +5,6 @@ import asyncio
 import time
 from pathlib import Path
 
-import numpy as np
-
 from . import answers, payloads, static_scan, wire
 from .checks import CHECKS, Context, Outcome, Probe, Verdict, evidence_probes
 from .diagnosis import diagnose
@@ -21,22 +19,6 @@ from .spec import Assignment, FunctionSpec, metadata_assignment
 
 # Importing these from a submission is flagged: the grader and its reference are off limits.
 GRADER_MODULES = ("grader", "reference", "_attention_grader_harness", wire.KERNEL_MODULE)
-
-
-def _layout(variant: str) -> wire.Layout:
-    return {"fortran": wire.Layout.FORTRAN, "strided": wire.Layout.STRIDED}.get(variant, wire.Layout.C)
-
-
-def variant_arguments(args: list, variant: str) -> list:
-    def convert(a):
-        if not isinstance(a, np.ndarray):
-            return a
-        if variant == "float32" and a.dtype.kind == "f":
-            return a.astype(np.float32)
-        if variant == "int" and a.dtype.kind == "f" and np.array_equal(a, np.round(a)):
-            return a.astype(np.int64)
-        return a
-    return [convert(a) for a in args]
 
 
 class FunctionProber:
@@ -55,7 +37,7 @@ class FunctionProber:
         return self.cache[probe.key]
 
     async def _run(self, probe: Probe) -> Outcome:
-        args = variant_arguments(self.fn.convention.call_arguments(probe.case), probe.variant)
+        args = probe.arguments(self.fn.convention)
         if self.timed_out:
             return Outcome("timeout", error=f"not made: an earlier call of this function ({self.timed_out}) did not "
                                             f"finish within {self.call_timeout:g} s", sent=args)
@@ -64,7 +46,7 @@ class FunctionProber:
             return Outcome("timeout", error="not made: the time for calling this submission's functions "
                                             "was used up", sent=args)
         request = {"names": self.fn.names, "params": list(self.fn.params),
-                   "args": [wire.encode_argument(a, _layout(probe.variant)) for a in args],
+                   "args": [wire.encode_argument(a, probe.variant.layout) for a in args],
                    "return_inputs": probe.return_inputs}
         payload, error = await self.session.run_code(f"{HARNESS}.call({request!r})", min(self.call_timeout, remaining))
         if payload is None:

@@ -181,3 +181,28 @@ def test_a_notebook_that_replaces_numpys_functions_still_gets_and_sends_arrays(m
     assert reply["items"][1]["items"][0]["kind"] == "array"
     np.testing.assert_array_equal(wire.decode_array(reply["items"][0]), matrix)
     np.testing.assert_array_equal(wire.decode_array(reply["items"][1]["items"][0]), matrix.T)
+
+
+def test_each_probe_variant_arrives_as_its_label_says():
+    from grader import cases
+    from grader.checks import Probe, Variant
+    from grader.conventions import CONVENTIONS
+
+    conv = CONVENTIONS["rows_single"]
+    arrives = {Variant.PLAIN: ("float64", (True, False)), Variant.FORTRAN: ("float64", (False, True)),
+               Variant.STRIDED: ("float64", (False, False)), Variant.FLOAT32: ("float32", (True, False)),
+               Variant.INT: ("int64", (True, False))}
+    assert set(arrives) == set(Variant)
+    for variant, (dtype, contiguous) in arrives.items():
+        case = cases.integer_case(conv, 5) if variant is Variant.INT else cases.base_case(conv, 5)
+        probe = Probe(case, variant)
+        assert probe.label == case.label + variant.words and (variant is Variant.PLAIN) == (variant.words == "")
+        sent = probe.arguments(conv)
+        assert np.dtype(dtype) in {a.dtype for a in sent}   # the integer case has whole tokens only
+        for array in sent:
+            received = wire.decode_argument(wire.encode_argument(array, variant.layout))
+            assert received.dtype == array.dtype and received.dtype in (np.float64, np.dtype(dtype))
+            assert (received.flags.c_contiguous, received.flags.f_contiguous) == contiguous
+            np.testing.assert_allclose(received, array)
+    not_whole = Variant.INT.convert(np.array([0.5, 1.0]))
+    assert not_whole.dtype == np.float64   # an integer dtype would change the case
