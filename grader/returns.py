@@ -136,9 +136,9 @@ class Tolerance:
 #   - where the expected value is finite, the actual one is finite and
 #     |actual - expected| <= atol + rtol * |expected|  (np.isclose's rule: relative to the expected value);
 #   - where the expected value is NaN, inf or -inf, the actual one is NaN, inf or -inf too.
-# Only where values are not finite is compared, not which non-finite value they are: when exp()
-# overflows, whether inf or NaN follows depends on the order of the later operations, and a
-# softmax without max-subtraction may be written in either order.
+# Where values are not finite, only their places are compared, not which non-finite values they
+# are: when exp() overflows, whether inf or NaN follows depends on the order of the operations
+# after it, and a softmax without max-subtraction may be written in either order.
 
 def _excess(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> np.ndarray:
     """How far each entry is outside its tolerance (<= 0: the same): inf where only one of the
