@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from .checks import Outcome, Probe
 from .conventions import PART_WORDS, Convention
-from .explain import CORRECT, Predictions, explanations, same, trivial
+from .explain import CORRECT, Predictions, explanations, trivial
 from .result import CheckResult
+from .returns import same
 
 
 def recognised(conv: Convention, results: list[tuple[Probe, Outcome]], tol, predictions: Predictions) -> bool:
-    rtol, atol = tol.rtol, tol.atol
     for probe, outcome in results:
         if outcome.status != "ok":
             continue
@@ -27,7 +27,7 @@ def recognised(conv: Convention, results: list[tuple[Probe, Outcome]], tol, pred
                 continue
             for explanation in (CORRECT, *explanations(conv.name)):
                 predicted = predictions.parts(conv, explanation, probe.case).get(part)
-                if predicted is not None and same(value, predicted, rtol, atol) \
+                if predicted is not None and same(value, predicted, tol) \
                         and trivial(predicted, outcome.sent) is None:
                     return True
     return False

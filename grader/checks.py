@@ -6,6 +6,7 @@ the grader runs them once each, and the check judges the canonical parts that ca
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Callable
 
 import numpy as np
@@ -17,15 +18,41 @@ from . import cases as make
 from .conventions import PART_WORDS, TOKEN_AXES, Convention
 from .explain import CORRECT, Predictions, agrees, differs_from_reference, overflow
 from .returns import Parts, Tolerance, compare
+from .wire import Layout
 
 FLOAT32_LOOSENING = 1e3
 HEATMAP_MAX_TOKENS = 12
 
 
+class Variant(Enum):
+    """How a probe's inputs differ from its case's float64 C-ordered arrays: the words its label
+    adds, the memory layout its matrices are sent in, the dtype its float arrays are converted
+    to, and the factor its tolerance is loosened by."""
+
+    PLAIN = ("", Layout.C, None, 1.0)
+    FORTRAN = (", Fortran-ordered inputs", Layout.FORTRAN, None, 1.0)
+    STRIDED = (", non-contiguous inputs", Layout.STRIDED, None, 1.0)
+    # float32 keeps about 7 significant digits, where the reference is computed in float64.
+    FLOAT32 = (", float32 inputs", Layout.C, np.float32, FLOAT32_LOOSENING)
+    INT = (", integer inputs", Layout.C, np.int64, 1.0)
+
+    def __init__(self, words: str, layout: Layout, dtype, loosening: float):
+        self.words, self.layout, self.dtype, self.loosening = words, layout, dtype, loosening
+
+    def convert(self, value):
+        """An argument in this variant's dtype: float arrays only, and to an integer dtype only
+        when every value is whole, so that the inputs (and the expected values) stay the case's."""
+        if self.dtype is None or not isinstance(value, np.ndarray) or value.dtype.kind != "f":
+            return value
+        if np.dtype(self.dtype).kind in "iu" and not np.array_equal(value, np.round(value)):
+            return value
+        return value.astype(self.dtype)
+
+
 @dataclass(frozen=True)
 class Probe:
     case: Case
-    variant: str = "plain"
+    variant: Variant = Variant.PLAIN
     return_inputs: bool = False
 
     @property
@@ -34,9 +61,11 @@ class Probe:
 
     @property
     def label(self) -> str:
-        extra = {"plain": "", "fortran": ", Fortran-ordered inputs", "strided": ", non-contiguous inputs",
-                 "float32": ", float32 inputs", "int": ", integer inputs"}[self.variant]
-        return self.case.label + extra
+        return self.case.label + self.variant.words
+
+    def arguments(self, conv: Convention) -> list:
+        """The arguments the function is called with: the case's, in the variant's dtype."""
+        return [self.variant.convert(a) for a in conv.call_arguments(self.case)]
 
 
 @dataclass
@@ -116,7 +145,7 @@ def _missing_part(probe: Probe, parts: Parts, part: str) -> Verdict:
 
 
 def probe_tolerance(probe: Probe, tol: Tolerance) -> Tolerance:
-    return tol.loosened(FLOAT32_LOOSENING) if probe.variant == "float32" else tol
+    return tol.loosened(probe.variant.loosening)
 
 
 def _only_overflow(conv: Convention, probe: Probe, parts: Parts, tol: Tolerance, ctx: Context) -> bool:
@@ -291,13 +320,13 @@ def _permutation(fn, ctx):
 
 
 def _layouts(fn, ctx):
-    return [_base(fn, ctx, variant="fortran"), _base(fn, ctx, variant="strided")]
+    return [_base(fn, ctx, variant=Variant.FORTRAN), _base(fn, ctx, variant=Variant.STRIDED)]
 
 
 def _dtypes(fn, ctx):
-    probes = [_base(fn, ctx, variant="float32")]
+    probes = [_base(fn, ctx, variant=Variant.FLOAT32)]
     if fn.convention.int_inputs != "none":
-        probes.append(Probe(make.integer_case(fn.convention, ctx.seed), variant="int"))
+        probes.append(Probe(make.integer_case(fn.convention, ctx.seed), variant=Variant.INT))
     return probes
 
 

@@ -7,11 +7,10 @@ changes nothing on these inputs explains nothing.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .checks import Outcome, Probe, probe_tolerance
 from .conventions import Convention
 from .explain import CORRECT, Predictions, agrees, differs_from_reference, explanations
+from .returns import largest_difference
 
 NOT_DIAGNOSED = ("inputs_unmodified", "forbidden_libraries")
 
@@ -23,17 +22,16 @@ def _weights_only(observed) -> list:
 
 
 def locate(conv: Convention, results, tol) -> str:
-    """Where the first failing case is furthest off: row, column and head."""
+    """Where the first failing case's output is furthest off: row, column and head."""
     for probe, outcome in results:
-        expected = conv.expected_parts(probe.case)
         actual = outcome.parts.values.get("output")
-        wanted = expected.get("output")
+        wanted = conv.expected_parts(probe.case).get("output")
         if actual is None or wanted is None or actual.shape != wanted.shape:
             continue
-        gap = np.abs(np.nan_to_num(actual.astype(np.float64), nan=1e300) - wanted)
-        if gap.max() <= tol.atol + tol.rtol * np.abs(wanted).max():
+        largest = largest_difference(actual, wanted, probe_tolerance(probe, tol))
+        if largest is None:
             continue
-        row, col = np.unravel_index(int(np.argmax(gap)), gap.shape)
+        (row, col), _ = largest
         heads = len(probe.case.heads)
         where = f"token {row}, feature {col}"
         if heads > 1 and probe.case.wo is None:

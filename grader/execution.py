@@ -28,6 +28,7 @@ from zmq.utils.monitor import recv_monitor_message
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
+from . import wire
 from .harness import MIME
 from .sandbox import Sandbox, grader_paths, run_id
 from .settings import Limits
@@ -280,8 +281,12 @@ class KernelSession:
         IPython's per-cell wrapping of the output streams, which would undo the output cap."""
         startup = os.path.join(self.workdir, ".ipython", "profile_default", "startup")
         os.makedirs(startup)
+        wire_source = resources.files("grader").joinpath("wire.py").read_text()
         with open(os.path.join(startup, "00-grader-harness.py"), "w") as f:
             f.write("import types as _t, sys as _s\n"
+                    f"_m = _t.ModuleType({wire.KERNEL_MODULE!r})\n"
+                    f"exec(compile({wire_source!r}, '<grader-wire>', 'exec'), _m.__dict__)\n"
+                    "_s.modules[_m.__name__] = _m\n"
                     f"_m = _t.ModuleType({HARNESS_MODULE!r})\n"
                     f"exec(compile({harness_source()!r}, '<grader-harness>', 'exec'), _m.__dict__)\n"
                     f"_s.modules[_m.__name__] = _m\n"

@@ -15,6 +15,10 @@ import numpy as np
 from grader.reference.mistakes import MISTAKES, REFERENCE, Mistake, Variant, combined, mistaken_attention
 
 from .conventions import CONVENTIONS, Convention
+from .returns import Tolerance, same
+
+# A returned value this close to one of the function's arguments is that argument.
+ARGUMENT_TOLERANCE = Tolerance()
 
 
 @dataclass(frozen=True)
@@ -102,20 +106,6 @@ class Predictions:
         return self._cache[key]
 
 
-def same(actual, expected, rtol: float, atol: float) -> bool:
-    """Equal within tolerance, with NaN and inf required in the same places."""
-    if isinstance(expected, list):
-        return isinstance(actual, list) and len(actual) == len(expected) and all(
-            same(a, e, rtol, atol) for a, e in zip(actual, expected))
-    if not isinstance(actual, np.ndarray) or actual.shape != expected.shape:
-        return False
-    actual, expected = actual.astype(np.float64), expected.astype(np.float64)
-    finite = np.isfinite(expected)
-    if not np.array_equal(np.isfinite(actual), finite):
-        return False
-    return bool(np.allclose(actual[finite], expected[finite], rtol=rtol, atol=atol))
-
-
 def agrees(conv: Convention, explanation: Explanation, observed, predictions: Predictions) -> bool:
     """The explanation predicts every part returned, on every case. `observed` holds
     (case, returned parts, tolerance) for each call."""
@@ -124,7 +114,7 @@ def agrees(conv: Convention, explanation: Explanation, observed, predictions: Pr
         wanted = predictions.parts(conv, explanation, case)
         for part, value in values.items():
             if part in wanted:
-                if not same(value, wanted[part], tol.rtol, tol.atol):
+                if not same(value, wanted[part], tol):
                     return False
                 compared = True
     return compared
@@ -136,7 +126,7 @@ def differs_from_reference(conv: Convention, explanation: Explanation, observed,
     for case, values, tol in observed:
         wanted = predictions.parts(conv, explanation, case)
         reference = predictions.parts(conv, CORRECT, case)
-        if any(part in wanted and not same(wanted[part], reference[part], tol.rtol, tol.atol) for part in values):
+        if any(part in wanted and not same(wanted[part], reference[part], tol) for part in values):
             return True
     return False
 
@@ -162,7 +152,7 @@ def trivial(value, arguments: list) -> str | None:
         if a.ndim == 2 and a.shape[1] > 1 and np.all(np.ptp(a, axis=1) <= scale):
             return "uniform along each row"
         for arg in arguments:
-            if isinstance(arg, np.ndarray) and arg.ndim == a.ndim and (
-                    arg.shape == a.shape and np.allclose(arg, a) or arg.T.shape == a.shape and np.allclose(arg.T, a)):
+            if isinstance(arg, np.ndarray) and arg.ndim == a.ndim and (same(arg, a, ARGUMENT_TOLERANCE)
+                                                                       or same(arg.T, a, ARGUMENT_TOLERANCE)):
                 return "one of its own arguments, unchanged"
     return None

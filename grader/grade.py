@@ -2,48 +2,23 @@
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 import time
 from pathlib import Path
 
-import numpy as np
-
-from . import answers, payloads, static_scan
+from . import answers, payloads, static_scan, wire
 from .checks import CHECKS, Context, Outcome, Probe, Verdict, evidence_probes
 from .diagnosis import diagnose
 from .execution import HARNESS, KernelSession, default_kernel_manager, executed_notebook
 from .loader import code_cells, load_submission
 from .result import CheckResult, ErrorRecord, GradeResult
 from .sandbox import ENFORCES_POLICY
-from .returns import BadValue, canonical_parts, decode_array
+from .returns import canonical_parts
 from .spec import Assignment, FunctionSpec, metadata_assignment
 
 
 
 # Importing these from a submission is flagged: the grader and its reference are off limits.
-GRADER_MODULES = ("grader", "reference", "_attention_grader_harness")
-
-
-def _encode_argument(value, variant: str) -> dict:
-    if isinstance(value, (int, np.integer)):
-        return {"int": int(value)}
-    buffer = io.BytesIO()
-    np.save(buffer, value, allow_pickle=False)
-    layout = {"fortran": "F", "strided": "strided"}.get(variant, "C") if value.ndim == 2 else "C"
-    return {"npy": base64.b64encode(buffer.getvalue()).decode("ascii"), "layout": layout}
-
-
-def variant_arguments(args: list, variant: str) -> list:
-    def convert(a):
-        if not isinstance(a, np.ndarray):
-            return a
-        if variant == "float32" and a.dtype.kind == "f":
-            return a.astype(np.float32)
-        if variant == "int" and a.dtype.kind == "f" and np.array_equal(a, np.round(a)):
-            return a.astype(np.int64)
-        return a
-    return [convert(a) for a in args]
+GRADER_MODULES = ("grader", "reference", "_attention_grader_harness", wire.KERNEL_MODULE)
 
 
 class FunctionProber:
@@ -62,7 +37,7 @@ class FunctionProber:
         return self.cache[probe.key]
 
     async def _run(self, probe: Probe) -> Outcome:
-        args = variant_arguments(self.fn.convention.call_arguments(probe.case), probe.variant)
+        args = probe.arguments(self.fn.convention)
         if self.timed_out:
             return Outcome("timeout", error=f"not made: an earlier call of this function ({self.timed_out}) did not "
                                             f"finish within {self.call_timeout:g} s", sent=args)
@@ -71,7 +46,7 @@ class FunctionProber:
             return Outcome("timeout", error="not made: the time for calling this submission's functions "
                                             "was used up", sent=args)
         request = {"names": self.fn.names, "params": list(self.fn.params),
-                   "args": [_encode_argument(a, probe.variant) for a in args],
+                   "args": [wire.encode_argument(a, probe.variant.layout) for a in args],
                    "return_inputs": probe.return_inputs}
         payload, error = await self.session.run_code(f"{HARNESS}.call({request!r})", min(self.call_timeout, remaining))
         if payload is None:
@@ -99,8 +74,8 @@ class FunctionProber:
             inputs_after = []
             for item in payload["inputs_after"]:
                 try:
-                    inputs_after.append(decode_array(item) if item.get("kind") == "array" else None)
-                except BadValue:
+                    inputs_after.append(wire.decode_array(item) if item.get("kind") == "array" else None)
+                except wire.BadValue:
                     inputs_after.append(None)
         return Outcome("ok", parts=canonical_parts(self.fn.convention, payload.get("value", {})), sent=args,
                        inputs_after=inputs_after)

@@ -1,32 +1,29 @@
 """Runs inside the student's kernel, never in the grader process.
 
-The grader sends this file's text to the kernel before the notebook runs. It knows nothing of
-the reference, the expected values or the comparison: it decodes plain arrays, calls a
-student function, and publishes what came back as np.save bytes (allow_pickle=False) plus
-type names. Everything it publishes is re-validated by the grader, so a student who tampers
-with it can only break their own probes.
+The grader sends this file's text to the kernel before the notebook runs, after the wire
+format's (grader/wire.py). It knows nothing of the reference, the expected values or the
+comparison: it decodes plain arrays, calls a student function, and publishes what came back
+in the wire format. Everything it publishes is re-validated by the grader, so a student who
+tampers with it can only break their own probes.
 """
-import base64
 import inspect
-import io
 import sys
 import time
 import traceback
 import types
 
-import numpy as np
 from IPython import get_ipython
 from IPython.display import publish_display_data
 
+try:
+    import _attention_grader_wire as wire   # in the kernel, loaded just before this file
+except ImportError:
+    from grader import wire   # in the grader, which imports this file for MIME
+
 MIME = "application/vnd.attention-grader+json"
-_save = np.save
-_load = np.load
-_array = np.array
-_ndarray = np.ndarray
 _publish = publish_display_data
 _FunctionType = types.FunctionType
 _IGNORED = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}
-_MAX_ITEMS = 64
 
 _defined = {}  # name -> (function object, data globals it read when its cell ran)
 
@@ -139,43 +136,6 @@ def _as_defined(name, fn):
     return clone
 
 
-def _decode(arg):
-    if "int" in arg:
-        return int(arg["int"])
-    value = _load(io.BytesIO(base64.b64decode(arg["npy"])), allow_pickle=False)
-    layout = arg.get("layout", "C")
-    if layout == "F":
-        return np.asfortranarray(value)
-    if layout == "strided" and value.ndim >= 1:
-        wide = np.zeros(value.shape[:-1] + (value.shape[-1] * 2,), dtype=value.dtype)
-        wide[..., ::2] = value
-        return wide[..., ::2]
-    return value
-
-
-def _npy(array):
-    buffer = io.BytesIO()
-    _save(buffer, array, allow_pickle=False)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _encode(value, depth=0):
-    type_name = type(value).__name__
-    if isinstance(value, (tuple, list)) and depth < 2:
-        return {"kind": "sequence", "type": type_name,
-                "items": [_encode(v, depth + 1) for v in list(value)[:_MAX_ITEMS]], "length": len(value)}
-    if value is None:
-        return {"kind": "none", "type": "NoneType"}
-    try:
-        array = _array(value, copy=True, subok=False)
-        if not isinstance(array, _ndarray) or array.dtype.kind not in "biufc":
-            return {"kind": "other", "type": type_name,
-                    "detail": f"not numeric (dtype {getattr(array, 'dtype', '?')})"}
-        return {"kind": "array", "type": type_name, "npy": _npy(array)}
-    except BaseException as exc:  # noqa: BLE001 - a hostile __array__ may raise anything
-        return {"kind": "other", "type": type_name, "detail": f"{type(exc).__name__}: {exc}"[:300]}
-
-
 def _error(exc):
     frames = traceback.extract_tb(exc.__traceback__)[1:]
     where = [f"line {f.lineno} in {f.name}: {f.line}" for f in frames[-3:] if f.filename.startswith("<ipython")
@@ -189,7 +149,7 @@ def call(request):
     if fn is None:
         _publish_result({"found": False})
         return
-    args = [_decode(a) for a in request["args"]]
+    args = [wire.decode_argument(a) for a in request["args"]]
     params = request["params"]
     fn = _as_defined(name, fn)
     by_keyword = False
@@ -209,9 +169,9 @@ def call(request):
         return
     elapsed = time.perf_counter() - started
     payload = {"found": True, "name": name, "by_keyword": by_keyword, "seconds": elapsed,
-               "value": _encode(value)}
+               "value": wire.encode_value(value)}
     if request.get("return_inputs"):
-        payload["inputs_after"] = [_encode(a) for a in args]
+        payload["inputs_after"] = [wire.encode_value(a) for a in args]
     _publish_result(payload)
 
 

@@ -3,12 +3,13 @@
 The harness in the kernel builds these replies, but the notebook can replace the harness,
 hook the grader's probe code or publish under the grader's MIME type, so a reply is only data
 of a known shape: anything else is that submission's problem (a malformed reply), never the
-grader's. Strings and lists are bounded; a value's arrays are decoded later by returns.py.
+grader's. Strings and lists are bounded; a value's arrays are decoded later (wire.decode_array).
 """
 from __future__ import annotations
 
+from .wire import MAX_DEPTH, MAX_ITEMS, VALUE_KINDS
+
 MAX_TEXT = 500
-MAX_ITEMS = 64
 MAX_GLOBALS = 50
 
 
@@ -52,9 +53,9 @@ def describe_reply(payload, expected: list[str]) -> dict:
 
 
 def encoded_value(value, depth: int = 0) -> dict:
-    """A returned value as the harness encodes it: an array, None, another object, or a
-    sequence of those (two levels at most)."""
-    if not isinstance(value, dict) or value.get("kind") not in ("array", "none", "other", "sequence"):
+    """A returned value as wire.encode_value encodes it: an array, None, another object, or a
+    sequence of those (MAX_DEPTH levels at most)."""
+    if not isinstance(value, dict) or value.get("kind") not in VALUE_KINDS:
         raise BadReply("a returned value is malformed")
     kind = value["kind"]
     clean = {"kind": kind, "type": _text(value.get("type", "?"), "a type name", 100)}
@@ -64,7 +65,7 @@ def encoded_value(value, depth: int = 0) -> dict:
         clean["detail"] = _text(value.get("detail", ""), "a detail", 300)
     elif kind == "sequence":
         items, length = value.get("items"), value.get("length")
-        if depth >= 2 or not isinstance(items, list) or len(items) > MAX_ITEMS or not isinstance(length, int):
+        if depth >= MAX_DEPTH or not isinstance(items, list) or len(items) > MAX_ITEMS or not isinstance(length, int):
             raise BadReply("a returned sequence is malformed")
         clean["items"] = [encoded_value(item, depth + 1) for item in items]
         clean["length"] = length

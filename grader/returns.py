@@ -1,43 +1,18 @@
 """Turn what a student function returned into checked, canonical arrays, and compare arrays.
 
-Everything here runs in the grader process on data the kernel sent as np.save bytes; nothing
-is unpickled and nothing the student built is trusted as an object.
+Everything here runs in the grader process on values the kernel sent in the wire format
+(grader/wire.py); nothing is unpickled and nothing the student built is trusted as an object.
 """
 from __future__ import annotations
 
-import base64
-import io
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .conventions import PART_WORDS, Convention
+from .wire import BadValue, decode_array
 
-MAX_ARRAY_BYTES = 4 * 2**20   # a 64-token attention matrix is 32 KiB
-NUMERIC_KINDS = "biuf"
 NOT_RETURNED = "was not returned"   # why a part is missing when nothing came back for it at all
-
-
-class BadValue(Exception):
-    """The kernel sent something that is not a plain numeric array."""
-
-
-def decode_array(encoded: dict) -> np.ndarray:
-    try:
-        raw = base64.b64decode(encoded["npy"], validate=True)
-    except (KeyError, TypeError, ValueError):
-        raise BadValue("unreadable array data") from None
-    if len(raw) > MAX_ARRAY_BYTES:
-        raise BadValue(f"array larger than {MAX_ARRAY_BYTES // 2**20} MiB")
-    try:
-        array = np.load(io.BytesIO(raw), allow_pickle=False)
-    except Exception as exc:  # noqa: BLE001 - any malformed payload is just a bad value
-        raise BadValue(f"unreadable array data ({type(exc).__name__})") from None
-    if type(array) is not np.ndarray or array.dtype.kind not in NUMERIC_KINDS + "c":
-        raise BadValue(f"not a real numeric array (dtype {array.dtype})")
-    if array.dtype.kind == "c":
-        raise BadValue("complex numbers")
-    return array
 
 
 def describe_value(encoded: dict) -> str:
@@ -155,12 +130,54 @@ class Tolerance:
         return Tolerance(self.rtol * factor, self.atol * factor)
 
 
+# The comparison rule, used by every check, the diagnosis and the non-answer rule alike. Two
+# values are the same when they have the same shape (per-head lists: as many arrays, each the
+# same) and, entry by entry, compared as float64:
+#   - where the expected value is finite, the actual one is finite and
+#     |actual - expected| <= atol + rtol * |expected|  (np.isclose's rule: relative to the expected value);
+#   - where the expected value is NaN, inf or -inf, the actual one is NaN, inf or -inf too.
+# Where values are not finite, only their places are compared, not which non-finite values they
+# are: when exp() overflows, whether inf or NaN follows depends on the order of the operations
+# after it, and a softmax without max-subtraction may be written in either order.
+
+def _excess(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> np.ndarray:
+    """How far each entry is outside its tolerance (<= 0: the same): inf where only one of the
+    two is finite, -inf where neither is."""
+    actual, expected = actual.astype(np.float64), expected.astype(np.float64)
+    finite_actual, finite_expected = np.isfinite(actual), np.isfinite(expected)
+    with np.errstate(invalid="ignore", over="ignore"):
+        excess = np.abs(actual - expected) - (tol.atol + tol.rtol * np.abs(expected))
+    return np.where(finite_actual & finite_expected, excess,
+                    np.where(finite_actual == finite_expected, -np.inf, np.inf))
+
+
+def same(actual, expected, tol: Tolerance) -> bool:
+    """Whether `actual` is the same as `expected` under the comparison rule above."""
+    if isinstance(expected, list):
+        return isinstance(actual, list) and len(actual) == len(expected) and all(
+            same(a, e, tol) for a, e in zip(actual, expected))
+    if not isinstance(actual, np.ndarray) or actual.shape != expected.shape:
+        return False
+    return not np.any(_excess(actual, expected, tol) > 0)
+
+
+def largest_difference(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> tuple[tuple, float] | None:
+    """Where two arrays of one shape differ most under the comparison rule: the index of the
+    entry furthest outside its tolerance (a value that is finite in one and not in the other
+    first) and |actual - expected| there; None when they are the same."""
+    excess = _excess(actual, expected, tol)
+    if not np.any(excess > 0):
+        return None
+    index = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), excess.shape))
+    return index, abs(float(actual[index]) - float(expected[index]))
+
+
 def _shape(shape, columns: bool) -> str:
     return "x".join(map(str, shape[::-1] if columns else shape))
 
 
 def compare(actual, expected, tol: Tolerance, columns: bool = False) -> str | None:
-    """None when equal within tolerance, else a sentence saying what differs."""
+    """None when the same under the comparison rule, else a sentence saying what differs."""
     if isinstance(expected, list):
         if not isinstance(actual, list):
             return "is not a list of per-head arrays"
@@ -176,17 +193,14 @@ def compare(actual, expected, tol: Tolerance, columns: bool = False) -> str | No
             return (f"is transposed: shape {_shape(actual.shape, columns)}, expected "
                     f"{_shape(expected.shape, columns)}")
         return f"has shape {_shape(actual.shape, columns)}, expected {_shape(expected.shape, columns)}"
-    actual = actual.astype(np.float64)
-    if not np.all(np.isfinite(actual)):
-        return "contains NaN or inf"
-    excess = np.abs(actual - expected) - (tol.atol + tol.rtol * np.abs(expected))
-    if np.all(excess <= 0):
+    largest = largest_difference(actual, expected, tol)
+    if largest is None:
         return None
+    index, difference = largest
+    if not np.isfinite(actual[index]):
+        return "contains NaN or inf"
     if actual.ndim == 2 and actual.shape[0] == actual.shape[1] and actual.shape[0] > 1 and \
-            np.allclose(actual.T, expected, rtol=tol.rtol, atol=tol.atol):
+            same(actual.T, expected, tol):
         return "is transposed"
-    index = np.unravel_index(int(np.argmax(excess)), excess.shape)
-    difference = float(np.abs(actual - expected)[index])
     shown = index[::-1] if columns and len(index) == 2 else index
-    return (f"differs from the reference: largest difference {difference:.3g} "
-            f"at index {tuple(int(i) for i in shown)}")
+    return f"differs from the reference: largest difference {difference:.3g} at index {shown}"

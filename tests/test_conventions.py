@@ -3,9 +3,10 @@ written here from the assignment sheets, give back the canonical reference."""
 import numpy as np
 import pytest
 
-from grader import cases
+from grader import cases, payloads
 from grader.conventions import CONVENTIONS
 from grader.returns import Tolerance, canonical_parts, compare
+from grader.wire import encode_value
 
 
 def _softmax(s, axis=-1):
@@ -55,24 +56,13 @@ IMPLEMENTATIONS = {
 }
 
 
-def _encode(value):
-    import base64
-    import io
-    if isinstance(value, (tuple, list)):
-        return {"kind": "sequence", "type": type(value).__name__, "items": [_encode(v) for v in value],
-                "length": len(value)}
-    buffer = io.BytesIO()
-    np.save(buffer, np.asarray(value), allow_pickle=False)
-    return {"kind": "array", "type": "ndarray", "npy": base64.b64encode(buffer.getvalue()).decode()}
-
-
 @pytest.mark.parametrize("name", sorted(CONVENTIONS))
 def test_convention_round_trip(name):
     conv = CONVENTIONS[name]
     assert set(IMPLEMENTATIONS) == set(CONVENTIONS)
     for case in cases.random_cases(conv, seed=7):
         returned = IMPLEMENTATIONS[name](*conv.call_arguments(case))
-        parts = canonical_parts(conv, _encode(returned))
+        parts = canonical_parts(conv, payloads.encoded_value(encode_value(returned)))
         assert not parts.problems
         for part, expected in conv.expected_parts(case).items():
             assert compare(parts.values[part], expected, Tolerance()) is None, (name, case.label, part)

@@ -9,11 +9,13 @@ import pytest
 from conftest import SAMPLES, FIXTURES, SUBMISSIONS, grade
 from grader import cases
 from grader.conventions import CONVENTIONS
-from grader.explain import Explanation, Predictions, applicable, explanations, same
+from grader.explain import Explanation, Predictions, applicable, explanations
 from grader.reference.attention import attention
 from grader.reference.mistakes import MISTAKES, Variant, mistaken_attention
+from grader.returns import Tolerance, same
 
 SEED = 20261122
+EXACT = Tolerance(1e-12, 1e-12)
 
 
 def mistake_parts(conv, mistake, case) -> dict:
@@ -21,7 +23,7 @@ def mistake_parts(conv, mistake, case) -> dict:
 
 
 def _differ(a: dict, b: dict) -> bool:
-    return any(not same(a[p], b[p], 1e-5, 1e-8) for p in a if p in b)
+    return any(not same(a[p], b[p], Tolerance()) for p in a if p in b)
 
 
 @pytest.mark.parametrize("name", sorted(CONVENTIONS))
@@ -133,9 +135,9 @@ def test_the_mistake_free_variant_is_the_reference(name):
     for case in cases.random_cases(conv, SEED) + [cases.base_case(conv, SEED)]:
         case = conv.prepare(case)
         mistaken, reference = mistaken_attention(case, Variant()), attention(case)
-        assert same(mistaken["output"], reference["output"], 1e-12, 1e-12)
+        assert same(mistaken["output"], reference["output"], EXACT)
         for a, b in zip(mistaken["heads"], reference["heads"]):
-            assert all(same(a[p], b[p], 1e-12, 1e-12) for p in ("q", "k", "v", "scores", "weights"))
+            assert all(same(a[p], b[p], EXACT) for p in ("q", "k", "v", "scores", "weights"))
 
 
 @pytest.mark.parametrize("name", sorted(CONVENTIONS))

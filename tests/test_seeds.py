@@ -12,7 +12,6 @@ import pytest
 
 from conftest import FIXTURES, SUBMISSIONS, run_grader
 from grader.checks import CHECKS, Context, evidence_probes
-from grader.grade import variant_arguments
 from grader.returns import Tolerance
 from grader.settings import PUBLIC_SEED
 from grader.spec import load_assignment
@@ -54,7 +53,7 @@ def lookup_notebook(path, seed: int) -> None:
     for fn in load_assignment("rows").functions:
         probes = [p for kind in fn.points for p in CHECKS[kind].probes(fn, ctx)] + evidence_probes(fn, ctx)
         for probe in probes:
-            args = variant_arguments(fn.convention.call_arguments(probe.case), probe.variant)
+            args = probe.arguments(fn.convention)
             parts = fn.convention.expected_parts(probe.case)
             many = fn.convention.heads == "many"
             weights = [w.tolist() for w in parts["weights_per_head"]] if many else parts["weights"].tolist()

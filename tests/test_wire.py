@@ -1,0 +1,208 @@
+"""The wire format, without a kernel: arguments arrive in every layout and dtype as they were
+sent, returned values come back as they were, and what must not be read is refused."""
+import ast
+import base64
+import io
+import pickle
+import sys
+import types
+from importlib import resources
+
+import numpy as np
+import pytest
+
+from grader import execution, payloads, wire
+from grader.wire import BadValue, Layout
+
+DTYPES = [np.float64, np.float32, np.int64, np.int32, np.uint8, np.bool_]
+CONTIGUOUS = {Layout.C: (True, False), Layout.FORTRAN: (False, True), Layout.STRIDED: (False, False)}
+
+
+def _sent(array, **save_options) -> dict:
+    buffer = io.BytesIO()
+    np.save(buffer, array, **save_options)
+    return {"kind": "array", "type": "ndarray", "npy": base64.b64encode(buffer.getvalue()).decode()}
+
+
+@pytest.mark.parametrize("layout", list(Layout))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_an_argument_arrives_with_its_values_dtype_and_layout(layout, dtype):
+    matrix = (np.arange(12).reshape(3, 4) % 5).astype(dtype)
+    encoded = wire.encode_argument(matrix, layout)
+    assert ast.literal_eval(repr(encoded)) == encoded   # the request reaches the kernel as a Python literal
+    received = wire.decode_argument(encoded)
+    assert received.dtype == matrix.dtype and received.shape == matrix.shape
+    np.testing.assert_array_equal(received, matrix)
+    assert (received.flags.c_contiguous, received.flags.f_contiguous) == CONTIGUOUS[layout]
+
+
+def test_layouts_are_those_of_a_matrix_and_ints_stay_ints():
+    for layout in Layout:
+        for array in (np.arange(4.0), np.ones((2, 3, 4))):
+            received = wire.decode_argument(wire.encode_argument(array, layout))
+            assert received.flags.c_contiguous
+            np.testing.assert_array_equal(received, array)
+    for number in (3, np.int64(3)):
+        received = wire.decode_argument(wire.encode_argument(number, Layout.FORTRAN))
+        assert received == 3 and type(received) is int
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_returned_array_comes_back_as_it_was(dtype):
+    value = (np.arange(6).reshape(2, 3) % 4).astype(dtype)
+    for returned in (value, np.asfortranarray(value), np.repeat(value, 2, axis=1)[:, ::2]):
+        encoded = payloads.encoded_value(wire.encode_value(returned))
+        decoded = wire.decode_array(encoded)
+        assert type(decoded) is np.ndarray and decoded.dtype == value.dtype
+        np.testing.assert_array_equal(decoded, value)
+
+
+def test_a_returned_subclass_or_scalar_comes_back_as_a_plain_array_with_its_type_name():
+    class Agreeable(np.ndarray):
+        def __eq__(self, other):
+            return True
+
+    encoded = wire.encode_value(np.zeros((2, 2)).view(Agreeable))
+    assert encoded["type"] == "Agreeable" and type(wire.decode_array(encoded)) is np.ndarray
+    encoded = wire.encode_value(2.5)
+    assert encoded["kind"] == "array" and wire.decode_array(encoded) == 2.5
+
+
+def test_sequences_nest_two_levels_and_are_cut_at_max_items():
+    encoded = wire.encode_value((np.ones(2), [np.zeros((2, 2))] * 3, None))
+    assert payloads.encoded_value(encoded) == encoded
+    assert (encoded["kind"], encoded["type"], encoded["length"]) == ("sequence", "tuple", 3)
+    heads = encoded["items"][1]
+    assert heads["kind"] == "sequence" and [i["kind"] for i in heads["items"]] == ["array"] * 3
+    assert encoded["items"][2] == {"kind": "none", "type": "NoneType"}
+    long = wire.encode_value(list(range(100)))
+    assert long["length"] == 100 and len(long["items"]) == wire.MAX_ITEMS
+    deep = wire.encode_value([[[1.0, 2.0]]])
+    innermost = deep["items"][0]["items"][0]
+    assert innermost["kind"] == "array" and wire.decode_array(innermost).tolist() == [1.0, 2.0]
+    assert payloads.encoded_value(deep) == deep
+
+
+def test_what_is_not_numeric_is_named_not_sent():
+    class Explosive:
+        def __array__(self, *args, **kwargs):
+            raise RuntimeError("no arrays for you")
+
+    assert wire.encode_value(Explosive()) == {"kind": "other", "type": "Explosive",
+                                              "detail": "RuntimeError: no arrays for you"}
+    for value in ("text", {"a": 1}, np.array([object()])):
+        encoded = wire.encode_value(value)
+        assert encoded["kind"] == "other" and "npy" not in encoded
+    with pytest.raises(BadValue, match="complex numbers"):
+        wire.decode_array(wire.encode_value(np.array([1j])))
+    with pytest.raises(BadValue, match="not a real numeric array"):
+        wire.decode_array(_sent(np.array(["text"])))
+
+
+def test_oversized_arrays_are_refused():
+    largest = np.zeros((wire.MAX_ARRAY_BYTES - 1024) // 8)
+    assert wire.decode_array(wire.encode_value(largest)).shape == largest.shape
+    for too_large in (np.zeros(wire.MAX_ARRAY_BYTES // 8 + 1), np.zeros(wire.MAX_ARRAY_BYTES, dtype=np.uint8)):
+        with pytest.raises(BadValue, match="larger than 4 MiB"):
+            wire.decode_array(wire.encode_value(too_large))
+        with pytest.raises(BadValue, match="larger than 4 MiB"):
+            wire.decode_argument(wire.encode_argument(too_large))
+
+
+def test_a_header_declaring_a_huge_array_is_refused_before_it_is_read():
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": "<f8", "fortran_order": False, "shape": (10**12,)})
+    buffer.write(np.zeros(2).tobytes())
+    with pytest.raises(BadValue, match="larger than 4 MiB"):
+        wire.decode_array({"npy": base64.b64encode(buffer.getvalue()).decode()})
+
+
+_UNPICKLED = []
+
+
+def _record_unpickling():
+    _UNPICKLED.append(True)
+
+
+class _Payload:
+    def __reduce__(self):
+        return _record_unpickling, ()
+
+
+def test_pickles_are_never_unpickled():
+    pickled = [
+        _sent(np.array([_Payload()], dtype=object), allow_pickle=True),   # an .npy of objects
+        {"npy": base64.b64encode(pickle.dumps(_Payload())).decode()},      # a bare pickle
+        {"npy": base64.b64encode(pickle.dumps(np.zeros(3))).decode()},
+    ]
+    npz = io.BytesIO()
+    np.savez(npz, a=np.zeros(3))
+    for encoded in [*pickled, {"npy": base64.b64encode(npz.getvalue()).decode()}]:
+        with pytest.raises(BadValue, match="unreadable array data"):
+            wire.decode_array(encoded)
+        with pytest.raises(BadValue):
+            wire.decode_argument(encoded)
+    assert not _UNPICKLED
+
+
+@pytest.mark.parametrize("npy", [None, 3, "not base64!", base64.b64encode(b"\x93NUMPY garbage").decode(), ""])
+def test_unreadable_data_is_a_bad_value(npy):
+    with pytest.raises(BadValue, match="unreadable array data"):
+        wire.decode_array({"npy": npy})
+    with pytest.raises(BadValue, match="unreadable array data"):
+        wire.decode_array({})
+
+
+def _kernel_copy(monkeypatch) -> types.ModuleType:
+    """The wire module as the kernel's startup file makes it: from its source, under its kernel name."""
+    module = types.ModuleType(wire.KERNEL_MODULE)
+    exec(compile(resources.files("grader").joinpath("wire.py").read_text(), "<grader-wire>", "exec"),
+         module.__dict__)
+    monkeypatch.setitem(sys.modules, wire.KERNEL_MODULE, module)
+    return module
+
+
+def test_the_harness_in_the_kernel_uses_the_wire_module_loaded_before_it(monkeypatch):
+    kernel_wire = _kernel_copy(monkeypatch)
+    harness = types.ModuleType(execution.HARNESS_MODULE)
+    exec(compile(execution.harness_source(), "<grader-harness>", "exec"), harness.__dict__)
+    assert harness.wire is kernel_wire
+
+
+def test_a_notebook_that_replaces_numpys_functions_still_gets_and_sends_arrays(monkeypatch):
+    kernel_wire = _kernel_copy(monkeypatch)
+    matrix = np.arange(6.0).reshape(2, 3)
+    request = wire.encode_argument(matrix, Layout.STRIDED)
+    with monkeypatch.context() as notebook:
+        for name in ("save", "load", "array", "asarray", "zeros", "asfortranarray"):
+            notebook.setattr(np, name, lambda *a, **k: None)
+        received = kernel_wire.decode_argument(request)
+        reply = kernel_wire.encode_value((received, [received.T]))
+    assert reply["items"][1]["items"][0]["kind"] == "array"
+    np.testing.assert_array_equal(wire.decode_array(reply["items"][0]), matrix)
+    np.testing.assert_array_equal(wire.decode_array(reply["items"][1]["items"][0]), matrix.T)
+
+
+def test_each_probe_variant_arrives_as_its_label_says():
+    from grader import cases
+    from grader.checks import Probe, Variant
+    from grader.conventions import CONVENTIONS
+
+    conv = CONVENTIONS["rows_single"]
+    arrives = {Variant.PLAIN: ("float64", (True, False)), Variant.FORTRAN: ("float64", (False, True)),
+               Variant.STRIDED: ("float64", (False, False)), Variant.FLOAT32: ("float32", (True, False)),
+               Variant.INT: ("int64", (True, False))}
+    assert set(arrives) == set(Variant)
+    for variant, (dtype, contiguous) in arrives.items():
+        case = cases.integer_case(conv, 5) if variant is Variant.INT else cases.base_case(conv, 5)
+        probe = Probe(case, variant)
+        assert probe.label == case.label + variant.words and (variant is Variant.PLAIN) == (variant.words == "")
+        sent = probe.arguments(conv)
+        assert np.dtype(dtype) in {a.dtype for a in sent}   # the integer case has whole tokens only
+        for array in sent:
+            received = wire.decode_argument(wire.encode_argument(array, variant.layout))
+            assert received.dtype == array.dtype and received.dtype in (np.float64, np.dtype(dtype))
+            assert (received.flags.c_contiguous, received.flags.f_contiguous) == contiguous
+            np.testing.assert_allclose(received, array)
+    not_whole = Variant.INT.convert(np.array([0.5, 1.0]))
+    assert not_whole.dtype == np.float64   # an integer dtype would change the case
