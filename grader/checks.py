@@ -24,7 +24,7 @@ FLOAT32_LOOSENING = 1e3
 HEATMAP_MAX_TOKENS = 12
 
 
-class Variant(Enum):
+class InputVariant(Enum):
     """How a probe's inputs differ from its case's float64 C-ordered arrays: the words its label
     adds, the memory layout its matrices are sent in, the dtype its float arrays are converted
     to, and the factor its tolerance is loosened by."""
@@ -52,7 +52,7 @@ class Variant(Enum):
 @dataclass(frozen=True)
 class Probe:
     case: Case
-    variant: Variant = Variant.PLAIN
+    variant: InputVariant = InputVariant.PLAIN
     return_inputs: bool = False
 
     @property
@@ -320,13 +320,13 @@ def _permutation(fn, ctx):
 
 
 def _layouts(fn, ctx):
-    return [_base(fn, ctx, variant=Variant.FORTRAN), _base(fn, ctx, variant=Variant.STRIDED)]
+    return [_base(fn, ctx, variant=InputVariant.FORTRAN), _base(fn, ctx, variant=InputVariant.STRIDED)]
 
 
 def _dtypes(fn, ctx):
-    probes = [_base(fn, ctx, variant=Variant.FLOAT32)]
+    probes = [_base(fn, ctx, variant=InputVariant.FLOAT32)]
     if fn.convention.int_inputs != "none":
-        probes.append(Probe(make.integer_case(fn.convention, ctx.seed), variant=Variant.INT))
+        probes.append(Probe(make.integer_case(fn.convention, ctx.seed), variant=InputVariant.INT))
     return probes
 
 

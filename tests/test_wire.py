@@ -185,18 +185,18 @@ def test_a_notebook_that_replaces_numpys_functions_still_gets_and_sends_arrays(m
 
 def test_each_probe_variant_arrives_as_its_label_says():
     from grader import cases
-    from grader.checks import Probe, Variant
+    from grader.checks import InputVariant, Probe
     from grader.conventions import CONVENTIONS
 
     conv = CONVENTIONS["rows_single"]
-    arrives = {Variant.PLAIN: ("float64", (True, False)), Variant.FORTRAN: ("float64", (False, True)),
-               Variant.STRIDED: ("float64", (False, False)), Variant.FLOAT32: ("float32", (True, False)),
-               Variant.INT: ("int64", (True, False))}
-    assert set(arrives) == set(Variant)
+    arrives = {InputVariant.PLAIN: ("float64", (True, False)), InputVariant.FORTRAN: ("float64", (False, True)),
+               InputVariant.STRIDED: ("float64", (False, False)), InputVariant.FLOAT32: ("float32", (True, False)),
+               InputVariant.INT: ("int64", (True, False))}
+    assert set(arrives) == set(InputVariant)
     for variant, (dtype, contiguous) in arrives.items():
-        case = cases.integer_case(conv, 5) if variant is Variant.INT else cases.base_case(conv, 5)
+        case = cases.integer_case(conv, 5) if variant is InputVariant.INT else cases.base_case(conv, 5)
         probe = Probe(case, variant)
-        assert probe.label == case.label + variant.words and (variant is Variant.PLAIN) == (variant.words == "")
+        assert probe.label == case.label + variant.words and (variant is InputVariant.PLAIN) == (variant.words == "")
         sent = probe.arguments(conv)
         assert np.dtype(dtype) in {a.dtype for a in sent}   # the integer case has whole tokens only
         for array in sent:
@@ -204,5 +204,5 @@ def test_each_probe_variant_arrives_as_its_label_says():
             assert received.dtype == array.dtype and received.dtype in (np.float64, np.dtype(dtype))
             assert (received.flags.c_contiguous, received.flags.f_contiguous) == contiguous
             np.testing.assert_allclose(received, array)
-    not_whole = Variant.INT.convert(np.array([0.5, 1.0]))
+    not_whole = InputVariant.INT.convert(np.array([0.5, 1.0]))
     assert not_whole.dtype == np.float64   # an integer dtype would change the case
