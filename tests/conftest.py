@@ -49,15 +49,21 @@ def grade(path: Path, assignment: str, _fresh=None, **overrides):
     return _graded[key]
 
 
-def grade_many(request, requests: list[tuple], workers: int = 2) -> None:
+def grade_many(requests: list[tuple], workers: int = 2) -> None:
     """Grade (path, assignment, settings) requests into the cache, two at a time: each kernel
-    is a process of its own, so the machine's two cores both work, as in `grader grade`.
-    For a module-scoped fixture (`request`), which runs before its first test's own set-up."""
+    is a process of its own, so the machine's two cores both work, as in `grader grade`."""
     from concurrent.futures import ThreadPoolExecutor
-    _current["slow"] = request.node.get_closest_marker("slow") is not None
-    expect_slow()
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(lambda r: grade(r[0], r[1], **r[2]), requests))
+
+
+@pytest.fixture(scope="session")
+def golden_graded():
+    """Every notebook with a golden verdict, graded once for the whole run. Only slow tests
+    request it; it runs before their own set-up, so it says so itself."""
+    from golden import load
+    _current["slow"] = True
+    grade_many([(ROOT / e["path"], e["assignment"], e.get("settings", {})) for e in load()])
 
 
 @pytest.fixture

@@ -65,7 +65,7 @@ def test_overflow_shows_only_on_large_scores(name):
     (SAMPLES / "sdpa_sheet_004.ipynb", "sdpa"),
     (SAMPLES / "two_head_sheet_002.ipynb", "two-head"),
 ])
-def test_correct_submissions_get_no_diagnosis(path, assignment):
+def test_correct_submissions_get_no_diagnosis(path, assignment, golden_graded):
     result = grade(path, assignment)
     diagnosed = {c.name: c.diagnosis for c in result.checks if c.diagnosis and c.kind != "numerical_stability"}
     assert diagnosed == {}
@@ -93,7 +93,7 @@ TITLES = {m.id: m.title for m in MISTAKES}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fixture, mistake", sorted(EXPECTED.items()))
-def test_each_mistake_is_named_on_its_fixture(fixture, mistake):
+def test_each_mistake_is_named_on_its_fixture(fixture, mistake, golden_graded):
     nb = FIXTURES / fixture
     assignment = "columns" if "projection" in fixture or "biases" in fixture else "rows"
     result = grade(nb, assignment)
@@ -114,7 +114,7 @@ def test_each_mistake_is_named_on_its_fixture(fixture, mistake):
     ("tests/fixtures/mistake_combined_wrongly.ipynb", "weights right but combined wrongly with V"),
     ("tests/fixtures/samples/columns_sheet_003.ipynb", "attention matrix transposed before it is applied to V"),
 ])
-def test_other_diagnoses(fixture, words):
+def test_other_diagnoses(fixture, words, golden_graded):
     root = Path(__file__).resolve().parent.parent
     assignment = "columns" if "columns" in fixture else "rows"
     result = grade(root / fixture, assignment)

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, grade, grade_many, sandbox_processes
+from conftest import ROOT, grade, sandbox_processes
 from golden import load
 
 pytestmark = pytest.mark.slow
@@ -11,13 +11,8 @@ pytestmark = pytest.mark.slow
 ENTRIES = load()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def graded_two_at_a_time(request):
-    grade_many(request, [(ROOT / e["path"], e["assignment"], e.get("settings", {})) for e in ENTRIES])
-
-
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e["path"].split("/")[-1] for e in ENTRIES])
-def test_golden_verdict(entry):
+def test_golden_verdict(entry, golden_graded):
     result = grade(ROOT / entry["path"], entry["assignment"], **entry.get("settings", {}))
     checks = {c.name: c for c in result.checks}
     assert result.status == entry["status"]
