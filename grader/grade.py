@@ -8,9 +8,11 @@ from pathlib import Path
 from . import answers, payloads, static_scan, wire
 from .checks import CHECKS, Context, Outcome, Probe, Verdict, evidence_probes
 from .diagnosis import diagnose
-from .execution import HARNESS, KernelSession, default_kernel_manager, executed_notebook
+from .kernel import HARNESS, Kernel
+from .kernel_client import default_kernel_manager
 from .loader import code_cells, load_submission
 from .result import CheckResult, ErrorRecord, GradeResult
+from .runner import executed_notebook
 from .sandbox import ENFORCES_POLICY
 from .returns import canonical_parts
 from .spec import Assignment, FunctionSpec, metadata_assignment
@@ -24,7 +26,7 @@ GRADER_MODULES = ("grader", "reference", "_attention_grader_harness", wire.KERNE
 class FunctionProber:
     """Runs one function's probes in the kernel, each once, and turns replies into Outcomes."""
 
-    def __init__(self, session: KernelSession, fn: FunctionSpec, call_timeout: float, deadline: float):
+    def __init__(self, session: Kernel, fn: FunctionSpec, call_timeout: float, deadline: float):
         self.session, self.fn, self.call_timeout = session, fn, call_timeout
         self.deadline = deadline   # time.monotonic() past which no call is made, for the whole submission
         self.cache: dict[tuple, Outcome] = {}

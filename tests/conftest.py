@@ -25,11 +25,11 @@ def _kernels_only_in_slow_tests(request, monkeypatch):
     `pytest -m "not slow"` is the quick subset it claims to be: elsewhere, doing so fails."""
     _current["slow"] = request.node.get_closest_marker("slow") is not None
     if not _current["slow"]:
-        from grader.execution import KernelSession
+        from grader.kernel import Kernel
 
         async def refuse(self):
             pytest.fail("this test starts a Jupyter kernel: mark it @pytest.mark.slow")
-        monkeypatch.setattr(KernelSession, "__aenter__", refuse)
+        monkeypatch.setattr(Kernel, "__aenter__", refuse)
 
 
 def expect_slow() -> None:

@@ -7,7 +7,8 @@ import textwrap
 import pytest
 
 from conftest import FIXTURES, grade
-from grader.execution import CellError, remaining_statements
+from grader.execution import CellError
+from grader.runner import remaining_statements
 
 pytestmark = pytest.mark.slow
 
@@ -103,14 +104,14 @@ def test_a_kernel_whose_harness_fails_to_start_leaves_nothing_behind(monkeypatch
     import pytest
 
     from conftest import TEST_SETTINGS, sandbox_processes
-    from grader import execution
+    from grader import kernel
     from grader.sandbox import run_id
 
     before = set(glob.glob(f"/tmp/grader-kernel-{run_id()}-*"))
-    monkeypatch.setattr(execution, "harness_source", lambda: "raise RuntimeError('harness broken on purpose')")
+    monkeypatch.setattr(kernel, "harness_source", lambda: "raise RuntimeError('harness broken on purpose')")
 
     async def start():
-        async with execution.KernelSession(TEST_SETTINGS):
+        async with kernel.Kernel(TEST_SETTINGS):
             pass
     with pytest.raises(RuntimeError, match="could not start the grading harness"):
         asyncio.run(start())

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 from grader import sandbox
-from grader.execution import kernel_environment
+from grader.kernel import kernel_environment
 from grader.settings import Settings
 
 pytestmark = pytest.mark.sandbox

@@ -11,7 +11,7 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from grader import execution, payloads, wire
+from grader import kernel, payloads, wire
 from grader.wire import BadValue, Layout
 
 DTYPES = [np.float64, np.float32, np.int64, np.int32, np.uint8, np.bool_]
@@ -164,8 +164,8 @@ def _kernel_copy(monkeypatch) -> types.ModuleType:
 
 def test_the_harness_in_the_kernel_uses_the_wire_module_loaded_before_it(monkeypatch):
     kernel_wire = _kernel_copy(monkeypatch)
-    harness = types.ModuleType(execution.HARNESS_MODULE)
-    exec(compile(execution.harness_source(), "<grader-harness>", "exec"), harness.__dict__)
+    harness = types.ModuleType(kernel.HARNESS_MODULE)
+    exec(compile(kernel.harness_source(), "<grader-harness>", "exec"), harness.__dict__)
     assert harness.wire is kernel_wire
 
 
