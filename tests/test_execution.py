@@ -7,21 +7,8 @@ import textwrap
 import pytest
 
 from conftest import FIXTURES, grade
-from grader.execution import CellError
-from grader.runner import remaining_statements
 
 pytestmark = pytest.mark.slow
-
-
-def test_rest_of_a_cell_runs_after_a_failing_statement():
-    source = "x = 1\nfloat(object())\ny = 2\ndef f():\n    return y\n"
-    error = CellError(0, "error", "TypeError", "", "Cell In[3], line 2\n----> 2 float(object())")
-    assert remaining_statements(source, error) == "y = 2\ndef f():\n    return y"
-
-
-def test_rest_of_a_cell_is_not_rerun_without_definitions_after_the_error():
-    error = CellError(0, "error", "TypeError", "", "Cell In[3], line 1")
-    assert remaining_statements("float(object())\nprint(1)\n", error) is None
 
 
 def test_huge_output_does_not_grow_the_grader(tmp_path):

@@ -1,0 +1,268 @@
+"""Running a notebook, without a Jupyter kernel: cell order, timeouts and the deadline, the
+rest-of-cell rescue and restarts, against a scripted kernel and a clock that only moves
+when a cell "runs"."""
+import asyncio
+from dataclasses import dataclass
+
+import nbformat
+import pytest
+
+from grader.execution import CellError
+from grader.runner import MAX_RESTARTS, NotebookRunner, remaining_statements, run_with_restarts
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Step:
+    """What running one source does in the scripted kernel."""
+    seconds: float = 1.0
+    error: tuple = ()         # CellError arguments after `cell`; a fresh error each run
+    dies: bool = False        # the kernel is lost during it
+    lost: bool = False
+
+
+def raises(ename="NameError", line=1, seconds=1.0) -> Step:
+    return Step(seconds, ("error", ename, f"{ename} raised", f"Cell In[7], line {line}\n----> {line} ..."))
+
+
+def dies(seconds=1.0) -> Step:
+    return Step(seconds, ("kernel_died", "KernelDied", "the Python process running the notebook died"), dies=True,
+                lost=True)
+
+
+class FakeKernel:
+    """Runs nothing: each source does what `script` says (by default, takes a second and
+    succeeds), and every call is recorded as (source, timeout)."""
+
+    def __init__(self, clock: Clock, script: dict, leftover: int = 0, background: int = 0, alive: bool = True):
+        self.clock, self.script = clock, script
+        self.leftover, self.background = leftover, background
+        self.alive = alive
+        self.output_bytes = 0
+        self.leftover_processes = 0
+        self.ran: list[tuple[str, float]] = []
+        self.entered = self.exited = False
+        self.background_asked = False
+
+    async def __aenter__(self):
+        self.entered = True
+        return self
+
+    async def __aexit__(self, *exc):
+        self.exited = True
+        self.alive = False
+        self.leftover_processes = self.leftover
+
+    async def run_cell(self, source: str, timeout: float):
+        assert self.alive, "a cell was sent to a kernel that is not running"
+        self.ran.append((source, timeout))
+        step = self.script.get(source, Step())
+        self.clock.now += step.seconds
+        self.output_bytes += len(source)
+        if step.dies:
+            self.alive = False
+        return CellError(-1, *step.error, kernel_lost=step.lost) if step.error else None
+
+    async def stop_background(self) -> int:
+        self.background_asked = True
+        return self.background
+
+    @property
+    def sources(self) -> list[str]:
+        return [source for source, _ in self.ran]
+
+
+def notebook(*cells) -> nbformat.NotebookNode:
+    """Strings are code cells; ("md", text) is a markdown cell, ("tag", source) a code cell
+    tagged skip-execution."""
+    made = []
+    for cell in cells:
+        if isinstance(cell, str):
+            made.append(nbformat.v4.new_code_cell(cell))
+        elif cell[0] == "md":
+            made.append(nbformat.v4.new_markdown_cell(cell[1]))
+        else:
+            made.append(nbformat.v4.new_code_cell(cell[1], metadata={"tags": ["skip-execution"]}))
+    return nbformat.v4.new_notebook(cells=made)
+
+
+def run(nb, script=None, cell_timeout=30.0, notebook_timeout=300.0, skip=frozenset(), **kernel):
+    clock = Clock()
+    fake = FakeKernel(clock, script or {}, **kernel)
+    log = asyncio.run(NotebookRunner(fake, cell_timeout, notebook_timeout, clock).run(nb, skip))
+    return fake, log
+
+
+def test_code_cells_run_in_order_and_the_others_are_not_sent():
+    nb = notebook("a = 1", ("md", "# title"), "   \n", ("tag", "skipped = True"), "b = 2", "c = 3")
+    fake, log = run(nb, skip={5}, background=2)
+    assert fake.sources == ["a = 1", "b = 2"]
+    assert log.errors == []
+    assert log.kernel_alive and fake.background_asked and log.background_stopped == 2
+    assert log.seconds == 2.0
+    assert log.output_bytes == len("a = 1") + len("b = 2")
+
+
+def test_each_cell_gets_the_cell_timeout_or_what_is_left_of_the_notebooks():
+    nb = notebook("slow", "next", "last")
+    fake, log = run(nb, {"slow": Step(seconds=42.0), "next": Step(seconds=5.0)}, cell_timeout=30.0,
+                    notebook_timeout=50.0)
+    assert fake.ran == [("slow", 30.0), ("next", 8.0), ("last", 3.0)]
+    assert log.errors == []
+
+
+def test_a_used_up_deadline_is_recorded_once_at_the_first_cell_not_run():
+    nb = notebook("first", ("md", "text"), "second", "third")
+    fake, log = run(nb, {"first": Step(seconds=60.0)}, notebook_timeout=60.0)
+    assert fake.sources == ["first"]
+    (error,) = log.errors
+    assert (error.cell, error.kind, error.source) == (2, "deadline", "second")
+    assert "60 s were used up" in error.evalue
+    assert log.kernel_alive
+
+
+def test_an_error_is_recorded_with_its_cell_and_the_notebook_goes_on():
+    nb = notebook("ok", "boom", "after")
+    fake, log = run(nb, {"boom": raises("ZeroDivisionError")})
+    assert fake.sources == ["ok", "boom", "after"]
+    (error,) = log.errors
+    assert (error.cell, error.kind, error.ename, error.source) == (1, "error", "ZeroDivisionError", "boom")
+    assert "rest of the cell" not in error.evalue
+
+
+def test_the_rest_of_a_cell_runs_when_definitions_follow_the_failing_statement():
+    cell = "x = 1\nfloat(object())\ny = 2\ndef f():\n    return y\n"
+    rest = "y = 2\ndef f():\n    return y"
+    nb = notebook(cell, "after")
+    fake, log = run(nb, {cell: raises("TypeError", line=2)})
+    assert fake.sources == [cell, rest, "after"]
+    (error,) = log.errors
+    assert (error.cell, error.source) == (0, cell)
+    assert error.evalue.endswith("(the rest of the cell was run after the failing statement)")
+
+
+def test_the_rest_is_not_run_without_definitions_after_the_error_nor_after_a_timeout():
+    plain = "float(object())\nprint(1)\n"
+    slow = "while True: pass\ndef f(): pass\n"
+    timeout = Step(30.0, ("timeout", "Timeout", "the cell ran longer than 30 s and was interrupted",
+                          "Cell In[7], line 1"))
+    fake, log = run(notebook(plain, slow), {plain: raises(line=1), slow: timeout})
+    assert fake.sources == [plain, slow]
+    assert [e.kind for e in log.errors] == ["error", "timeout"]
+    assert not any("rest of the cell" in e.evalue for e in log.errors)
+
+
+def test_the_rest_of_a_cell_is_not_run_once_the_deadline_has_passed():
+    cell = "boom()\ndef f(): pass\n"
+    fake, log = run(notebook(cell, "after"), {cell: raises(line=1, seconds=60.0)}, notebook_timeout=60.0)
+    assert fake.sources == [cell]
+    assert [e.kind for e in log.errors] == ["error", "deadline"]
+    assert "rest of the cell" not in log.errors[0].evalue
+
+
+def test_a_rest_that_fails_again_is_rescued_again():
+    cell = "a()\ndef f(): pass\nb()\ndef g(): pass\n"
+    first_rest = "def f(): pass\nb()\ndef g(): pass"
+    fake, log = run(notebook(cell), {cell: raises(line=1), first_rest: raises("ValueError", line=2)})
+    assert fake.sources == [cell, first_rest, "def g(): pass"]
+    assert [(e.cell, e.ename, e.source) for e in log.errors] == [(0, "NameError", cell), (0, "ValueError", cell)]
+
+
+def test_a_lost_kernel_stops_the_run_without_a_deadline_error():
+    fake, log = run(notebook("fine", "fatal", "never", "nor this"), {"fatal": dies()})
+    assert fake.sources == ["fine", "fatal"]
+    (error,) = log.errors
+    assert (error.cell, error.kind, error.kernel_lost) == (1, "kernel_died", True)
+    assert not log.kernel_alive
+    assert not fake.background_asked, "no kernel left to stop processes in"
+
+
+def test_a_kernel_that_is_not_running_runs_nothing():
+    fake, log = run(notebook("a", "b"), alive=False)
+    assert fake.ran == [] and log.errors == [] and not log.kernel_alive
+
+
+def graded(nb, scripts: list[dict], notebook_timeout=300.0, cell_timeout=30.0, leftovers=()):
+    """Run with restarts; the n-th kernel started follows scripts[n]. Returns (kernels, the
+    kernel yielded, the log as seen once the context has exited)."""
+    clock = Clock()
+    kernels = []
+
+    def start_kernel():
+        n = len(kernels)
+        kernels.append(FakeKernel(clock, scripts[n], leftover=leftovers[n] if leftovers else 0))
+        return kernels[-1]
+
+    async def go():
+        async with run_with_restarts(nb, cell_timeout, notebook_timeout, start_kernel, clock) as (kernel, log):
+            assert not kernel.exited, "the kernel is yielded running, for probing"
+            yielded = kernel
+        return yielded, log
+    yielded, log = asyncio.run(go())
+    assert all(k.entered and k.exited for k in kernels)
+    return kernels, yielded, log
+
+
+def test_a_cell_that_loses_the_kernel_is_skipped_in_a_new_kernel():
+    nb = notebook("setup", "fatal", "def f(): pass")
+    script = {"fatal": dies(), "setup": raises("Warning")}
+    kernels, yielded, log = graded(nb, [script, script], leftovers=(3, 4))
+    assert [k.sources for k in kernels] == [["setup", "fatal"], ["setup", "def f(): pass"]]
+    assert yielded is kernels[1]
+    # The errors of every attempt, in order; the first one's survive its kernel.
+    assert [(e.cell, e.kind) for e in log.errors] == [(0, "error"), (1, "kernel_died"), (0, "error")]
+    assert log.errors[1].evalue.endswith("; the notebook was run again in a new kernel without this cell")
+    assert log.kernel_alive
+    assert log.leftover_processes == 7
+
+
+def test_at_most_max_restarts_new_kernels():
+    cells = [f"fatal_{n}" for n in range(MAX_RESTARTS + 2)]
+    script = {source: dies() for source in cells}
+    kernels, yielded, log = graded(notebook(*cells), [script] * (MAX_RESTARTS + 1))
+    assert len(kernels) == MAX_RESTARTS + 1
+    assert [k.sources for k in kernels] == [cells[n:n + 1] for n in range(MAX_RESTARTS + 1)]
+    assert [e.cell for e in log.errors] == list(range(MAX_RESTARTS + 1))
+    assert all("run again" in e.evalue for e in log.errors[:-1])
+    assert "run again" not in log.errors[-1].evalue
+    assert not log.kernel_alive and yielded is kernels[-1]
+
+
+def test_a_new_kernel_gets_only_what_is_left_of_the_notebooks_time():
+    nb = notebook("slow", "fatal", "later")
+    first = {"slow": Step(seconds=30.0), "fatal": dies(seconds=20.0)}
+    kernels, _, log = graded(nb, [first, {}], notebook_timeout=80.0, cell_timeout=60.0)
+    assert kernels[1].ran == [("slow", 30.0), ("later", 29.0)]
+    assert log.seconds == 52.0
+    assert [e.kind for e in log.errors] == ["kernel_died"]
+
+
+def test_no_new_kernel_once_the_notebooks_time_is_used_up():
+    nb = notebook("fatal", "later")
+    kernels, _, log = graded(nb, [{"fatal": dies(seconds=90.0)}], notebook_timeout=90.0)
+    assert len(kernels) == 1
+    (error,) = log.errors
+    assert error.kind == "kernel_died" and "run again" not in error.evalue
+
+
+@pytest.mark.parametrize("source, line, rest", [
+    ("x = 1\nfloat(object())\ny = 2\ndef f():\n    return y\n", 2, "y = 2\ndef f():\n    return y"),
+    ("float(object())\nprint(1)\n", 1, None),
+    ("import numpy as np\nnp.zeros(-1)\nimport math\n", 2, "import math"),
+    ("def f(:\n", 1, None),
+])
+def test_remaining_statements(source, line, rest):
+    error = CellError(0, "error", "TypeError", "", f"Cell In[3], line {line}\n----> {line} ...")
+    assert remaining_statements(source, error) == rest
+
+
+def test_remaining_statements_needs_the_failing_line():
+    error = CellError(0, "error", "TypeError", "", "no line in this traceback")
+    assert remaining_statements("boom()\ndef f(): pass\n", error) is None
