@@ -106,6 +106,33 @@ def test_a_kernel_whose_harness_fails_to_start_leaves_nothing_behind(monkeypatch
     assert set(glob.glob(f"/tmp/grader-kernel-{run_id()}-*")) <= before
 
 
+def test_a_kernel_that_cannot_be_launched_leaves_nothing_behind():
+    """Making the kernel manager fails after the sandbox has its folder, mount and cgroups:
+    they go all the same, and the failure reaches the caller."""
+    import asyncio
+    import glob
+    import os
+
+    from conftest import TEST_SETTINGS, sandbox_processes
+    from grader import kernel
+    from grader.sandbox import run_id
+
+    def no_manager(workdir, sandbox):
+        raise OSError("no kernel manager on purpose")
+    before = set(glob.glob(f"/tmp/grader-kernel-{run_id()}-*"))
+    broken = kernel.Kernel(TEST_SETTINGS, no_manager)
+
+    async def start():
+        async with broken:
+            pass
+    with pytest.raises(OSError, match="on purpose"):
+        asyncio.run(start())
+    assert not os.path.exists(broken.workdir)
+    assert not any(d.exists() for d in (broken.sandbox.cgroup.dirs.values() if broken.sandbox.cgroup else ()))
+    assert set(glob.glob(f"/tmp/grader-kernel-{run_id()}-*")) <= before
+    assert sandbox_processes() == []
+
+
 def test_calls_stop_when_the_submissions_probing_time_is_used_up(tmp_path):
     """Each call is slow but correct and within its own timeout; once the submission's probing
     time is spent, the remaining calls are not made and their checks say so."""
