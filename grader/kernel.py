@@ -52,9 +52,10 @@ def harness_source() -> str:
 
 
 class Kernel:
-    """One kernel in a fresh temporary folder, for one submission: `async with Kernel(...)`
-    starts it (or raises RuntimeError, having removed whatever the start left), and leaving
-    the block stops it and counts in `leftover_processes` what had to be killed."""
+    """One kernel in a fresh temporary folder, for one submission. `async with Kernel(...)`
+    starts it, or raises having removed whatever the start got to (RuntimeError, in one line,
+    when the kernel or the harness did not start); leaving the block stops it and counts in
+    `leftover_processes` what had to be killed."""
 
     def __init__(self, limits: Limits, kernel_manager_factory=default_kernel_manager, forbidden: tuple[str, ...] = (),
                  hidden_files: tuple[str, ...] = ()):
