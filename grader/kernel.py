@@ -10,6 +10,7 @@ interrupt); an error the code raises under one of those names is an ordinary err
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import re
 import shutil
@@ -99,6 +100,9 @@ class Kernel:
         try:
             await setup.__aenter__()
         except Exception as exc:  # noqa: BLE001 - whatever stopped the start, it is reported in one line
+            # nbclient registers its exit hook before the start and removes it only when its
+            # context exits, which a failed start never does: the hook would fail at exit.
+            atexit.unregister(self.client._cleanup_kernel)
             raise RuntimeError(f"the kernel did not start ({exc}): {self._kernel_log_tail()}") from None
         self._setup = setup
         self.alive = True
