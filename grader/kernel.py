@@ -1,7 +1,7 @@
 """One submission's kernel: started in its own sandboxed folder with the grading harness
 loaded, given one piece of code at a time, and stopped with everything it left behind.
 
-Whatever goes wrong while a piece of code runs comes back as a CellError, never as an
+Whatever goes wrong while a piece of code runs comes back as a ErrorRecord, never as an
 exception: the code raised, ran past its timeout and was interrupted, ignored the interrupt,
 ran out of memory, killed the kernel, or sent more than the grader reads. Only what the
 grader itself saw decides which (the kernel's process died, or it did not answer after the
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import math
 import os
 import re
 import shutil
@@ -22,7 +23,7 @@ import nbformat
 from nbclient.exceptions import DeadKernelError
 
 from . import wire
-from .execution import CellError
+from .result import ErrorRecord
 from .harness import MIME
 from .kernel_client import MAX_MESSAGE_BYTES, CappedClient, default_kernel_manager
 from .sandbox import Sandbox, grader_paths, run_id
@@ -93,7 +94,9 @@ class Kernel:
         self.km = self.kernel_manager_factory(self.workdir, self.sandbox)
         self.client = CappedClient(nbformat.v4.new_notebook(), km=self.km, kernel_name="python3", allow_errors=True,
                                    interrupt_on_timeout=True, iopub_timeout=2, shutdown_kernel="immediate",
-                                   startup_timeout=self.limits.startup_timeout, on_cell_executed=self._remember_reply)
+                                   # nbclient takes whole seconds only
+                                   startup_timeout=math.ceil(self.limits.startup_timeout),
+                                   on_cell_executed=self._remember_reply)
         setup = self.client.async_setup_kernel(
             cwd=self.workdir, env=self.sandbox.environment(kernel_environment(self.workdir)),
             preexec_fn=self.sandbox.preexec, stdout=subprocess.DEVNULL, stderr=self.kernel_log)
@@ -160,14 +163,14 @@ class Kernel:
     def isolation(self) -> dict:
         return self.sandbox.report()
 
-    async def run_cell(self, source: str, timeout: float) -> CellError | None:
+    async def run_cell(self, source: str, timeout: float) -> ErrorRecord | None:
         """Run a notebook cell's code (in the kernel's history, as Jupyter would); returns
         what went wrong, with `cell` -1: the caller knows which cell it was."""
         error, _ = await self._execute(source, timeout, probe=False)
         return error
 
     async def run_code(self, code: str, timeout: float):
-        """Run grader code in the kernel; returns (last harness payload or None, CellError or None)."""
+        """Run grader code in the kernel; returns (last harness payload or None, ErrorRecord or None)."""
         error, payload = await self._execute(code, timeout, probe=True)
         return payload, error
 
@@ -224,49 +227,50 @@ class Kernel:
             pass
 
     async def _execute(self, source: str, timeout: float, probe: bool):
-        """Run one piece of code; returns (CellError or None, last harness payload or None).
+        """Run one piece of code; returns (ErrorRecord or None, last harness payload or None).
         A payload that arrived before the kernel died or hung is still returned."""
         if not self.alive:
-            return CellError(-1, "kernel_died", "KernelDied", "the kernel is no longer running"), None
+            return ErrorRecord(-1, "kernel_died", "KernelDied", "the kernel is no longer running"), None
         cell = nbformat.v4.new_code_cell(source)
         error = await self._run(cell, timeout, probe)
         payloads = [o["data"][MIME] for o in cell.outputs
                     if o.get("output_type") == "display_data" and MIME in o.get("data", {})]
         return error, (payloads[-1] if payloads else None)
 
-    async def _run(self, cell, timeout: float, probe: bool) -> CellError | None:
+    async def _run(self, cell, timeout: float, probe: bool) -> ErrorRecord | None:
         grace = self.limits.interrupt_grace
         try:
             reply = await self._send(cell, timeout, timeout + grace, history=not probe, probe=probe)
         except asyncio.TimeoutError:
             await self._kill()
-            return CellError(-1, "unresponsive", "Unresponsive",
+            return ErrorRecord(-1, "unresponsive", "Unresponsive",
                              f"still running {grace:g} s after an interrupt; the kernel was stopped", kernel_lost=True)
         except DeadKernelError:
             self.alive = False
             if self.sandbox.memory_exceeded():
-                return CellError(-1, "memory", "MemoryLimit", self._memory_message("the kernel was stopped"),
+                return ErrorRecord(-1, "memory", "MemoryLimit", self._memory_message("the kernel was stopped"),
                                  kernel_lost=True)
-            return CellError(-1, "kernel_died", "KernelDied",
+            return ErrorRecord(-1, "kernel_died", "KernelDied",
                              "the Python process running the notebook died (os._exit, a crash, a segfault "
                              "or the CPU time limit)", kernel_lost=True)
         if self.client.kc.output_lost():
             await self._kill()
-            return CellError(-1, "output_flood", "OutputLimit",
+            return ErrorRecord(-1, "output_flood", "OutputLimit",
                              f"the notebook sent a message larger than {MAX_MESSAGE_BYTES // 2**20} MiB; "
                              "the grader does not read such messages and stopped the kernel", kernel_lost=True)
         if self._timed_out(reply):
             if not await self._settles(grace):
                 await self._kill()
-                return CellError(-1, "unresponsive", "Unresponsive",
+                return ErrorRecord(-1, "unresponsive", "Unresponsive",
                                  f"the cell ran longer than {timeout:.0f} s and was still running {grace:g} s "
                                  "after its interrupt; the kernel was stopped", kernel_lost=True)
-            return CellError(-1, "timeout", "Timeout", f"the cell ran longer than {timeout:.0f} s and was interrupted")
+            return ErrorRecord(-1, "timeout", "Timeout",
+                               f"the cell ran longer than {timeout:.0f} s and was interrupted")
         for out in cell.outputs:
             if out.get("output_type") == "error" and out.get("ename") == "MemoryError":
-                return CellError(-1, "memory", "MemoryError", self._memory_message("the cell raised MemoryError"),
+                return ErrorRecord(-1, "memory", "MemoryError", self._memory_message("the cell raised MemoryError"),
                                  clean_traceback(out.get("traceback", [])))
             if out.get("output_type") == "error":
-                return CellError(-1, "error", out.get("ename", ""), str(out.get("evalue", ""))[:1000],
+                return ErrorRecord(-1, "error", out.get("ename", ""), str(out.get("evalue", ""))[:1000],
                                  clean_traceback(out.get("traceback", [])))
         return None

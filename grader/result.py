@@ -16,7 +16,9 @@ NOT_GRADED = ("unreadable", "grader_error")
 class ErrorRecord:
     """Something that went wrong while running or grading a notebook, as a result stores it."""
     cell: int            # index of the cell in the notebook, -1 for the grader's own code
-    kind: str            # error | timeout | memory | kernel_died | deadline | ... | unreadable | grader_error
+    # error | timeout | unresponsive | memory | kernel_died | output_flood | deadline (a cell's);
+    # bad_reply (the kernel's answer to the grader); unreadable | grader_error (not graded)
+    kind: str
     ename: str
     evalue: str
     traceback: str = ""

@@ -16,7 +16,8 @@ from typing import Callable, Protocol
 
 import nbformat
 
-from .execution import CellError, ExecutionLog
+from .execution import ExecutionLog
+from .result import ErrorRecord
 from .kernel import Kernel
 from .kernel_client import default_kernel_manager
 from .settings import Limits
@@ -40,14 +41,14 @@ class NotebookKernel(Protocol):
 
     async def __aexit__(self, *exc) -> None: ...
 
-    async def run_cell(self, source: str, timeout: float) -> CellError | None:
+    async def run_cell(self, source: str, timeout: float) -> ErrorRecord | None:
         """What went wrong running `source` (its `cell` is filled in by the runner), or None."""
 
     async def stop_background(self) -> int:
         """Stop the processes the notebook left running; returns how many."""
 
 
-def remaining_statements(source: str, error: CellError) -> str | None:
+def remaining_statements(source: str, error: ErrorRecord) -> str | None:
     """The cell's source after the top-level statement that raised, or None."""
     match = CELL_LINE.search(error.traceback)
     if not match:
@@ -89,7 +90,7 @@ class NotebookRunner:
             if not self.kernel.alive:
                 break
             if deadline - self.clock() <= 0:
-                self.log.errors.append(CellError(index, "deadline", "Deadline",
+                self.log.errors.append(ErrorRecord(index, "deadline", "Deadline",
                                                  f"the notebook's {self.notebook_timeout:.0f} s were used up; "
                                                  "this and later cells did not run", source=cell.source))
                 break
@@ -130,7 +131,8 @@ async def run_with_restarts(nb, cell_timeout: float, notebook_timeout: float,
     """Yield (kernel, log) after running the notebook in a kernel from `start_kernel`. A cell
     that loses the kernel is recorded, and the notebook runs again in a new kernel without it
     (at most MAX_RESTARTS times, within the same overall deadline), so one fatal cell does
-    not cost every function; the log holds every attempt's errors, in order. Once the context
+    not cost every function; the log holds the last attempt's errors and the cells that lost
+    the earlier kernels, in cell order. Once the context
     exits, log.leftover_processes counts what every attempt's kernel left running."""
     started = clock()
     skipped: set[int] = set()
@@ -146,7 +148,10 @@ async def run_with_restarts(nb, cell_timeout: float, notebook_timeout: float,
                 fatal[-1].evalue += "; the notebook was run again in a new kernel without this cell"
                 skipped.add(fatal[-1].cell)
             else:
-                log.errors = [e for old in earlier for e in old.errors] + log.errors
+                # Of the earlier attempts, only the cells that lost their kernels: every other
+                # error was met again in this attempt.
+                lost = [e for old in earlier for e in old.errors if e.kernel_lost and e.cell in skipped]
+                log.errors = sorted(lost + log.errors, key=lambda e: e.cell)
                 log.seconds = clock() - started
                 yield kernel, log
         log.leftover_processes += kernel.leftover_processes

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import nbformat
 import pytest
 
-from grader.execution import CellError
+from grader.result import ErrorRecord
 from grader.runner import MAX_RESTARTS, NotebookRunner, remaining_statements, run_with_restarts
 
 
@@ -23,7 +23,7 @@ class Clock:
 class Step:
     """What running one source does in the scripted kernel."""
     seconds: float = 1.0
-    error: tuple = ()         # CellError arguments after `cell`; a fresh error each run
+    error: tuple = ()         # ErrorRecord arguments after `cell`; a fresh error each run
     dies: bool = False        # the kernel is lost during it
     lost: bool = False
 
@@ -68,7 +68,7 @@ class FakeKernel:
         self.output_bytes += len(source)
         if step.dies:
             self.alive = False
-        return CellError(-1, *step.error, kernel_lost=step.lost) if step.error else None
+        return ErrorRecord(-1, *step.error, kernel_lost=step.lost) if step.error else None
 
     async def stop_background(self) -> int:
         self.background_asked = True
@@ -216,8 +216,9 @@ def test_a_cell_that_loses_the_kernel_is_skipped_in_a_new_kernel():
     kernels, yielded, log = graded(nb, [script, script], leftovers=(3, 4))
     assert [k.sources for k in kernels] == [["setup", "fatal"], ["setup", "def f(): pass"]]
     assert yielded is kernels[1]
-    # The errors of every attempt, in order; the first one's survive its kernel.
-    assert [(e.cell, e.kind) for e in log.errors] == [(0, "error"), (1, "kernel_died"), (0, "error")]
+    # Each error once, in cell order: the setup cell's from the last attempt, the fatal cell's
+    # from the first, whose kernel it lost.
+    assert [(e.cell, e.kind) for e in log.errors] == [(0, "error"), (1, "kernel_died")]
     assert log.errors[1].evalue.endswith("; the notebook was run again in a new kernel without this cell")
     assert log.kernel_alive
     assert log.leftover_processes == 7
@@ -259,10 +260,10 @@ def test_no_new_kernel_once_the_notebooks_time_is_used_up():
     ("def f(:\n", 1, None),
 ])
 def test_remaining_statements(source, line, rest):
-    error = CellError(0, "error", "TypeError", "", f"Cell In[3], line {line}\n----> {line} ...")
+    error = ErrorRecord(0, "error", "TypeError", "", f"Cell In[3], line {line}\n----> {line} ...")
     assert remaining_statements(source, error) == rest
 
 
 def test_remaining_statements_needs_the_failing_line():
-    error = CellError(0, "error", "TypeError", "", "no line in this traceback")
+    error = ErrorRecord(0, "error", "TypeError", "", "no line in this traceback")
     assert remaining_statements("boom()\ndef f(): pass\n", error) is None
