@@ -85,20 +85,10 @@ softmax = _namespace["softmax"]
 '''],
 }
 
-DEFAULT_ARGUMENT = '''
-def self_attention(X, Wq, Wk, Wv, _softmax=__import__("scipy.special", fromlist=["softmax"]).softmax):
-    Q, K, V = X @ Wq, X @ Wk, X @ Wv
-    weights = _softmax(Q @ K.T / np.sqrt(K.shape[1]), axis=1)
-    return weights @ V, weights
-
-def multi_head_attention(X, Wq, Wk, Wv, H, _self_attention=self_attention):
-    outputs, weights = [], []
-    for idx in np.split(np.arange(Wk.shape[1]), H):
-        out, w = _self_attention(X, Wq[:, idx], Wk[:, idx], Wv[:, idx])
-        outputs.append(out)
-        weights.append(w)
-    return np.concatenate(outputs, axis=1), weights
-'''
+# The library bound when the function is defined, under the name its body uses.
+DEFAULT_ARGUMENT = FUNCTIONS.replace(
+    "def self_attention(X, Wq, Wk, Wv):",
+    'def self_attention(X, Wq, Wk, Wv, softmax=__import__("scipy.special", fromlist=["softmax"]).softmax):')
 
 
 def notebook(cells: list[str]) -> nbformat.NotebookNode:
