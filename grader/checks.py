@@ -251,7 +251,8 @@ def judge_permutation(fn, ctx: Context, results) -> Verdict:
             if part not in o.parts.values:
                 return _missing_part(p, o.parts, part)
     for part, value in base.parts.values.items():
-        problem = compare(permuted.parts.values[part], _permute(value, order, TOKEN_AXES[part]), ctx.tolerance)
+        problem = compare(permuted.parts.values[part], _permute(value, order, TOKEN_AXES[part]), ctx.tolerance,
+                          against="the original order's result, permuted")
         if problem:
             return Verdict("failed", f"Permuting the tokens (order {order.tolist()}) should permute the "
                                      f"{PART_WORDS[part]} the same way, but the result {problem}.")

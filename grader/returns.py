@@ -176,15 +176,16 @@ def _shape(shape, columns: bool) -> str:
     return "x".join(map(str, shape[::-1] if columns else shape))
 
 
-def compare(actual, expected, tol: Tolerance, columns: bool = False) -> str | None:
-    """None when the same under the comparison rule, else a sentence saying what differs."""
+def compare(actual, expected, tol: Tolerance, columns: bool = False, against: str = "the reference") -> str | None:
+    """None when the same under the comparison rule, else a sentence saying what differs from
+    `against`, what the expected values are."""
     if isinstance(expected, list):
         if not isinstance(actual, list):
             return "is not a list of per-head arrays"
         if len(actual) != len(expected):
             return f"has {len(actual)} heads, expected {len(expected)}"
         for i, (a, e) in enumerate(zip(actual, expected)):
-            problem = compare(a, e, tol)
+            problem = compare(a, e, tol, against=against)
             if problem:
                 return f"of head {i + 1} {problem}"
         return None
@@ -203,4 +204,4 @@ def compare(actual, expected, tol: Tolerance, columns: bool = False) -> str | No
             same(actual.T, expected, tol):
         return "is transposed"
     shown = index[::-1] if columns and len(index) == 2 else index
-    return f"differs from the reference: largest difference {difference:.3g} at index {shown}"
+    return f"differs from {against}: largest difference {difference:.3g} at index {shown}"

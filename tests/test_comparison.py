@@ -77,3 +77,9 @@ def test_what_compare_says():
     assert compare(wrong, expected, TOL) == "contains NaN or inf"
     square = np.arange(9.0).reshape(3, 3)
     assert compare(square.T, square, TOL) == "is transposed"
+
+
+def test_a_comparison_names_what_it_compares_against():
+    wrong, expected = np.array([[1.0, 2.0], [3.5, 4.0]]), np.array([[1.0, 2.0], [3.0, 4.0]])
+    assert compare(wrong, expected, TOL, against="the original order's result, permuted") == \
+        "differs from the original order's result, permuted: largest difference 0.5 at index (1, 0)"
