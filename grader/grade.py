@@ -8,7 +8,7 @@ from pathlib import Path
 from . import answers, payloads, static_scan, wire
 from .checks import CHECKS, Context, Outcome, Probe, Verdict, evidence_probes
 from .diagnosis import diagnose
-from .kernel import HARNESS, Kernel
+from .kernel import HARNESS, HARNESS_MODULE, Kernel
 from .kernel_client import default_kernel_manager
 from .loader import code_cells, load_submission
 from .result import CheckResult, ErrorRecord, GradeResult
@@ -20,7 +20,7 @@ from .spec import Assignment, FunctionSpec, metadata_assignment
 
 
 # Importing these from a submission is flagged: the grader and its reference are off limits.
-GRADER_MODULES = ("grader", "reference", "_attention_grader_harness", wire.KERNEL_MODULE)
+GRADER_MODULES = ("grader", "reference", HARNESS_MODULE, wire.KERNEL_MODULE)
 
 
 class FunctionProber:
@@ -89,10 +89,15 @@ def _status(verdict: str, points: float) -> str:
     return "info" if verdict == "failed" and not points else verdict
 
 
-def _not_implemented(fn: FunctionSpec, why: str) -> list[CheckResult]:
-    return [CheckResult(f"{fn.name}.{kind}", fn.name, kind, CHECKS[kind].title, _status("failed", points), 0.0,
-                        points, f"Not implemented: {why}.", hidden=kind in fn.hidden)
+def _unrun_checks(fn: FunctionSpec, status_for, message: str) -> list[CheckResult]:
+    """Every check of `fn` at 0 points without being run, `status_for(points)` its status."""
+    return [CheckResult(f"{fn.name}.{kind}", fn.name, kind, CHECKS[kind].title, status_for(points), 0.0,
+                        points, message, hidden=kind in fn.hidden)
             for kind, points in fn.points.items()]
+
+
+def _not_implemented(fn: FunctionSpec, why: str) -> list[CheckResult]:
+    return _unrun_checks(fn, lambda points: _status("failed", points), f"Not implemented: {why}.")
 
 
 def not_graded(submission: str, assignment: Assignment | str, seed: int, kind: str, ename: str,
@@ -106,9 +111,8 @@ def not_graded(submission: str, assignment: Assignment | str, seed: int, kind: s
     result = GradeResult(submission=submission, assignment=name, seed=seed, status="error")
     result.errors.append(ErrorRecord(-1, kind, ename, why[:2000]).to_json())
     functions = assignment.functions if isinstance(assignment, Assignment) else ()
-    result.checks = [CheckResult(f"{fn.name}.{check}", fn.name, check, CHECKS[check].title, "error", 0.0, points,
-                                 f"Not graded: {first_line}", hidden=check in fn.hidden)
-                     for fn in functions for check, points in fn.points.items()]
+    message = f"Not graded: {first_line}"
+    result.checks = [c for fn in functions for c in _unrun_checks(fn, lambda points: "error", message)]
     result.total()
     return result
 

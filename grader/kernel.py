@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import math
 import os
 import re
@@ -49,8 +50,14 @@ def kernel_environment(workdir: str) -> dict:
     return env
 
 
+@functools.lru_cache(maxsize=None)
+def module_source(name: str) -> str:
+    """A grader module's source, as the kernel is sent it; read once per grading run."""
+    return resources.files("grader").joinpath(name).read_text()
+
+
 def harness_source() -> str:
-    return resources.files("grader").joinpath("harness.py").read_text()
+    return module_source("harness.py")
 
 
 class Kernel:
@@ -123,7 +130,7 @@ class Kernel:
         IPython's per-cell wrapping of the output streams, which would undo the output cap."""
         startup = os.path.join(self.workdir, ".ipython", "profile_default", "startup")
         os.makedirs(startup)
-        wire_source = resources.files("grader").joinpath("wire.py").read_text()
+        wire_source = module_source("wire.py")
         with open(os.path.join(startup, "00-grader-harness.py"), "w") as f:
             f.write("import types as _t, sys as _s\n"
                     f"_m = _t.ModuleType({wire.KERNEL_MODULE!r})\n"

@@ -16,12 +16,12 @@ import resource
 import shutil
 import signal
 import site
-from importlib.machinery import all_suffixes
 import subprocess
 import sys
 import time
 import uuid
 from importlib import resources
+from importlib.machinery import all_suffixes
 from pathlib import Path
 
 from .watchdog import Watchdog
@@ -245,6 +245,12 @@ def interpreter_paths() -> list[str]:
 def library_paths(module: str) -> list[str]:
     """Where the kernel's interpreter would find `module` (a package folder or a module file,
     in any folder of its search path), found without importing anything."""
+    return list(_library_paths(module))
+
+
+@functools.lru_cache(maxsize=None)
+def _library_paths(module: str) -> tuple[str, ...]:
+    # Looked up once per grading run, not for every kernel: the installation does not change.
     parts = module.split(".")
     found = set()
     for entry in sys.path:
@@ -253,7 +259,7 @@ def library_paths(module: str) -> list[str]:
         base = os.path.join(entry, *parts)
         candidates = [base] + [base + suffix for suffix in all_suffixes()]
         found |= {os.path.realpath(c) for c in candidates if os.path.exists(c)}
-    return sorted(found)
+    return tuple(sorted(found))
 
 
 def reachable_by_others(path: str) -> bool:

@@ -73,7 +73,7 @@ class Root:
         source = source or path
         fd = self.sources.get(source)
         if fd is None:
-            return False
+            return
         target = self.at(path)
         if os.path.isdir(f"/proc/self/fd/{fd}"):
             os.makedirs(target, mode=0o755, exist_ok=True)
@@ -87,7 +87,6 @@ class Root:
             mount(None, target, None, flags)
         else:
             mount(None, target, None, flags | MS_NODEV)
-        return True
 
     def link(self, path):
         target = self.at(path)
@@ -101,16 +100,12 @@ class Root:
         if not os.path.lexists(target):
             return
         stub = self.at(f"{STUBS}/{index}")
-        os.makedirs(stub, mode=0o755)
-        code = f"raise ImportError({message!r})\n"
-        with open(os.path.join(stub, "__init__.py"), "w") as f:
-            f.write(code)
-        if os.path.isdir(target):
-            mount(stub, target, None, MS_BIND)
-        else:
-            with open(stub + ".py", "w") as f:
-                f.write(code)
-            mount(stub + ".py", target, None, MS_BIND)
+        is_package = os.path.isdir(target)
+        os.makedirs(stub if is_package else os.path.dirname(stub), mode=0o755, exist_ok=True)
+        code_file = os.path.join(stub, "__init__.py") if is_package else stub + ".py"
+        with open(code_file, "w") as f:
+            f.write(f"raise ImportError({message!r})\n")
+        mount(stub if is_package else code_file, target, None, MS_BIND)
 
     def enter(self, workdir):
         """Make the new root read-only and the process's root; the old one is detached."""
