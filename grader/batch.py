@@ -284,6 +284,10 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
         else:
             todo.append((s, key))
     progress = Progress(len(todo), stream)
+    if todo and not scheduler and settings.sandbox and settings.fork_server and os.geteuid() == 0:
+        # One fork server for the whole batch: started before the workers, which share it.
+        from .forked_kernels import server
+        server()
     if todo:
         for s, key, data in graded(todo, spec, explicit_for, output, workers, scheduler, settings.connect_timeout):
             row = rows[s.folder] = output.keep(s, data, key)

@@ -5,7 +5,12 @@ its first error and the harness's last payload are kept.
 """
 from __future__ import annotations
 
+import math
 import os
+import socket
+import time
+import uuid
+from queue import Empty
 
 import nbformat
 import zmq
@@ -16,6 +21,8 @@ from jupyter_client.session import Session
 from nbclient import NotebookClient
 from zmq.utils.monitor import recv_monitor_message
 
+from . import forked_kernels
+from .forked_kernels import ForkedProvisioner
 from .harness import MIME
 from .sandbox import Sandbox
 
@@ -32,13 +39,21 @@ KEPT_MESSAGES = frozenset({"status", "execute_input", "stream", "display_data", 
 
 
 class SandboxedKernelManager(AsyncKernelManager):
-    """Starts the kernel through the sandbox's launcher."""
+    """Starts the kernel through the sandbox's launcher, or forks it from the fork server."""
 
     sandbox: Sandbox | None = None
+    fork_connection: socket.socket | None = None   # to the fork server, when the kernel is forked
 
     def format_kernel_cmd(self, extra_arguments=None):
         command = super().format_kernel_cmd(extra_arguments)
-        return self.sandbox.wrap(command, self.connection_file) if self.sandbox else command
+        forked = self.fork_connection is not None
+        return self.sandbox.wrap(command, self.connection_file) if self.sandbox and not forked else command
+
+    async def _async_pre_start_kernel(self, **kw):
+        if self.fork_connection is not None and self.provisioner is None:
+            self.kernel_id = self.kernel_id or str(uuid.uuid4())
+            self.provisioner = ForkedProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
+        return await super()._async_pre_start_kernel(**kw)
 
 
 class BoundedKernelClient(AsyncKernelClient):
@@ -54,7 +69,34 @@ class BoundedKernelClient(AsyncKernelClient):
         context = zmq.asyncio.Context()
         context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         context.setsockopt(zmq.RCVHWM, MAX_QUEUED_MESSAGES)
+        # The grader connects before the kernel has bound its sockets; ZMQ retries every
+        # 100 ms by default, which a kernel ready in 0.1 s would spend waiting.
+        context.setsockopt(zmq.RECONNECT_IVL, 10)
         return context
+
+    async def wait_for_ready(self, timeout: float | None = None) -> None:
+        """jupyter_client's wait for a new kernel, less its last step, which waits until the
+        output channel has been quiet for 0.2 s to drop the start's own status messages:
+        nbclient ignores them anyway, reading only the replies to its own requests."""
+        deadline = time.monotonic() + (timeout if timeout is not None else math.inf)
+        while True:
+            self.kernel_info()
+            try:
+                reply = await self.shell_channel.get_msg(timeout=1)
+            except Empty:
+                reply = None
+            if reply is not None and reply["msg_type"] == "kernel_info_reply":
+                try:
+                    await self.iopub_channel.get_msg(timeout=0.2)   # the output channel is connected
+                except Empty:
+                    pass
+                else:
+                    self._handle_kernel_info_reply(reply)
+                    return
+            if not await self._async_is_alive():
+                raise RuntimeError("Kernel died before replying to kernel_info")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Kernel didn't respond in {timeout:g} seconds")
 
     def connect_iopub(self, identity=None):
         socket = super().connect_iopub(identity=identity)
@@ -79,12 +121,14 @@ class BoundedKernelClient(AsyncKernelClient):
 
 
 def default_kernel_manager(workdir: str, sandbox: Sandbox | None = None) -> AsyncKernelManager:
-    """The one seam for kernel launching: a pre-warmed kernel can be handed in instead.
-    Unix sockets rather than TCP: the kernel needs no network port, and they work across
-    the sandbox's network namespace."""
+    """The one seam for kernel launching. Unix sockets rather than TCP: the kernel needs no
+    network port, and they work across the sandbox's network namespace. The kernel is forked
+    from the warm parent where it gets the same sandbox there (forked_kernels)."""
     km = SandboxedKernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(workdir, ".kernel"),
                                 connection_file=os.path.join(workdir, ".kernel.json"))
     km.sandbox = sandbox
+    if sandbox is not None:
+        km.fork_connection = forked_kernels.choose(sandbox)
     km.session = TolerantSession(parent=km, key=km.session.key)
     km.client_factory = BoundedKernelClient
     return km

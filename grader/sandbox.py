@@ -293,6 +293,7 @@ class Sandbox:
 
     def __init__(self, limits, workdir: str, hidden: list[str] = (), forbidden: tuple[str, ...] = ()):
         self.enabled = limits.sandbox
+        self.fork_wanted = limits.fork_server
         self.memory_bytes = int(limits.memory_limit * 2**20)
         self.max_processes = limits.max_processes
         self.cpu_seconds = max(1, int(limits.cpu_limit))
@@ -308,6 +309,8 @@ class Sandbox:
         self.cgroup: Cgroup | None = None
         self.folder_mounted = False
         self.watchdog: Watchdog | None = None
+        # How the kernel was started: "forked" from the warm parent, or "fresh", and why.
+        self.kernel_start = ("fresh", "")
         self.namespaces = self.enabled and namespaces_available()
         self.ids = unprivileged_ids() if self.enabled else None
         if self.ids and not self.namespaces and not all(map(reachable_by_others, interpreter_paths())):
@@ -358,16 +361,41 @@ class Sandbox:
     def environment(self, env: dict) -> dict:
         return {**env, MARKER: self.marker}
 
+    def launcher_policy(self, connection_file: str | None) -> dict:
+        """What the launcher (sandbox_launcher.py) builds the kernel's process and filesystem from."""
+        return {"workdir": self.workdir, "hide": self.hidden, "expose": interpreter_paths(),
+                "forbidden": {m: library_paths(m) for m in self.forbidden},
+                "mount": self.namespaces, "connection_file": connection_file,
+                "uid": self.ids[0] if self.ids else None, "gid": self.ids[1] if self.ids else None}
+
     def wrap(self, command: list[str], connection_file: str) -> list[str]:
         if not self.enabled or not (self.namespaces or self.ids):
             return command
-        policy = {"workdir": self.workdir, "hide": self.hidden, "expose": interpreter_paths(),
-                  "forbidden": {m: library_paths(m) for m in self.forbidden},
-                  "mount": self.namespaces, "connection_file": connection_file,
-                  "uid": self.ids[0] if self.ids else None, "gid": self.ids[1] if self.ids else None}
         launcher = str(resources.files("grader").joinpath("sandbox_launcher.py"))
         prefix = list(UNSHARE) + ["--"] if self.namespaces else []
-        return [*prefix, sys.executable, "-I", "-S", launcher, json.dumps(policy), *command]
+        return [*prefix, sys.executable, "-I", "-S", launcher, json.dumps(self.launcher_policy(connection_file)),
+                *command]
+
+    def why_not_forked(self) -> str | None:
+        """Why a kernel forked from the warm parent would not get this sandbox, or None. The
+        forked kernel is found by its cgroup alone: its /proc environment is the parent's,
+        without this sandbox's marker."""
+        if not self.fork_wanted:
+            return "--no-fork-server"
+        if not self.enabled:
+            return "the sandbox is off"
+        if not (self.namespaces and self.ids):
+            return "namespaces and an unprivileged user are needed"
+        if not (self.cgroup and self.cgroup.dirs):
+            return "a cgroup is needed to follow the kernel's processes"
+        return None
+
+    def fork_request(self, connection_file: str, env: dict) -> dict:
+        """What the fork server needs to put a kernel into this sandbox: what preexec() and
+        the launcher do for a fresh kernel."""
+        return {"policy": self.launcher_policy(connection_file), "rlimits": self.rlimits(),
+                "cgroups": sorted(str(d) for d in set(self.cgroup.dirs.values())) if self.cgroup else [],
+                "env": env, "cwd": self.workdir, "connection_file": connection_file}
 
     @staticmethod
     def die_with_parent() -> None:
@@ -377,18 +405,22 @@ class Sandbox:
         except (OSError, AttributeError):
             pass
 
+    def rlimits(self) -> list[tuple[int, int]]:
+        """The kernel's resource limits, inherited by everything it starts."""
+        limits = [(resource.RLIMIT_AS, self.memory_bytes + ADDRESS_SPACE_HEADROOM),
+                  (resource.RLIMIT_CPU, self.cpu_seconds), (resource.RLIMIT_CORE, 0),
+                  (resource.RLIMIT_FSIZE, 256 * 2**20)]
+        if self.ids and not (self.cgroup and "pids" in self.cgroup.dirs):
+            limits.append((resource.RLIMIT_NPROC, self.max_processes))
+        return limits
+
     def preexec(self) -> None:
         """In the launched process, before exec: limits, inherited by everything it starts;
         and death with the grader, so a killed grader leaves no kernel behind."""
         if not self.enabled:
             return
         self.die_with_parent()
-        limits = [(resource.RLIMIT_AS, self.memory_bytes + ADDRESS_SPACE_HEADROOM),
-                  (resource.RLIMIT_CPU, self.cpu_seconds), (resource.RLIMIT_CORE, 0),
-                  (resource.RLIMIT_FSIZE, 256 * 2**20)]
-        if self.ids and not (self.cgroup and "pids" in self.cgroup.dirs):
-            limits.append((resource.RLIMIT_NPROC, self.max_processes))
-        for kind, value in limits:
+        for kind, value in self.rlimits():
             try:
                 resource.setrlimit(kind, (value, value))
             except (ValueError, OSError):
@@ -431,4 +463,6 @@ class Sandbox:
 
     def report(self) -> dict:
         missing = [m for m in REQUIRED if m not in self.active]
-        return {"level": "full" if not missing else "partial", "active": self.active, "missing": missing}
+        how, why = self.kernel_start
+        return {"level": "full" if not missing else "partial", "active": self.active, "missing": missing,
+                "kernel_start": how + (f" ({why})" if why else "")}

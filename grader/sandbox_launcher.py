@@ -1,6 +1,7 @@
 """Runs as process 1 of the kernel's new PID, mount and network namespaces, still as root,
-just before the kernel starts. Never imported by the grader: it runs as
-`python -I -S sandbox_launcher.py POLICY COMMAND...`.
+just before the kernel starts. Never imported by the grader: a fresh kernel is started as
+`python -I -S sandbox_launcher.py POLICY COMMAND...`, and the fork server (fork_server.py)
+loads this file by its path and calls the same steps in a forked child.
 
 argv: policy JSON, then the kernel command. It builds the kernel's filesystem from an
 allowlist (the system's programs and libraries, the interpreter and its packages, a few
@@ -167,10 +168,14 @@ def build_root(policy):
     root.enter(workdir)
 
 
-def drop_privileges(uid, gid, connection_file):
-    parent = os.getppid()
+def give_connection_file(uid, gid, connection_file):
+    """The kernel, once unprivileged, must still read the file naming its sockets."""
     if connection_file and os.path.exists(connection_file):
         os.chown(connection_file, uid, gid)
+
+
+def drop_privileges(uid, gid):
+    parent = os.getppid()
     os.setgroups([])
     os.setgid(gid)
     os.setuid(uid)
@@ -183,13 +188,25 @@ def drop_privileges(uid, gid, connection_file):
         os._exit(1)
 
 
+def supervise(kernel):
+    """As process 1: reap every orphan until the kernel exits; returns its exit code."""
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            return 0
+        if pid == kernel:
+            return os.waitstatus_to_exitcode(status) & 0xFF
+
+
 def main():
     policy = json.loads(sys.argv[1])
     command = sys.argv[2:]
     if policy.get("mount"):
         build_root(policy)
     if policy.get("uid") is not None:
-        drop_privileges(policy["uid"], policy["gid"], policy.get("connection_file"))
+        give_connection_file(policy["uid"], policy["gid"], policy.get("connection_file"))
+        drop_privileges(policy["uid"], policy["gid"])
     # Interrupts reach the kernel through its process group; this reaper must not die of them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The kernel's parent is this process, PID 1 here, so it cannot watch the grader's PID.
@@ -198,13 +215,8 @@ def main():
     if kernel == 0:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.execv(command[0], command)
-    while True:
-        try:
-            pid, status = os.wait()
-        except ChildProcessError:
-            sys.exit(0)
-        if pid == kernel:
-            sys.exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    sys.exit(supervise(kernel))
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -81,6 +81,10 @@ SETTINGS: tuple[Setting, ...] = (
             limit=True),
     Setting("sandbox", bool, True, "isolate the kernel (limits, namespaces, cgroups, unprivileged user) where the "
             "machine allows it; --no-sandbox runs it as a plain subprocess", limit=True, in_spec=False),
+    Setting("fork_server", bool, True, "start each kernel by forking a warm parent that has already imported "
+            "ipykernel, numpy and matplotlib, into the same sandbox a fresh kernel gets; where that sandbox or the "
+            "server is not available, kernels start fresh and the result says why", limit=True, in_spec=False,
+            shapes_result=False),
     Setting("memory_limit", int, 2048, "MiB of memory one submission may use", limit=True),
     Setting("max_processes", int, 64, "processes one submission may run at once", limit=True),
     Setting("cpu_limit", float, 600.0, "seconds of CPU time one submission's kernel may use", limit=True),

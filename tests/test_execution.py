@@ -133,39 +133,51 @@ def test_a_kernel_that_cannot_be_launched_leaves_nothing_behind():
     assert sandbox_processes() == []
 
 
-def test_a_kernel_that_dies_as_it_starts_is_reported_in_one_line_and_leaves_nothing_behind(tmp_path):
+# A fresh kernel's command, or a forked kernel's working folder, made to fail at once.
+BROKEN_START = {
+    "fresh": 'km.format_kernel_cmd = lambda extra_arguments=None: '
+             '["/bin/sh", "-c", "echo broken on purpose >&2; exit 3"]',
+    "forked": 'request = sandbox.fork_request; '
+              'sandbox.fork_request = lambda *a: {**request(*a), "cwd": "/broken on purpose"}',
+}
+
+
+@pytest.mark.parametrize("start", sorted(BROKEN_START))
+def test_a_kernel_that_dies_as_it_starts_is_reported_in_one_line_and_leaves_nothing_behind(tmp_path, start):
     """The kernel's process exits at once: the error carries what it wrote to stderr, its
     folder and processes are gone, and the grader's process still exits cleanly (nbclient's
     exit hook for that kernel would fail)."""
     from conftest import TEST_SETTINGS, own_run_environment, sandbox_processes
+    limits = {**TEST_SETTINGS.limits.__dict__, "fork_server": start == "forked"}
     script = textwrap.dedent(f"""
         import asyncio, os
-        from dataclasses import replace
         from grader.kernel import Kernel
         from grader.kernel_client import default_kernel_manager
         from grader.settings import Limits
 
         def exits_at_once(workdir, sandbox):
             km = default_kernel_manager(workdir, sandbox)
-            km.format_kernel_cmd = lambda extra_arguments=None: ["/bin/sh", "-c", "echo broken on purpose >&2; exit 3"]
+            {BROKEN_START[start]}
             return km
 
         async def start(kernel):
             async with kernel:
                 pass
-        kernel = Kernel(Limits(**{TEST_SETTINGS.limits.__dict__!r}), exits_at_once)
+        kernel = Kernel(Limits(**{limits!r}), exits_at_once)
         try:
             asyncio.run(start(kernel))
         except RuntimeError as exc:
             print(exc)
+        print(kernel.sandbox.kernel_start[0])
         print("folder left:", os.path.exists(kernel.workdir))
     """)
     grader = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, cwd=tmp_path, env=own_run_environment())
     out, err = grader.communicate(timeout=120)
     assert grader.returncode == 0 and err == "", err[-2000:]
-    error, folder = out.splitlines()
-    assert error.startswith("the kernel did not start") and error.endswith("broken on purpose")
+    error, kind, folder = out.splitlines()
+    assert error.startswith("the kernel did not start") and "broken on purpose" in error.rsplit("|", 1)[-1], error
+    assert kind == start
     assert folder == "folder left: False"
     assert sandbox_processes(grader_pid=grader.pid) == []
 

@@ -2,6 +2,7 @@
 batch worker killed with SIGKILL leaves no process, folder, mount or cgroup of its
 submission behind."""
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -33,6 +34,14 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [c for p in frontier for c in children(p)]
+        found += frontier
+    return found
+
+
 def environment_of(pid: int) -> dict:
     pairs = (v.split(b"=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in v)
     return {k.decode(): v.decode() for k, v in pairs}
@@ -58,8 +67,14 @@ def processes_with(marker: str) -> list[int]:
 
 
 def owned_by(pid: int) -> dict:
-    """What the kernel launched by `pid` (a grader process) owns: its marker, folder and cgroups."""
-    (launched,) = [p for p in children(pid) if MARKER.encode() in Path(f"/proc/{p}/environ").read_bytes()]
+    """What the kernel started by `pid` (a grader process) owns: its marker, folder and cgroups.
+    A fresh kernel's processes descend from `pid`; a forked kernel's from the fork server. The
+    kernel is found by the marker its watchdog, a child of `pid`, was given, then read from
+    the kernel's own processes."""
+    markers = [json.loads(Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[-2]).get("marker")
+               for p in children(pid) if b"grader.watchdog" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    (marker,) = [m for m in markers if m]
+    launched = processes_with(marker)[0]
     cgroups = []
     for line in Path(f"/proc/{launched}/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
@@ -140,7 +155,8 @@ def test_killed_batch_worker_leaves_nothing_and_the_batch_completes(tmp_path):
     grader = start_grader(["grade", batch, "-o", out, "--workers", "2", "--cell-timeout", "8", "--call-timeout", "2"])
     try:
         wait_for(lambda: len(sleeping_child(str(grader.pid))) == 2, 60, "both notebooks' child processes started")
-        worker = next(p for p in children(grader.pid) if children(p))
+        worker = next(p for p in children(grader.pid) if children(p) and b"fork_server" not in
+                      Path(f"/proc/{p}/cmdline").read_bytes())
         owned = owned_by(worker)
         os.kill(worker, signal.SIGKILL)
         assert_gone_soon(owned)
