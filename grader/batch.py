@@ -22,7 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__
+from . import __version__, forked_kernels
 from .files import write_atomically, write_json
 from .grade import grade_path, not_graded
 from .inputs import Submission, collect
@@ -284,10 +284,8 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
         else:
             todo.append((s, key))
     progress = Progress(len(todo), stream)
-    if todo and not scheduler and settings.sandbox and settings.fork_server and os.geteuid() == 0:
-        # One fork server for the whole batch: started before the workers, which share it.
-        from .forked_kernels import server
-        server()
+    if todo and not scheduler and forked_kernels.worth_starting(settings):
+        forked_kernels.server()   # one for the whole batch: started before the workers, which share it
     if todo:
         for s, key, data in graded(todo, spec, explicit_for, output, workers, scheduler, settings.connect_timeout):
             row = rows[s.folder] = output.keep(s, data, key)

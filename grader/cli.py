@@ -17,8 +17,8 @@ PLATFORM_NAMES = ("gradescope", "prairielearn")   # grader.lms.PLATFORMS, withou
 
 
 def check(ns) -> int:
-    if ns.sandbox is not False and ns.fork_server is not False:
-        from .forked_kernels import launch
+    from .forked_kernels import launch, worth_starting
+    if worth_starting(from_namespace(ns)):
         launch()   # its imports overlap with the grader's own
     from .files import write_json
     from .grade import grade_path

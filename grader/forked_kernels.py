@@ -8,26 +8,20 @@ kernel starts fresh and the result says so and why (isolation.kernel_start).
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import select
 import shutil
-import signal
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from importlib import resources
 from pathlib import Path
 
-from jupyter_client.provisioning.local_provisioner import LocalProvisioner
-
-from .sandbox import Sandbox, run_id
-from .static_scan import matches
+from .sandbox import Sandbox, namespaces_available, run_id
 
 SERVER_START_SECONDS = 60
 REPLY_SECONDS = 10
@@ -89,6 +83,7 @@ class ForkServer:
 
     def holds_forbidden(self, forbidden) -> list[str]:
         """The forbidden libraries the warm parent imported (a forked kernel would have them)."""
+        from .static_scan import matches
         return sorted({hit for m in self.modules if (hit := matches(m, forbidden))})
 
     def connect(self) -> socket.socket:
@@ -100,6 +95,13 @@ class ForkServer:
             conn.close()
             raise
         return conn
+
+
+def worth_starting(settings) -> bool:
+    """Whether a run with these settings would fork its kernels, as far as can be told before
+    the first one: then the server is started early (`grader check`) or before the batch's
+    workers, which share it."""
+    return bool(settings.sandbox and settings.fork_server and os.geteuid() == 0 and namespaces_available())
 
 
 _lock = threading.Lock()
@@ -156,8 +158,9 @@ def choose(sandbox: Sandbox) -> socket.socket | None:
     return conn
 
 
-def _read_message(buffer: bytearray) -> dict | None:
-    """One length-prefixed message from `buffer`, or None when it is not all there yet."""
+def read_message(buffer: bytearray) -> dict | None:
+    """One length-prefixed message from the server, taken off `buffer`, or None when it is not
+    all there yet."""
     if len(buffer) < 4:
         return None
     (size,) = struct.unpack("!I", buffer[:4])
@@ -170,96 +173,7 @@ def _read_message(buffer: bytearray) -> dict | None:
     return message
 
 
-def _file_descriptor(value, null: list) -> int:
-    """A Popen-style stdout/stderr argument as a descriptor to pass to the server."""
-    if hasattr(value, "fileno"):
-        return value.fileno()
-    if isinstance(value, int) and value >= 0:
-        return value
-    if not null:
-        null.append(os.open(os.devnull, os.O_WRONLY))
-    return null[0]
-
-
-class ForkedProvisioner(LocalProvisioner):
-    """Starts the kernel by asking the fork server, and manages it through the handler
-    process the server forked for it: the leader of the kernel's process group (signals go
-    there) whose connection says when the kernel exited."""
-
-    _conn: socket.socket | None = None
-    _exit: int | None = None
-    _buffer: bytearray | None = None
-
-    @property
-    def has_process(self) -> bool:
-        return self._conn is not None and self._exit is None
-
-    async def launch_kernel(self, cmd: list[str], **kwargs) -> dict:
-        sandbox: Sandbox = self.parent.sandbox
-        env = dict(kwargs.get("env") or {})
-        request = json.dumps(sandbox.fork_request(self.parent.connection_file, env)).encode()
-        null: list = []
-        fds = [_file_descriptor(kwargs.get("stdout"), null), _file_descriptor(kwargs.get("stderr"), null)]
-        conn = self.parent.fork_connection
-        try:
-            conn.sendall(struct.pack("!I", len(request)))
-            socket.send_fds(conn, [request], fds)
-            self._buffer = bytearray()
-            deadline = time.monotonic() + REPLY_SECONDS
-            while (hello := _read_message(self._buffer)) is None:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the fork server did not answer")
-                chunk = await asyncio.to_thread(conn.recv, 4096)
-                if not chunk:
-                    raise ConnectionError("the fork server closed the connection")
-                self._buffer += chunk
-        except BaseException:
-            conn.close()
-            raise
-        finally:
-            for fd in null:
-                os.close(fd)
-        self.pid = self.pgid = int(hello["pid"])
-        conn.setblocking(False)
-        self._conn = conn
-        self.cwd = kwargs.get("cwd")
-        return self.connection_info
-
-    async def poll(self) -> int | None:
-        if self._conn is None or self._exit is not None:
-            return self._exit if self._exit is not None else 0
-        try:
-            while chunk := self._conn.recv(4096):
-                self._buffer += chunk
-            self._exit = -signal.SIGKILL    # closed without a word: the handler was killed
-        except BlockingIOError:
-            pass
-        except OSError:
-            self._exit = -signal.SIGKILL
-        message = _read_message(self._buffer)
-        if message is not None and "exit" in message:
-            self._exit = int(message["exit"])
-        return self._exit
-
-    async def wait(self) -> int | None:
-        while await self.poll() is None:
-            await asyncio.sleep(0.05)
-        return self._exit
-
-    async def send_signal(self, signum: int) -> None:
-        if self.pgid and self._exit is None:
-            try:
-                os.killpg(self.pgid, signum)
-            except ProcessLookupError:
-                pass
-
-    async def kill(self, restart: bool = False) -> None:
-        await self.send_signal(signal.SIGKILL)
-
-    async def terminate(self, restart: bool = False) -> None:
-        await self.send_signal(signal.SIGTERM)
-
-    async def cleanup(self, restart: bool = False) -> None:
-        if self._conn is not None:
-            self._conn.close()
-        await super().cleanup(restart)
+def send_request(conn: socket.socket, request: dict, fds: list[int]) -> None:
+    data = json.dumps(request).encode()
+    conn.sendall(struct.pack("!I", len(data)))
+    socket.send_fds(conn, [data], fds)

@@ -1,12 +1,15 @@
-"""The grader's end of a kernel's connection: the kernel is launched through the sandbox, and
-what it sends is bounded before the grader holds it. Sockets refuse oversized messages and
-queue only a few, a message with a bad signature is dropped, and of a cell's outputs only
-its first error and the harness's last payload are kept.
+"""The grader's end of a kernel's connection: the kernel is launched through the sandbox (or
+forked into it by the fork server, see ForkedProvisioner), and what it sends is bounded
+before the grader holds it. Sockets refuse oversized messages and queue only a few, a
+message with a bad signature is dropped, and of a cell's outputs only its first error and
+the harness's last payload are kept.
 """
 from __future__ import annotations
 
+import asyncio
 import math
 import os
+import signal
 import socket
 import time
 import uuid
@@ -17,12 +20,13 @@ import zmq
 import zmq.asyncio
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from jupyter_client.session import Session
 from nbclient import NotebookClient
 from zmq.utils.monitor import recv_monitor_message
 
 from . import forked_kernels
-from .forked_kernels import ForkedProvisioner
+from .forked_kernels import read_message, send_request
 from .harness import MIME
 from .sandbox import Sandbox
 
@@ -183,3 +187,96 @@ class CappedClient(NotebookClient):
                            evalue=str(content.get("evalue", ""))[:2000], ename=str(content.get("ename", ""))[:200])
             msg = dict(msg, content=content)
         return super().output(outs, msg, display_id, cell_index)
+
+
+def _file_descriptor(value, null: list) -> int:
+    """A Popen-style stdout/stderr argument as a descriptor to pass to the server."""
+    if hasattr(value, "fileno"):
+        return value.fileno()
+    if isinstance(value, int) and value >= 0:
+        return value
+    if not null:
+        null.append(os.open(os.devnull, os.O_WRONLY))
+    return null[0]
+
+
+class ForkedProvisioner(LocalProvisioner):
+    """Starts the kernel by asking the fork server, and manages it through the handler
+    process the server forked for it: the leader of the kernel's process group (signals go
+    there) whose connection says when the kernel exited."""
+
+    _conn: socket.socket | None = None
+    _exit: int | None = None
+    _buffer: bytearray | None = None
+
+    @property
+    def has_process(self) -> bool:
+        return self._conn is not None and self._exit is None
+
+    async def launch_kernel(self, cmd: list[str], **kwargs) -> dict:
+        sandbox: Sandbox = self.parent.sandbox
+        env = dict(kwargs.get("env") or {})
+        null: list = []
+        fds = [_file_descriptor(kwargs.get("stdout"), null), _file_descriptor(kwargs.get("stderr"), null)]
+        conn = self.parent.fork_connection
+        try:
+            send_request(conn, sandbox.fork_request(self.parent.connection_file, env), fds)
+            self._buffer = bytearray()
+            deadline = time.monotonic() + forked_kernels.REPLY_SECONDS
+            while (hello := read_message(self._buffer)) is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the fork server did not answer")
+                chunk = await asyncio.to_thread(conn.recv, 4096)
+                if not chunk:
+                    raise ConnectionError("the fork server closed the connection")
+                self._buffer += chunk
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            for fd in null:
+                os.close(fd)
+        self.pid = self.pgid = int(hello["pid"])
+        conn.setblocking(False)
+        self._conn = conn
+        self.cwd = kwargs.get("cwd")
+        return self.connection_info
+
+    async def poll(self) -> int | None:
+        if self._conn is None or self._exit is not None:
+            return self._exit if self._exit is not None else 0
+        try:
+            while chunk := self._conn.recv(4096):
+                self._buffer += chunk
+            self._exit = -signal.SIGKILL    # closed without a word: the handler was killed
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._exit = -signal.SIGKILL
+        message = read_message(self._buffer)
+        if message is not None and "exit" in message:
+            self._exit = int(message["exit"])
+        return self._exit
+
+    async def wait(self) -> int | None:
+        while await self.poll() is None:
+            await asyncio.sleep(0.05)
+        return self._exit
+
+    async def send_signal(self, signum: int) -> None:
+        if self.pgid and self._exit is None:
+            try:
+                os.killpg(self.pgid, signum)
+            except ProcessLookupError:
+                pass
+
+    async def kill(self, restart: bool = False) -> None:
+        await self.send_signal(signal.SIGKILL)
+
+    async def terminate(self, restart: bool = False) -> None:
+        await self.send_signal(signal.SIGTERM)
+
+    async def cleanup(self, restart: bool = False) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        await super().cleanup(restart)

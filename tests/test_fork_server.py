@@ -27,12 +27,12 @@ def _message(payload: bytes) -> bytes:
 
 def test_a_message_from_the_fork_server_is_read_only_once_it_is_whole():
     buffer = bytearray(_message(b'{"pid": 12}') + _message(b'{"exit": 0}')[:5])
-    assert forked_kernels._read_message(buffer) == {"pid": 12}
-    assert forked_kernels._read_message(buffer) is None
+    assert forked_kernels.read_message(buffer) == {"pid": 12}
+    assert forked_kernels.read_message(buffer) is None
     buffer += _message(b'{"exit": 0}')[5:]
-    assert forked_kernels._read_message(buffer) == {"exit": 0}
+    assert forked_kernels.read_message(buffer) == {"exit": 0}
     with pytest.raises(ValueError):
-        forked_kernels._read_message(bytearray(struct.pack("!I", 10**6)))
+        forked_kernels.read_message(bytearray(struct.pack("!I", 10**6)))
 
 
 def _run(limits: Limits, *cells: str, forbidden=()):
