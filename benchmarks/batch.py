@@ -7,6 +7,7 @@ Prints, for each mode, submissions per second, its ratio to the bare execution, 
 per submission (the whole process tree, kernels included) and the grader's peak memory.
 
     python benchmarks/batch.py [--count 40] [--ordinary]
+    python benchmarks/batch.py --memory 100,1000   # the grader's peak memory against batch size
 """
 import argparse
 import os
@@ -60,8 +61,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=40)
     parser.add_argument("--ordinary", action="store_true", help="only correct and mistaken notebooks")
+    parser.add_argument("--memory", help="SMALL,LARGE: grade ordinary batches of both sizes with two workers and "
+                                         "print the grader's peak memory of each and their ratio")
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "GRADER_RUN_ID"}
+    if args.memory:
+        memory_against_size([int(n) for n in args.memory.split(",")], env)
+        return
     with tempfile.TemporaryDirectory() as scratch:
         batch = Path(scratch) / "batch"
         batch.mkdir()
@@ -80,6 +86,24 @@ def main() -> None:
         print(f"grader grade --workers {workers}: {n / m.seconds:.2f} submissions/s, "
               f"ratio to bare {bare.seconds / m.seconds:.2f}, {m.cpu_seconds / n:.2f} CPU s per submission, "
               f"grader peak {m.peak_grader_mib:.0f} MiB")
+
+
+def memory_against_size(sizes: list[int], env: dict) -> None:
+    """The grader's peak memory (main process and workers, kernels not counted) for ordinary
+    batches of each size: it should not grow with the batch."""
+    peaks = {}
+    for n in sizes:
+        with tempfile.TemporaryDirectory() as scratch:
+            batch = Path(scratch) / "batch"
+            batch.mkdir()
+            mixed_batch(batch, n, ordinary=True)
+            m = measure.run([shutil.which("grader") or "grader", "grade", str(batch), "-o", str(Path(scratch) / "out"),
+                             "--workers", "2", "--cell-timeout", "5"], env)
+            peaks[n] = m.peak_grader_mib
+            print(f"{n} submissions: {n / m.seconds:.2f} submissions/s, grader peak {m.peak_grader_mib:.0f} MiB",
+                  flush=True)
+    small, large = min(sizes), max(sizes)
+    print(f"peak memory ratio, {large} to {small} submissions: {peaks[large] / peaks[small]:.2f}")
 
 
 if __name__ == "__main__":
