@@ -104,10 +104,12 @@ class TolerantSession(Session):
 
 class CappedClient(NotebookClient):
     """Keeps only a cell's first error and the harness's last payload; counts the size of the
-    rest and drops it, so a cell holds at most two messages in the grader."""
+    rest and drops it, so a cell holds at most two messages in the grader. With `on_payload`
+    set, the harness's payloads are handed to it as they arrive instead, and none is kept."""
 
     output_bytes = 0
     probing = False
+    on_payload = None
     store_widget_state = False
 
     def process_message(self, msg, cell, cell_index):
@@ -126,7 +128,9 @@ class CappedClient(NotebookClient):
         if msg_type in ("display_data", "execute_result"):
             data = content.get("data", {})
             data = data if isinstance(data, dict) else {}
-            if MIME in data and self.probing:
+            if MIME in data and self.probing and self.on_payload is not None:
+                self.on_payload(data[MIME])
+            elif MIME in data and self.probing:
                 outs[:] = [o for o in outs if o.get("output_type") != "display_data"]
                 outs.append(nbformat.v4.new_output("display_data", data={MIME: data[MIME]}))
             else:
