@@ -1,7 +1,8 @@
 """The grader's end of a kernel's connection: the kernel is launched through the sandbox, and
 what it sends is bounded before the grader holds it. Sockets refuse oversized messages and
 queue only a few, a message with a bad signature is dropped, and of a cell's outputs only
-its first error and the harness's last payload are kept.
+its first error and the harness's last payload are kept (or, for a run of calls, each
+payload is handed on as it arrives).
 """
 from __future__ import annotations
 
