@@ -207,7 +207,7 @@ def run_kernel(request) -> None:
     # none of this server's modules.
     sys.modules["__main__"] = types.ModuleType("__main__")
     sys.modules.pop("_grader_sandbox_launcher", None)
-    sys.argv = ["ipykernel_launcher", "-f", request["connection_file"]]
+    sys.argv = ["ipykernel_launcher", *request["arguments"]]
     os.chdir(request["cwd"])
     if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()

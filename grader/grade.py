@@ -8,7 +8,7 @@ from pathlib import Path
 from . import answers, payloads, static_scan, wire
 from .checks import CHECKS, Context, Outcome, Probe, Verdict, evidence_probes
 from .diagnosis import diagnose
-from .kernel import HARNESS, HARNESS_MODULE, Kernel
+from .kernel import HARNESS, HARNESS_MODULE, CallsEnd, Kernel
 from .kernel_client import default_kernel_manager
 from .loader import code_cells, load_submission
 from .result import CheckResult, ErrorRecord, GradeResult
@@ -23,63 +23,105 @@ from .spec import Assignment, FunctionSpec, metadata_assignment
 GRADER_MODULES = ("grader", "reference", HARNESS_MODULE, wire.KERNEL_MODULE)
 
 
+TIME_USED_UP = "not made: the time for calling this submission's functions was used up"
+
+
 class FunctionProber:
-    """Runs one function's probes in the kernel, each once, and turns replies into Outcomes."""
+    """Makes all of one function's calls in one request to the kernel, and turns the reply to
+    each call into an Outcome as it arrives."""
 
     def __init__(self, session: Kernel, fn: FunctionSpec, call_timeout: float, deadline: float):
         self.session, self.fn, self.call_timeout = session, fn, call_timeout
         self.deadline = deadline   # time.monotonic() past which no call is made, for the whole submission
-        self.cache: dict[tuple, Outcome] = {}
-        self.timed_out = ""   # the label of the call that timed out: later calls are not made
+        self.calls: list[Probe] = []
+        self.sent: list[list] = []      # each call's arguments, as the grader sent them
+        self.outcomes: dict[tuple, Outcome] = {}
         self.by_keyword = False
 
-    async def outcome(self, probe: Probe) -> Outcome:
-        if probe.key not in self.cache:
-            self.cache[probe.key] = await self._run(probe)
-        return self.cache[probe.key]
+    def outcome(self, probe: Probe) -> Outcome:
+        return self.outcomes[probe.key]
 
-    async def _run(self, probe: Probe) -> Outcome:
-        args = probe.arguments(self.fn.convention)
-        if self.timed_out:
-            return Outcome("timeout", error=f"not made: an earlier call of this function ({self.timed_out}) did not "
-                                            f"finish within {self.call_timeout:g} s", sent=args)
+    async def run(self, probes: list[Probe]) -> None:
+        """Call the function once per distinct probe (checks share some), in the order given,
+        and wait for every call's outcome."""
+        distinct: dict[tuple, Probe] = {}
+        for probe in probes:
+            distinct.setdefault(probe.key, probe)
+        self.calls = list(distinct.values())
+        self.sent = [p.arguments(self.fn.convention) for p in self.calls]
+        if not self.calls:
+            return
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            return Outcome("timeout", error="not made: the time for calling this submission's functions "
-                                            "was used up", sent=args)
-        request = {"names": self.fn.names, "params": list(self.fn.params),
-                   "args": [wire.encode_argument(a, probe.variant.layout) for a in args],
-                   "return_inputs": probe.return_inputs}
-        payload, error = await self.session.run_code(f"{HARNESS}.call({request!r})", min(self.call_timeout, remaining))
-        if payload is None:
-            if error and error.kind in ("timeout", "unresponsive"):
-                self.timed_out = probe.label
-                return Outcome("timeout", error=f"the call did not finish within {self.call_timeout:.0f} s", sent=args)
-            if error and error.kind == "kernel_died":
-                return Outcome("dead", error="the kernel died during the call (os._exit, a crash or a segfault)",
-                               sent=args)
-            detail = f"{error.ename}: {error.evalue}" if error else "no reply"
-            return Outcome("error", error=f"the call could not be made ({detail})", sent=args)
+            return self._fill(0, ("timeout", TIME_USED_UP))
+        if not self.session.alive:
+            return self._fill(0, ("dead", "not made: the kernel had stopped before this function was called"))
+        requests = [{"names": self.fn.names, "params": list(self.fn.params),
+                     "args": [wire.encode_argument(a, p.variant.layout) for a in args],
+                     "return_inputs": p.return_inputs} for p, args in zip(self.calls, self.sent)]
+        end = await self.session.run_calls(f"{HARNESS}.call_many({requests!r})", len(requests), self.call_timeout,
+                                           remaining, self._received)
+        if end.finished < len(self.calls):
+            current, later = self._stopped(end, self.calls[end.finished].label)
+            self._without_reply(end.finished, current)
+            self._fill(end.finished + 1, later)
+
+    def _without_reply(self, index: int, outcome: tuple[str, str]) -> None:
+        """Call `index` gets the outcome (status, message) of a call without a usable reply."""
+        self.outcomes[self.calls[index].key] = Outcome(outcome[0], error=outcome[1], sent=self.sent[index])
+
+    def _fill(self, start: int, outcome: tuple[str, str]) -> None:
+        for index in range(start, len(self.calls)):
+            self._without_reply(index, outcome)
+
+    def _stopped(self, end: CallsEnd, label: str) -> tuple[tuple[str, str], tuple[str, str]]:
+        """The outcomes (status, message) of the call under way when a run of calls stopped,
+        whose label is `label`, and of the calls after it, which were not made."""
+        kind = end.error.kind if end.error else None
+        if kind in ("timeout", "unresponsive") and end.out_of_time:
+            return (("timeout", "the call was stopped when the time for calling this submission's functions ran out"),
+                    ("timeout", TIME_USED_UP))
+        if kind in ("timeout", "unresponsive"):
+            return (("timeout", f"the call did not finish within {self.call_timeout:.0f} s"),
+                    ("timeout", f"not made: an earlier call of this function ({label}) did not finish within "
+                                f"{self.call_timeout:g} s"))
+        if kind == "kernel_died":
+            return (("dead", "the kernel died during the call (os._exit, a crash or a segfault)"),
+                    ("dead", f"not made: the kernel died during an earlier call of this function ({label})"))
+        # The code ended, or raised, before replying for every call (the harness was replaced),
+        # or the kernel was lost some other way.
+        detail = f"{end.error.ename}: {end.error.evalue}" if end.error else "no reply"
+        failed = ("error", f"the call could not be made ({detail})")
+        if self.session.alive:
+            return failed, failed   # each later call would have failed the same way
+        return failed, ("dead", f"not made: the kernel was stopped during an earlier call of this function ({label})")
+
+    def _received(self, index: int, payload) -> None:
+        """The reply to call `index`, which the kernel may have forged or reordered."""
         try:
-            payload = payloads.call_reply(payload)
+            reply = payloads.indexed_call_reply(payload, index)
         except payloads.BadReply as exc:
-            return Outcome("error", error=f"the kernel's reply to the grader was malformed ({exc})", sent=args)
-        if not payload.get("found"):
+            self._without_reply(index, ("error", f"the kernel's reply to the grader was malformed ({exc})"))
+        else:
+            self.outcomes[self.calls[index].key] = self._outcome(reply, self.sent[index])
+
+    def _outcome(self, reply: dict, args: list) -> Outcome:
+        if not reply.get("found"):
             return Outcome("missing", error=f"no function named `{self.fn.name}` is defined", sent=args)
-        self.by_keyword = self.by_keyword or bool(payload.get("by_keyword"))
-        if "error" in payload:
-            e = payload["error"]
+        self.by_keyword = self.by_keyword or bool(reply.get("by_keyword"))
+        if "error" in reply:
+            e = reply["error"]
             where = f" ({e['where'][-1]})" if e.get("where") else ""
             return Outcome("error", error=f"the call raised {e['type']}: {e['message']}{where}", sent=args)
         inputs_after = None
-        if "inputs_after" in payload:
+        if "inputs_after" in reply:
             inputs_after = []
-            for item in payload["inputs_after"]:
+            for item in reply["inputs_after"]:
                 try:
                     inputs_after.append(wire.decode_array(item) if item.get("kind") == "array" else None)
                 except wire.BadValue:
                     inputs_after.append(None)
-        return Outcome("ok", parts=canonical_parts(self.fn.convention, payload.get("value", {})), sent=args,
+        return Outcome("ok", parts=canonical_parts(self.fn.convention, reply.get("value", {})), sent=args,
                        inputs_after=inputs_after)
 
 
@@ -131,14 +173,16 @@ async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Cont
     if name in scan.stubs:
         return _not_implemented(fn, f"`{name}` still has the template's placeholder body")
     prober = FunctionProber(session, fn, call_timeout, deadline)
-    # The evidence for the non-answer rule is gathered first, so that a slow function which
+    evidence_for = evidence_probes(fn, ctx)
+    probes_of = {kind: CHECKS[kind].probes(fn, ctx) for kind in fn.points}
+    # The evidence for the non-answer rule is called for first, so that a slow function which
     # runs out of probing time is still judged on what it computes.
-    evidence = [(p, await prober.outcome(p)) for p in evidence_probes(fn, ctx)]
+    await prober.run([*evidence_for, *(p for probes in probes_of.values() for p in probes)])
+    evidence = [(p, prober.outcome(p)) for p in evidence_for]
     results = []
     for kind, points in fn.points.items():
         check = CHECKS[kind]
-        probes = check.probes(fn, ctx)
-        outcomes = [(p, await prober.outcome(p)) for p in probes]
+        outcomes = [(p, prober.outcome(p)) for p in probes_of[kind]]
         diagnosis = None
         try:
             verdict = check.judge(fn, ctx, outcomes)

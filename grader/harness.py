@@ -2,13 +2,14 @@
 
 The grader sends this file's text to the kernel before the notebook runs, after the wire
 format's (grader/wire.py). It knows nothing of the reference, the expected values or the
-comparison: it decodes plain arrays, calls a student function, and publishes what came back
-in the wire format. Everything it publishes is re-validated by the grader, so a student who
-tampers with it can only break their own probes.
+comparison: it decodes plain arrays, calls a student function on each set of them in turn,
+and publishes what came back from each call, in the wire format, as soon as the call returns.
+Everything it publishes is re-validated by the grader, which also times the calls itself, so
+a student who tampers with it can only break their own probes.
 """
 import inspect
+import signal
 import sys
-import time
 import traceback
 import types
 
@@ -143,12 +144,11 @@ def _error(exc):
     return {"type": type(exc).__name__, "message": str(exc)[:500], "where": where}
 
 
-def call(request):
-    """Call one student function on decoded arrays and publish its return value."""
+def _call(request):
+    """Call one student function on decoded arrays; returns the reply to publish."""
     name, fn = _find(request["names"])
     if fn is None:
-        _publish_result({"found": False})
-        return
+        return {"found": False}
     args = [wire.decode_argument(a) for a in request["args"]]
     params = request["params"]
     fn = _as_defined(name, fn)
@@ -158,21 +158,45 @@ def call(request):
         by_keyword = set(params) <= set(declared) and declared[: len(params)] != list(params)
     except (TypeError, ValueError):
         pass
-    started = time.perf_counter()
     try:
         if by_keyword:
             value = fn(**dict(zip(params, args)))
         else:
             value = fn(*args)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - student code may raise anything
-        _publish_result({"found": True, "name": name, "by_keyword": by_keyword, "error": _error(exc)})
-        return
-    elapsed = time.perf_counter() - started
-    payload = {"found": True, "name": name, "by_keyword": by_keyword, "seconds": elapsed,
-               "value": wire.encode_value(value)}
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - student code may raise anything
+        if _calls["interrupted"]:
+            raise   # the grader's interrupt, at this call's timeout: it ends the run
+        return {"found": True, "name": name, "by_keyword": by_keyword, "error": _error(exc)}
+    reply = {"found": True, "name": name, "by_keyword": by_keyword, "value": wire.encode_value(value)}
     if request.get("return_inputs"):
-        payload["inputs_after"] = [wire.encode_value(a) for a in args]
-    _publish_result(payload)
+        reply["inputs_after"] = [wire.encode_value(a) for a in args]
+    return reply
+
+
+_calls = {"interrupted": False}
+
+
+def _interrupt(signum, frame):
+    _calls["interrupted"] = True
+    raise KeyboardInterrupt
+
+
+def call_many(requests):
+    """Make the calls in turn, publishing each one's reply, tagged with its index, as soon as
+    it returns: the grader times every call by when its reply arrives, and interrupts the
+    kernel when one is late. That interrupt ends the run, even when the student's function
+    swallows it (then as soon as the function returns); a KeyboardInterrupt the function
+    raises itself is only that call's error, as any other exception."""
+    _calls["interrupted"] = False
+    previous = signal.signal(signal.SIGINT, _interrupt)
+    try:
+        for index, request in enumerate(requests):
+            reply = _call(request)
+            if _calls["interrupted"]:
+                raise KeyboardInterrupt
+            _publish_result({"index": index, "reply": reply})
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _module_of(value):

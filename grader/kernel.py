@@ -1,5 +1,7 @@
 """One submission's kernel: started in its own sandboxed folder with the grading harness
-loaded, given one piece of code at a time, and stopped with everything it left behind.
+loaded, given one piece of code at a time, and stopped with everything it left behind. A
+piece of code may make a run of calls whose replies the grader times one by one, on its own
+clock (Kernel.run_calls).
 
 Whatever goes wrong while a piece of code runs comes back as a ErrorRecord, never as an
 exception: the code raised, ran past its timeout and was interrupted, ignored the interrupt,
@@ -18,7 +20,10 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
+from dataclasses import dataclass
 from importlib import resources
+from typing import Callable
 
 import nbformat
 from nbclient.exceptions import DeadKernelError
@@ -58,6 +63,36 @@ def module_source(name: str) -> str:
 
 def harness_source() -> str:
     return module_source("harness.py")
+
+
+@dataclass
+class CallsEnd:
+    """How a run of calls (Kernel.run_calls) ended: the first `finished` calls' payloads were
+    delivered; `error` says why the run stopped before the others', or is None when the code
+    ran to its end; `out_of_time` when what stopped it was the whole run's time, not one call's."""
+
+    finished: int
+    error: ErrorRecord | None = None
+    out_of_time: bool = False
+
+
+class Arrivals:
+    """The payloads of a run of calls as the grader receives them: each is handed on with its
+    position and stamped on the grader's clock, the first `count` only (the kernel may publish
+    more), and none once the grader has stopped waiting for them."""
+
+    def __init__(self, count: int, deliver: Callable[[int, object], None], started: float):
+        self.count, self.deliver = count, deliver
+        self.received = 0
+        self.last = started   # when the latest payload arrived, or the run started
+        self.closed = False
+
+    def __call__(self, payload) -> None:
+        if self.closed or self.received >= self.count:
+            return
+        self.last = time.monotonic()
+        self.received += 1
+        self.deliver(self.received - 1, payload)
 
 
 class Kernel:
@@ -181,6 +216,78 @@ class Kernel:
         error, payload = await self._execute(code, timeout, probe=True)
         return payload, error
 
+    async def run_calls(self, code: str, count: int, call_timeout: float, total_timeout: float,
+                        on_payload: Callable[[int, object], None]) -> CallsEnd:
+        """Run grader code that makes `count` calls in turn and publishes one harness payload
+        as each finishes; `on_payload(position, payload)` gets each of the first `count` as it
+        arrives. The grader times the calls itself, by when their payloads arrive: when none
+        comes within `call_timeout` seconds of the previous one (or of the start), or the run's
+        `total_timeout` is spent, it interrupts the kernel, ignores whatever arrives after
+        that, and stops the kernel if it is still busy `interrupt_grace` seconds later."""
+        if not self.alive:
+            return CallsEnd(0, self._gone())
+        started = time.monotonic()
+        arrivals = Arrivals(count, on_payload, started)
+        cell = nbformat.v4.new_code_cell(code)
+        self.client.on_payload = arrivals
+        try:
+            # No nbclient timeout: the grader's clock alone decides when a call has run too long.
+            sent = asyncio.ensure_future(self._send(cell, None, None, history=False, probe=True))
+            passed = await self._wait_for_calls(sent, arrivals, call_timeout, started + total_timeout)
+            if passed is None:
+                return CallsEnd(arrivals.received, await self._ended(sent, cell))
+            arrivals.closed = True
+            return CallsEnd(arrivals.received, await self._stop_calls(sent), out_of_time=passed == "total")
+        finally:
+            self.client.on_payload = None
+
+    @staticmethod
+    async def _wait_for_calls(sent: asyncio.Future, arrivals: Arrivals, call_timeout: float,
+                              end: float) -> str | None:
+        """Wait for the run's code to end: None once it has, else the limit that passed first,
+        "call" (no payload for `call_timeout` seconds) or "total" (the clock reached `end`)."""
+        while True:
+            call_limit = arrivals.last + call_timeout
+            limit = min(call_limit, end)
+            done, _ = await asyncio.wait({sent}, timeout=max(0.0, limit - time.monotonic()))
+            if done:
+                return None
+            # A payload may have arrived meanwhile and moved the call's limit on.
+            if time.monotonic() >= min(arrivals.last + call_timeout, end):
+                return "call" if arrivals.last + call_timeout <= end else "total"
+
+    async def _stop_calls(self, sent: asyncio.Future) -> ErrorRecord:
+        """Interrupt a run of calls that ran past its time. The kernel has settled when the
+        run's code ends within the grace; one still running then (a call that ignores or
+        swallows the interrupt and goes on, or a long BLAS call) gets the kernel stopped."""
+        grace = self.limits.interrupt_grace
+        try:
+            await self.km.interrupt_kernel()
+        except Exception:  # noqa: BLE001 - a kernel that died meanwhile is found below
+            pass
+        done, _ = await asyncio.wait({sent}, timeout=grace)
+        if not done:
+            sent.cancel()
+            await asyncio.gather(sent, return_exceptions=True)
+            await self._kill()
+            return ErrorRecord(-1, "unresponsive", "Unresponsive",
+                               f"a call was still running {grace:g} s after its interrupt; the kernel was stopped",
+                               kernel_lost=True)
+        return await self._lost(sent) or ErrorRecord(-1, "timeout", "Timeout",
+                                                     "a call ran past its time and was interrupted")
+
+    async def _ended(self, sent: asyncio.Future, cell) -> ErrorRecord | None:
+        """What went wrong with a run of calls whose code ended by itself, if anything."""
+        return await self._lost(sent) or self._cell_error(cell)
+
+    async def _lost(self, sent: asyncio.Future) -> ErrorRecord | None:
+        """Whether the kernel was lost while `sent` ran: it died, or cut its output channel."""
+        try:
+            sent.result()
+        except DeadKernelError:
+            return self._died()
+        return await self._flooded()
+
     async def stop_background(self) -> int:
         """Stop what the notebook left running beside the kernel, so that probing is not
         starved by it; returns how many processes were stopped."""
@@ -195,14 +302,15 @@ class Kernel:
     def _remember_reply(self, cell, cell_index, execute_reply):
         self._reply = execute_reply
 
-    async def _send(self, cell, timeout: float, wait: float, history: bool, probe: bool) -> dict:
+    async def _send(self, cell, timeout: float | None, wait: float | None, history: bool, probe: bool) -> dict:
         """Hand `cell` to nbclient as the only cell of a notebook of its own and wait at most
-        `wait` seconds for the kernel's reply. nbclient interrupts the kernel after `timeout`;
-        a probe keeps the harness's payloads in the cell's outputs, a notebook cell's are only
-        counted as output."""
+        `wait` seconds (None: as long as it takes) for the kernel's reply. nbclient interrupts
+        the kernel after `timeout` (None: never); a probe keeps the harness's payloads, a
+        notebook cell's are only counted as output."""
         self.client.nb = nbformat.v4.new_notebook(cells=[cell])
-        self.client.timeout = max(1, int(round(timeout)))
-        self.client.error_on_timeout = {"ename": "Timeout", "evalue": f"interrupted after {timeout:.0f} s"}
+        self.client.timeout = None if timeout is None else max(1, int(round(timeout)))
+        if timeout is not None:
+            self.client.error_on_timeout = {"ename": "Timeout", "evalue": f"interrupted after {timeout:.0f} s"}
         self.client.probing = probe
         self._reply = None
         await asyncio.wait_for(self.client.async_execute_cell(cell, 0, store_history=history), wait)
@@ -237,7 +345,7 @@ class Kernel:
         """Run one piece of code; returns (ErrorRecord or None, last harness payload or None).
         A payload that arrived before the kernel died or hung is still returned."""
         if not self.alive:
-            return ErrorRecord(-1, "kernel_died", "KernelDied", "the kernel is no longer running"), None
+            return self._gone(), None
         cell = nbformat.v4.new_code_cell(source)
         error = await self._run(cell, timeout, probe)
         payloads = [o["data"][MIME] for o in cell.outputs
@@ -251,33 +359,53 @@ class Kernel:
         except asyncio.TimeoutError:
             await self._kill()
             return ErrorRecord(-1, "unresponsive", "Unresponsive",
-                             f"still running {grace:g} s after an interrupt; the kernel was stopped", kernel_lost=True)
+                               f"still running {grace:g} s after an interrupt; the kernel was stopped",
+                               kernel_lost=True)
         except DeadKernelError:
-            self.alive = False
-            if self.sandbox.memory_exceeded():
-                return ErrorRecord(-1, "memory", "MemoryLimit", self._memory_message("the kernel was stopped"),
-                                 kernel_lost=True)
-            return ErrorRecord(-1, "kernel_died", "KernelDied",
-                             "the Python process running the notebook died (os._exit, a crash, a segfault "
-                             "or the CPU time limit)", kernel_lost=True)
-        if self.client.kc.output_lost():
-            await self._kill()
-            return ErrorRecord(-1, "output_flood", "OutputLimit",
-                             f"the notebook sent a message larger than {MAX_MESSAGE_BYTES // 2**20} MiB; "
-                             "the grader does not read such messages and stopped the kernel", kernel_lost=True)
+            return self._died()
+        flooded = await self._flooded()
+        if flooded:
+            return flooded
         if self._timed_out(reply):
             if not await self._settles(grace):
                 await self._kill()
                 return ErrorRecord(-1, "unresponsive", "Unresponsive",
-                                 f"the cell ran longer than {timeout:.0f} s and was still running {grace:g} s "
-                                 "after its interrupt; the kernel was stopped", kernel_lost=True)
+                                   f"the cell ran longer than {timeout:.0f} s and was still running {grace:g} s "
+                                   "after its interrupt; the kernel was stopped", kernel_lost=True)
             return ErrorRecord(-1, "timeout", "Timeout",
                                f"the cell ran longer than {timeout:.0f} s and was interrupted")
+        return self._cell_error(cell)
+
+    @staticmethod
+    def _gone() -> ErrorRecord:
+        return ErrorRecord(-1, "kernel_died", "KernelDied", "the kernel is no longer running")
+
+    def _died(self) -> ErrorRecord:
+        """The kernel's process died under the code: out of memory, or otherwise."""
+        self.alive = False
+        if self.sandbox.memory_exceeded():
+            return ErrorRecord(-1, "memory", "MemoryLimit", self._memory_message("the kernel was stopped"),
+                               kernel_lost=True)
+        return ErrorRecord(-1, "kernel_died", "KernelDied",
+                           "the Python process running the notebook died (os._exit, a crash, a segfault "
+                           "or the CPU time limit)", kernel_lost=True)
+
+    async def _flooded(self) -> ErrorRecord | None:
+        """A message over the size limit cut the kernel's output channel: the kernel is stopped."""
+        if not self.client.kc.output_lost():
+            return None
+        await self._kill()
+        return ErrorRecord(-1, "output_flood", "OutputLimit",
+                           f"the notebook sent a message larger than {MAX_MESSAGE_BYTES // 2**20} MiB; "
+                           "the grader does not read such messages and stopped the kernel", kernel_lost=True)
+
+    def _cell_error(self, cell) -> ErrorRecord | None:
+        """The error the code raised, if it raised one."""
         for out in cell.outputs:
             if out.get("output_type") == "error" and out.get("ename") == "MemoryError":
                 return ErrorRecord(-1, "memory", "MemoryError", self._memory_message("the cell raised MemoryError"),
-                                 clean_traceback(out.get("traceback", [])))
+                                   clean_traceback(out.get("traceback", [])))
             if out.get("output_type") == "error":
                 return ErrorRecord(-1, "error", out.get("ename", ""), str(out.get("evalue", ""))[:1000],
-                                 clean_traceback(out.get("traceback", [])))
+                                   clean_traceback(out.get("traceback", [])))
         return None

@@ -2,7 +2,8 @@
 forked into it by the fork server, see ForkedProvisioner), and what it sends is bounded
 before the grader holds it. Sockets refuse oversized messages and queue only a few, a
 message with a bad signature is dropped, and of a cell's outputs only its first error and
-the harness's last payload are kept.
+the harness's last payload are kept (or, for a run of calls, each payload is handed on as it
+arrives).
 """
 from __future__ import annotations
 
@@ -152,10 +153,12 @@ class TolerantSession(Session):
 
 class CappedClient(NotebookClient):
     """Keeps only a cell's first error and the harness's last payload; counts the size of the
-    rest and drops it, so a cell holds at most two messages in the grader."""
+    rest and drops it, so a cell holds at most two messages in the grader. With `on_payload`
+    set, the harness's payloads are handed to it as they arrive instead, and none is kept."""
 
     output_bytes = 0
     probing = False
+    on_payload = None
     store_widget_state = False
 
     def process_message(self, msg, cell, cell_index):
@@ -174,7 +177,9 @@ class CappedClient(NotebookClient):
         if msg_type in ("display_data", "execute_result"):
             data = content.get("data", {})
             data = data if isinstance(data, dict) else {}
-            if MIME in data and self.probing:
+            if MIME in data and self.probing and self.on_payload is not None:
+                self.on_payload(data[MIME])
+            elif MIME in data and self.probing:
                 outs[:] = [o for o in outs if o.get("output_type") != "display_data"]
                 outs.append(nbformat.v4.new_output("display_data", data={MIME: data[MIME]}))
             else:
@@ -220,7 +225,11 @@ class ForkedProvisioner(LocalProvisioner):
         fds = [_file_descriptor(kwargs.get("stdout"), null), _file_descriptor(kwargs.get("stderr"), null)]
         conn = self.parent.fork_connection
         try:
-            send_request(conn, sandbox.fork_request(self.parent.connection_file, env), fds)
+            # The fresh kernel's arguments, after `-m ipykernel_launcher`: its connection file and
+            # what nbclient adds (no history file).
+            arguments = cmd[cmd.index("ipykernel_launcher") + 1:] if "ipykernel_launcher" in cmd else \
+                ["-f", self.parent.connection_file]
+            send_request(conn, sandbox.fork_request(self.parent.connection_file, env, arguments), fds)
             self._buffer = bytearray()
             deadline = time.monotonic() + forked_kernels.REPLY_SECONDS
             while (hello := read_message(self._buffer)) is None:

@@ -94,3 +94,14 @@ def call_reply(payload) -> dict:
             raise BadReply("the arguments after a call are malformed")
         clean["inputs_after"] = [encoded_value(item, 1) for item in after]
     return clean
+
+
+def indexed_call_reply(payload, index: int) -> dict:
+    """The reply to call `index` of a run of calls. The harness tags each reply with its call's
+    index; one tagged otherwise (forged, repeated or out of order) is malformed, since the
+    grader reads replies in the order the calls were made."""
+    if not isinstance(payload, dict) or type(payload.get("index")) is not int:
+        raise BadReply("a reply to a call carries no index")
+    if payload["index"] != index:
+        raise BadReply(f"the reply that arrived for call {index + 1} is tagged as another call's")
+    return call_reply(payload.get("reply"))

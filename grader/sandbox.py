@@ -390,12 +390,12 @@ class Sandbox:
             return "a cgroup is needed to follow the kernel's processes"
         return None
 
-    def fork_request(self, connection_file: str, env: dict) -> dict:
+    def fork_request(self, connection_file: str, env: dict, arguments: list[str]) -> dict:
         """What the fork server needs to put a kernel into this sandbox: what preexec() and
-        the launcher do for a fresh kernel."""
+        the launcher do for a fresh kernel, and the kernel's own command-line arguments."""
         return {"policy": self.launcher_policy(connection_file), "rlimits": self.rlimits(),
                 "cgroups": sorted(str(d) for d in set(self.cgroup.dirs.values())) if self.cgroup else [],
-                "env": env, "cwd": self.workdir, "connection_file": connection_file}
+                "env": env, "cwd": self.workdir, "arguments": arguments}
 
     @staticmethod
     def die_with_parent() -> None:

@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -216,3 +217,82 @@ def test_malformed_replies_from_the_kernel_are_the_submissions_problem(tmp_path)
     kinds = {e["kind"] for e in result.errors}
     assert "bad_reply" in kinds and "grader_error" not in kinds, result.errors
     assert result.score == 0
+
+
+def slow_on_integer_inputs(tmp_path, slow: str) -> Path:
+    """The correct submission, but self_attention runs `slow` first on the integer-input probe,
+    the only one with three tokens; it is called near the end of each function's calls (and
+    multi_head_attention reaches it through self_attention)."""
+    source = (FIXTURES / "correct_script.py").read_text()
+    body = "def self_attention(X, Wq, Wk, Wv):\n    if X.shape[0] == 3:\n" + textwrap.indent(slow, " " * 8)
+    changed = source.replace("def self_attention(X, Wq, Wk, Wv):\n", body, 1)
+    assert changed != source
+    path = tmp_path / "slow_on_integers.py"
+    path.write_text(changed)
+    return path
+
+
+INTEGER_PROBE = "integer input, N = 3, D = 4, integer inputs"
+BEFORE_THE_SLOW_CALL = ("fixed", "random_shapes", "weights_distribution", "permutation_equivariance", "memory_layout",
+                        "return_structure")
+
+
+def test_a_call_past_its_timeout_costs_only_that_call_and_the_later_ones(tmp_path):
+    """Every function's calls go to the kernel in one request; the one that sleeps past the
+    call timeout is interrupted by the grader at that timeout, the calls before it keep their
+    results and the kernel stays."""
+    result = grade(slow_on_integer_inputs(tmp_path, "__import__('time').sleep(60)\n"), "rows")
+    checks = {c.name: c for c in result.checks}
+    for fn in ("self_attention", "multi_head_attention"):
+        assert all(checks[f"{fn}.{kind}"].status == "passed" for kind in BEFORE_THE_SLOW_CALL)
+        assert f"On {INTEGER_PROBE}: the call did not finish within 2 s" in checks[f"{fn}.dtypes"].message
+        assert (f"not made: an earlier call of this function ({INTEGER_PROBE}) did not finish within 2 s"
+                in checks[f"{fn}.inputs_unmodified"].message)
+    assert checks["multi_head_attention.single_head"].status == "passed"
+    assert result.score == 21 and result.status == "graded"
+    assert result.timing["probing"] < 15, "two calls of 2 s timed out; none ran its 60 s"
+
+
+def test_a_call_that_swallows_its_interrupt_gets_the_kernel_stopped(tmp_path):
+    """The call catches the KeyboardInterrupt and sleeps on: the grader, on its own clock,
+    still times it out, stops the kernel after the grace, and calls nothing more."""
+    from conftest import sandbox_processes
+    swallows = ("while True:\n    try:\n        __import__('time').sleep(60)\n"
+                "    except KeyboardInterrupt:\n        pass\n")
+    result = grade(slow_on_integer_inputs(tmp_path, swallows), "rows")
+    checks = {c.name: c for c in result.checks}
+    assert all(checks[f"self_attention.{kind}"].status == "passed" for kind in BEFORE_THE_SLOW_CALL)
+    assert "the call did not finish within 2 s" in checks["self_attention.dtypes"].message
+    later = [c for c in result.checks if c.function == "multi_head_attention" and c.max_points]
+    assert later and all("not made: the kernel had stopped before this function was called" in c.message
+                         for c in later)
+    assert result.timing["probing"] < 2 + 5 + 10, "the call timeout and the interrupt grace, not 60 s"
+    assert "grader_error" not in {e["kind"] for e in result.errors}
+    assert sandbox_processes() == []
+
+
+FORGED_CALL_MANY = '''
+import sys
+from IPython.display import publish_display_data
+_harness = sys.modules["_attention_grader_harness"]
+
+def _forged_call_many(requests):
+    replies = [_harness._call(r) for r in requests]
+    # The real replies, each tagged as the next call's, then a flood of extra ones.
+    for index in [*range(1, len(replies)), 0]:
+        publish_display_data({_harness.MIME: {"index": index, "reply": replies[index]}})
+    for _ in range(500):
+        publish_display_data({_harness.MIME: {"index": 0, "reply": replies[0], "seconds": 0.0}})
+
+_harness.call_many = _forged_call_many
+'''
+
+
+def test_a_replaced_harness_with_reordered_and_extra_replies_earns_nothing(tmp_path):
+    path = tmp_path / "forged_call_many.py"
+    path.write_text((FIXTURES / "correct_script.py").read_text() + "\n# %%\n" + FORGED_CALL_MANY)
+    result = grade(path, "rows")
+    assert result.status == "graded" and result.score == 0
+    assert "grader_error" not in {e["kind"] for e in result.errors}, result.errors
+    assert "the kernel's reply to the grader was malformed" in {c.name: c for c in result.checks}[
+        "self_attention.fixed"].message

@@ -2,6 +2,8 @@
 notebook client stands in for nbclient and its kernel, as in nbclient's own tests), and what
 the capped notebook client keeps of a kernel's messages."""
 import asyncio
+import time
+from dataclasses import dataclass, field
 
 import nbformat
 import pytest
@@ -21,6 +23,17 @@ def error_output(ename: str, evalue: str = "bad") -> dict:
                                   traceback=["\x1b[31mCell In[2], line 1\x1b[0m", f"{ename}: {evalue}"])
 
 
+@dataclass
+class Calls:
+    """A run of calls as the fake kernel makes it, step by step: a number is seconds of work,
+    "dies" kills the kernel, anything else is a payload published. The grader's interrupt ends
+    the run as a KeyboardInterrupt would, unless the run `swallows` it and goes on."""
+
+    steps: list
+    swallows: bool = False
+    published: list = field(default_factory=list)
+
+
 class FakeClient:
     """nbclient as the adapter uses it: each source does what `script` says, "pass" (the
     adapter's check that an interrupted kernel settled) answers by default, and every call's
@@ -33,6 +46,8 @@ class FakeClient:
         self.lost = False
         self.kc = self
         self.on_cell_executed = None
+        self.on_payload = None
+        self.interrupted: asyncio.Event | None = None
 
     def output_lost(self) -> bool:
         return self.lost
@@ -43,6 +58,10 @@ class FakeClient:
                            "in_notebook": self.nb.cells[cell_index] is cell})
         action = self.script.get(cell.source, "ok")
         reply = {"header": HEADER, "content": {"status": "ok"}}
+        if isinstance(action, Calls):
+            reply = await self._make_calls(action, cell)
+            self.on_cell_executed(cell=cell, cell_index=cell_index, execute_reply=reply)
+            return cell
         if action == "dies":
             raise DeadKernelError("Kernel died")
         if action == "hangs":
@@ -56,13 +75,39 @@ class FakeClient:
         self.on_cell_executed(cell=cell, cell_index=cell_index, execute_reply=reply)
         return cell
 
+    async def _make_calls(self, run: Calls, cell) -> dict:
+        self.interrupted = asyncio.Event()
+        for step in run.steps:
+            if step == "dies":
+                raise DeadKernelError("Kernel died")
+            if not isinstance(step, (int, float)):
+                run.published.append(step)
+                self.on_payload(step)
+            elif run.swallows:
+                await asyncio.sleep(step)
+            else:
+                try:
+                    await asyncio.wait_for(self.interrupted.wait(), step)
+                except asyncio.TimeoutError:
+                    continue
+                cell.outputs = [error_output("KeyboardInterrupt", "")]
+                return {"header": HEADER, "content": {"status": "error", "ename": "KeyboardInterrupt"}}
+        return {"header": HEADER, "content": {"status": "ok"}}
+
 
 class FakeManager:
     def __init__(self):
         self.shutdowns = 0
+        self.interrupts = 0
+        self.client: FakeClient | None = None
 
     async def shutdown_kernel(self, now=False):
         self.shutdowns += 1
+
+    async def interrupt_kernel(self):
+        self.interrupts += 1
+        if self.client.interrupted is not None:
+            self.client.interrupted.set()
 
 
 class FakeSandbox:
@@ -73,12 +118,13 @@ class FakeSandbox:
         return self.exceeded
 
 
-def running_kernel(script: dict, memory_exceeded=False) -> Kernel:
+def running_kernel(script: dict, memory_exceeded=False, grace: float = GRACE) -> Kernel:
     """A Kernel as its start leaves it, with fakes for nbclient, the manager and the sandbox."""
-    kernel = Kernel(Limits(interrupt_grace=GRACE, memory_limit=512))
+    kernel = Kernel(Limits(interrupt_grace=grace, memory_limit=512))
     kernel.client = FakeClient(script)
     kernel.client.on_cell_executed = kernel._remember_reply
     kernel.km = FakeManager()
+    kernel.km.client = kernel.client
     kernel.sandbox = FakeSandbox(memory_exceeded)
     kernel.alive = True
     return kernel
@@ -175,6 +221,104 @@ def test_nothing_is_sent_to_a_kernel_that_is_gone():
     assert kernel.client.calls == []
 
 
+def run_calls(kernel: Kernel, count: int, call_timeout: float = 0.3, total_timeout: float = 30.0):
+    """Run the fake kernel's "calls()" code; returns how it ended, the payloads delivered (with
+    their positions), and the seconds it took on the grader's clock."""
+    delivered = []
+    started = time.monotonic()
+    end = asyncio.run(kernel.run_calls("calls()", count, call_timeout, total_timeout,
+                                       lambda position, payload: delivered.append((position, payload))))
+    return end, delivered, time.monotonic() - started
+
+
+def test_a_run_of_calls_hands_on_each_payload_as_it_arrives():
+    kernel = running_kernel({"calls()": Calls(["a", 0.05, "b", 0.05, "c"])})
+    end, delivered, _ = run_calls(kernel, 3)
+    assert (end.finished, end.error, end.out_of_time) == (3, None, False)
+    assert delivered == [(0, "a"), (1, "b"), (2, "c")]
+    (call,) = kernel.client.calls
+    # No nbclient timeout: the grader times the calls itself.
+    assert (call["timeout"], call["history"], call["probing"]) == (None, False, True)
+    assert kernel.client.on_payload is None and kernel.km.interrupts == 0
+
+
+def test_a_run_of_calls_delivers_no_more_payloads_than_calls():
+    run = Calls(["a", "b", "c", "forged", "forged"])
+    end, delivered, _ = run_calls(running_kernel({"calls()": run}), 3)
+    assert end.finished == 3 and [p for _, p in delivered] == ["a", "b", "c"]
+    assert len(run.published) == 5
+
+
+def test_each_call_has_its_own_time_from_the_previous_reply():
+    """Three calls of 0.2 s with 0.3 s each: the run takes longer than one call's time, and no
+    call is late."""
+    end, delivered, _ = run_calls(running_kernel({"calls()": Calls([0.2, "a", 0.2, "b", 0.2, "c"])}), 3,
+                                  call_timeout=0.3)
+    assert (end.finished, end.error) == (3, None)
+
+
+def test_a_late_call_is_interrupted_by_the_grader():
+    kernel = running_kernel({"calls()": Calls(["a", 0.05, "b", 30.0, "c"])})
+    end, delivered, seconds = run_calls(kernel, 3, call_timeout=0.3)
+    assert end.finished == 2 and [p for _, p in delivered] == ["a", "b"]
+    assert (end.error.kind, end.error.kernel_lost, end.out_of_time) == ("timeout", False, False)
+    assert kernel.km.interrupts == 1 and kernel.alive and kernel.km.shutdowns == 0
+    assert seconds < 2
+
+
+def test_a_reply_that_comes_after_the_interrupt_is_ignored():
+    """The call swallows the interrupt and returns soon after: its reply is too late, and the
+    kernel, done within the grace, stays."""
+    run = Calls(["a", 0.6, "late", "after"], swallows=True)
+    kernel = running_kernel({"calls()": run}, grace=2.0)
+    end, delivered, _ = run_calls(kernel, 3, call_timeout=0.3)
+    assert end.finished == 1 and delivered == [(0, "a")] and run.published == ["a", "late", "after"]
+    assert end.error.kind == "timeout" and kernel.alive
+
+
+def test_a_call_that_swallows_the_interrupt_and_goes_on_gets_the_kernel_stopped():
+    kernel = running_kernel({"calls()": Calls(["a", 30.0, "b"], swallows=True)})
+    end, delivered, seconds = run_calls(kernel, 2, call_timeout=0.3)
+    assert end.finished == 1
+    assert (end.error.kind, end.error.kernel_lost) == ("unresponsive", True)
+    assert not kernel.alive and kernel.km.interrupts == 1 and kernel.km.shutdowns == 1
+    assert seconds < 0.3 + GRACE + 1
+
+
+def test_the_whole_run_has_a_time_of_its_own():
+    kernel = running_kernel({"calls()": Calls([0.2, "a", 0.2, "b", 0.2, "c"])})
+    end, delivered, seconds = run_calls(kernel, 3, call_timeout=10.0, total_timeout=0.3)
+    assert end.finished == 1 and (end.error.kind, end.out_of_time) == ("timeout", True)
+    assert seconds < 2
+
+
+@pytest.mark.parametrize("memory_exceeded, kind", [(False, "kernel_died"), (True, "memory")])
+def test_a_kernel_that_dies_during_a_run_of_calls(memory_exceeded, kind):
+    kernel = running_kernel({"calls()": Calls(["a", "dies"])}, memory_exceeded)
+    end, delivered, _ = run_calls(kernel, 3)
+    assert end.finished == 1 and (end.error.kind, end.error.kernel_lost) == (kind, True)
+    assert not kernel.alive
+
+
+def test_a_run_of_calls_that_ends_without_every_reply():
+    end, _, _ = run_calls(running_kernel({"calls()": Calls(["a"])}), 2)
+    assert (end.finished, end.error) == (1, None)
+
+
+def test_a_run_of_calls_whose_code_raises():
+    kernel = running_kernel({"calls()": error_output("AttributeError", "no call_many")})
+    end, _, _ = run_calls(kernel, 2)
+    assert end.finished == 0 and (end.error.kind, end.error.ename) == ("error", "AttributeError")
+    assert kernel.alive
+
+
+def test_no_run_of_calls_is_sent_to_a_kernel_that_is_gone():
+    kernel = running_kernel({})
+    kernel.alive = False
+    end, delivered, _ = run_calls(kernel, 2)
+    assert (end.finished, end.error.kind) == (0, "kernel_died") and kernel.client.calls == []
+
+
 def message(msg_type: str, **content) -> dict:
     return {"msg_type": msg_type, "content": content, "header": {"msg_id": "2", "msg_type": msg_type},
             "parent_header": {"msg_id": "1"},
@@ -209,6 +353,18 @@ def test_only_grader_code_keeps_the_harness_payload_and_only_the_last():
     assert [o["data"] for o in outputs] == [{MIME: {"n": 2}}] and counted == 0
     outputs, counted = received([payload(1)], probing=False)
     assert outputs == [] and counted > 0
+
+
+def test_a_run_of_calls_has_every_payload_handed_on_and_none_kept():
+    client = CappedClient(nbformat.v4.new_notebook())
+    client.probing = True
+    client.clear_before_next_output = False
+    handed = []
+    client.on_payload = handed.append
+    cell = nbformat.v4.new_code_cell("x")
+    for n in range(3):
+        client.process_message(payload(n), cell, 0)
+    assert handed == [{"n": 0}, {"n": 1}, {"n": 2}] and cell.outputs == []
 
 
 def test_only_the_first_error_is_kept_and_it_is_cut_short():
