@@ -1,10 +1,12 @@
 """A warm parent for kernels: it imports what every kernel imports (ipykernel, IPython,
 numpy, matplotlib) once, then forks one kernel per request, each into the same sandbox a
-fresh kernel gets. Never imported by the grader: it runs as `python -I fork_server.py SOCKET`
-with a scrubbed environment, so it holds nothing of the grader's (no reference, no spec, no
-seed) and nothing of any submission: no student code ever runs in it.
+fresh kernel gets. Never imported by the grader: it runs as `python -I fork_server.py FOLDER
+IDLE_SECONDS` with a scrubbed environment, so it holds nothing of the grader's (no
+reference, no spec, no seed) and nothing of any submission: no student code ever runs in it.
 
-Protocol, on a Unix socket in a folder only root can open, one connection per kernel:
+It is shared by the grading runs of one installation (see forked_kernels.py) and exits once
+no kernel has run for a while. Protocol, on a Unix socket in a folder only its user can
+open, one connection per kernel:
 - the grader sends one request (length-prefixed JSON: the launcher's policy, the limits, the
   cgroups to join, the kernel's environment and connection file) with the kernel's stdout
   and stderr as passed file descriptors;
@@ -18,17 +20,18 @@ Protocol, on a Unix socket in a folder only root can open, one connection per ke
 Children are always forked from this pristine parent, never from one another.
 """
 import ctypes
+import fcntl
 import importlib.util
 import json
 import os
 import resource
 import select
-import shutil
 import signal
 import socket
 import struct
 import sys
 import threading
+import time
 import types
 
 # What a kernel imports on start, and the built-in assignments' notebooks after it. A module
@@ -222,38 +225,64 @@ def listen(path: str) -> socket.socket:
     return listener
 
 
-def serve(listener: socket.socket) -> None:
-    # Handlers are never waited for: the kernel's exit reaches the grader through the handler.
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+def serve(listener: socket.socket, idle_seconds: float) -> None:
+    """Fork a handler per connection until no kernel has run for `idle_seconds`."""
     owner = os.getuid()
-    while True:
-        ready, _, _ = select.select([listener, sys.stdin], [], [])
-        if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1024):
-            return   # the grader closed its end: it is gone
-        if listener not in ready:
+    handlers: set[int] = set()
+    idle_since = time.monotonic()
+    while handlers or time.monotonic() - idle_since < idle_seconds:
+        ready, _, _ = select.select([listener], [], [], 1.0)
+        for pid in list(handlers):   # a handler ends with its kernel
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                handlers.discard(pid)
+                idle_since = time.monotonic()
+        if not ready:
             continue
         conn, _ = listener.accept()
         _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-        if uid == owner and os.fork() == 0:
-            listener.close()
-            _child(handle, conn)
+        if uid == owner:
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                _child(handle, conn)
+            handlers.add(pid)
         conn.close()
 
 
 def main() -> None:
-    path = sys.argv[1]
+    """argv: the server's folder (private to its user), and how long it stays without kernels.
+    One server per folder: it holds the folder's lock for its whole life, so a second one
+    started at the same time exits at once."""
+    folder, idle_seconds = sys.argv[1], float(sys.argv[2])
+    lock = open(os.path.join(folder, "lock"), "a")
     try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return
+    hello = os.path.join(folder, "hello.json")
+    path = os.path.join(folder, "socket")
+    try:
+        if os.path.exists(hello):
+            os.unlink(hello)   # a server before this one was killed
         warmed = warm()
-        listener = listen(path)
         threads = len(os.listdir("/proc/self/task"))
-        # Forking is only safe from a process with a single thread.
-        ready = threads == 1 and threading.active_count() == 1
-        print(json.dumps({"ready": ready, "warm": warmed, "modules": sorted(sys.modules), "threads": threads}),
-              flush=True)
-        if ready:
-            serve(listener)
+        if threads != 1 or threading.active_count() != 1:
+            # Forking is only safe from a process with a single thread.
+            print(f"not serving: {threads} threads after the imports", file=sys.stderr, flush=True)
+            return
+        if os.path.exists(path):
+            os.unlink(path)   # a server before this one was killed
+        listener = listen(path)
+        with open(hello + ".new", "w") as f:
+            json.dump({"pid": os.getpid(), "warm": warmed, "modules": sorted(sys.modules)}, f)
+        os.replace(hello + ".new", hello)
+        serve(listener, idle_seconds)
     finally:
-        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        for name in (hello, path):
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
 
 
 if __name__ == "__main__":

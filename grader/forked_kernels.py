@@ -1,30 +1,36 @@
 """Kernels forked from a warm parent: the grader's side of fork_server.py.
 
-One fork server per grading run, started on first use and shared by the processes forked
-from the one that started it (batch workers). A kernel is forked only when it gets the same
+One fork server per installation, started by the first run that needs it and shared by the
+runs after it (a student's next check, a batch's workers, concurrent batches); it exits
+after IDLE_SECONDS without a kernel. A kernel is forked only when it gets the same
 sandbox a fresh kernel would (Sandbox.why_not_forked) and the warm parent has imported none
 of the assignment's forbidden libraries; otherwise, or when the server cannot start, the
 kernel starts fresh and the result says so and why (isolation.kernel_start).
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
-import select
-import shutil
 import socket
+import stat
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from importlib import resources
 from pathlib import Path
 
-from .sandbox import Sandbox, namespaces_available, run_id
+from .sandbox import Sandbox, interpreter_paths, namespaces_available
 
 SERVER_START_SECONDS = 60
 REPLY_SECONDS = 10
+# How long a server stays without a kernel to fork: long enough for a student's next check or
+# a TA's next batch to find it warm.
+IDLE_SECONDS = 600
 # The server's own environment: the same threading and plotting settings as the kernels
 # (they take effect when it imports numpy and matplotlib), nothing of the grader's.
 # Room in the server's environment for a kernel's: /proc/PID/environ of a forked process
@@ -51,35 +57,14 @@ class Unavailable(Exception):
 
 
 class ForkServer:
-    """The server process: its socket, and the modules its warm parent holds once it is ready."""
+    """A running server, as its hello file describes it: its process, socket and the modules
+    its warm parent holds."""
 
-    def __init__(self):
-        self.folder = tempfile.mkdtemp(prefix=f"grader-forkserver-{run_id()}-")   # 0700: root alone connects
-        self.path = os.path.join(self.folder, "socket")
-        self.modules: list[str] = []
-        script = str(resources.files("grader").joinpath("fork_server.py"))
-        env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
-        env.update(SERVER_ENVIRONMENT, HOME=self.folder, MPLCONFIGDIR=_matplotlib_cache(self.folder))
-        # Its stdin is its lifeline: when every process holding the other end is gone, it exits.
-        self.process = subprocess.Popen([sys.executable, "-I", script, self.path], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=self.folder,
-                                        start_new_session=True)
-
-    def wait_ready(self) -> None:
-        """Once it has imported its modules; raises Unavailable saying why it cannot serve."""
-        ready, _, _ = select.select([self.process.stdout], [], [], SERVER_START_SECONDS)
-        line = self.process.stdout.readline() if ready else b""
-        try:
-            hello = json.loads(line)
-        except ValueError:
-            hello = {}
-        if not hello.get("ready"):
-            self.process.kill()
-            self.process.wait()
-            shutil.rmtree(self.folder, ignore_errors=True)
-            why = f"its parent had {hello['threads']} threads" if "threads" in hello else "it did not start"
-            raise Unavailable(f"the fork server is not available: {why}")
-        self.modules = list(hello.get("modules", []))
+    def __init__(self, folder: Path, hello: dict):
+        self.folder = folder
+        self.path = str(folder / "socket")
+        self.pid = int(hello["pid"])
+        self.modules = [str(m) for m in hello.get("modules", [])]
 
     def holds_forbidden(self, forbidden) -> list[str]:
         """The forbidden libraries the warm parent imported (a forked kernel would have them)."""
@@ -97,63 +82,139 @@ class ForkServer:
         return conn
 
 
+def server_folder() -> Path:
+    """The folder of the server for this installation: one per interpreter, fork server code
+    and state of the installed packages (a package installed or upgraded changes its
+    folder's time), so a server never hands out kernels from code that has since changed.
+    Private to this user: whoever can connect gets kernels started as root."""
+    key = hashlib.sha256(sys.executable.encode())
+    for name in ("fork_server.py", "sandbox_launcher.py"):
+        key.update(resources.files("grader").joinpath(name).read_bytes())
+    for entry in interpreter_paths():   # what the server imports from (it runs with -I)
+        key.update(f"{entry}:{os.stat(entry).st_mtime_ns}".encode())
+    base = Path(tempfile.gettempdir()) / f"attention-grader-{os.getuid()}"
+    folder = base / key.hexdigest()[:16]
+    for path in (base, folder):
+        path.mkdir(exist_ok=True, mode=0o700)
+        info = path.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise Unavailable(f"the fork server is not available: {path} is not a folder private to this user")
+    return folder
+
+
+def _running(folder: Path) -> bool:
+    """Whether a server holds the folder's lock (it does for its whole life)."""
+    with open(folder / "lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return False
+
+
+def _start(folder: Path) -> None:
+    script = str(resources.files("grader").joinpath("fork_server.py"))
+    env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
+    env.update(SERVER_ENVIRONMENT, HOME=str(folder), MPLCONFIGDIR=_matplotlib_cache(str(folder)))
+    with open(folder / "server.log", "ab") as log:
+        # A session of its own, no terminal and no pipe from this process: it outlives the run.
+        subprocess.Popen([sys.executable, "-I", script, str(folder), str(IDLE_SECONDS)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=folder, start_new_session=True)
+
+
 def worth_starting(settings) -> bool:
     """Whether a run with these settings would fork its kernels, as far as can be told before
     the first one: then the server is started early (`grader check`) or before the batch's
-    workers, which share it."""
+    workers."""
     return bool(settings.sandbox and settings.fork_server and os.geteuid() == 0 and namespaces_available())
 
 
 _lock = threading.Lock()
-_launched: ForkServer | None = None
 _server: ForkServer | None = None
 _failure = ""
 
 
 def launch() -> None:
-    """Start this run's fork server without waiting for it, so that its imports overlap
-    with the grader's own start; it is used (or found unusable) on the first kernel."""
-    global _launched, _failure
+    """Start the server if none is running, without waiting for it, so that its imports
+    overlap with the grader's own start."""
+    global _failure
     with _lock:
-        if _launched is None and not _failure:
-            try:
-                _launched = ForkServer()
-            except OSError as exc:
-                _failure = f"the fork server is not available: {exc}"
+        if _server is not None or _failure:
+            return
+        try:
+            folder = server_folder()
+            if not _running(folder):
+                _start(folder)
+        except (Unavailable, OSError) as exc:
+            _failure = str(exc) if isinstance(exc, Unavailable) else f"the fork server is not available: {exc}"
 
 
-def server() -> ForkServer | None:
-    """This run's fork server, ready; None when it could not start."""
+def server(restart: bool = False) -> ForkServer | None:
+    """The running server, started if need be; None when it cannot start. With `restart`,
+    the one found before has stopped (the machine's OOM killer): find or start another."""
     global _server, _failure
+    if restart:
+        with _lock:
+            _server = None
     launch()
     with _lock:
         if _server is None and not _failure:
             try:
-                _launched.wait_ready()
-                _server = _launched
+                _server = _wait_ready(server_folder())
             except (Unavailable, OSError) as exc:
-                _failure = str(exc)
+                _failure = str(exc) if isinstance(exc, Unavailable) else f"the fork server is not available: {exc}"
         return _server
+
+
+def _answers(found: ForkServer) -> bool:
+    """Whether the server accepts connections (a hello left by a killed server does not)."""
+    try:
+        found.connect().close()
+    except OSError:
+        return False
+    return True
+
+
+def _wait_ready(folder: Path) -> ForkServer:
+    """The server once it has said it is ready; its lock is held from its first moment."""
+    started = time.monotonic()
+    while True:
+        running = _running(folder)
+        try:
+            hello = json.loads((folder / "hello.json").read_text())
+        except (OSError, ValueError):
+            hello = None
+        if running and hello and _answers(found := ForkServer(folder, hello)):
+            return found
+        waited = time.monotonic() - started
+        if not running and waited > 2:
+            log = (folder / "server.log").read_bytes()[-300:].decode(errors="replace").strip().splitlines()
+            raise Unavailable(f"the fork server is not available: it did not start ({log[-1] if log else 'no log'})")
+        if waited > SERVER_START_SECONDS:
+            raise Unavailable(f"the fork server is not available: not ready within {SERVER_START_SECONDS} s")
+        time.sleep(0.02)
 
 
 def choose(sandbox: Sandbox) -> socket.socket | None:
     """A connection to the server to fork this sandbox's kernel from, or None; records on the
-    sandbox how its kernel starts and why. A server that has stopped (the machine's OOM
-    killer) is not started again: the rest of the run's kernels start fresh."""
-    global _failure
+    sandbox how its kernel starts and why. A server found stopped (the machine's OOM killer)
+    is started again once."""
     why = sandbox.why_not_forked() or ""
-    chosen = None if why else server()
-    if not why and chosen is None:
-        why = _failure
-    if chosen is not None and (held := chosen.holds_forbidden(sandbox.forbidden)):
-        why, chosen = f"the warm parent has imported {', '.join(held)}, which this assignment forbids", None
     conn = None
-    if chosen is not None:
+    for attempt in range(0 if why else 2):
+        chosen = server(restart=attempt > 0)
+        if chosen is None:
+            why = _failure
+            break
+        if held := chosen.holds_forbidden(sandbox.forbidden):
+            why = f"the warm parent has imported {', '.join(held)}, which this assignment forbids"
+            break
         try:
             conn = chosen.connect()
+            break
         except OSError as exc:
-            with _lock:
-                _failure = why = f"the fork server stopped ({exc.strerror or exc})"
+            why = f"the fork server stopped ({exc.strerror or exc})"
     sandbox.kernel_start = ("forked", "") if conn else ("fresh", why)
     return conn
 
