@@ -58,15 +58,19 @@ def fingerprint(path, names: set[str]) -> str:
 
 
 def similar_pairs(items: list[tuple[str, str]], threshold: float = THRESHOLD) -> list[dict]:
-    """items: (label, fingerprint). Pairs at or above the threshold, most similar first."""
-    pairs = []
-    for (a, fa), (b, fb) in itertools.combinations([i for i in items if i[1]], 2):
-        if fa == fb:
-            pairs.append({"a": a, "b": b, "similarity": 1.0})
-            continue
+    """items: (label, fingerprint). Pairs at or above the threshold, most similar first. Each
+    distinct fingerprint is compared once with each other one: a class where many hand in the
+    same code costs what its distinct submissions cost."""
+    labels: dict[str, list[str]] = {}
+    for label, fp in items:
+        if fp:
+            labels.setdefault(fp, []).append(label)
+    pairs = [{"a": a, "b": b, "similarity": 1.0} for group in labels.values()
+             for a, b in itertools.combinations(group, 2)]
+    for fa, fb in itertools.combinations(labels, 2):
         matcher = difflib.SequenceMatcher(None, fa, fb, autojunk=False)
         if matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold:
             ratio = matcher.ratio()
             if ratio >= threshold:
-                pairs.append({"a": a, "b": b, "similarity": round(ratio, 3)})
+                pairs += [{"a": a, "b": b, "similarity": round(ratio, 3)} for a in labels[fa] for b in labels[fb]]
     return sorted(pairs, key=lambda p: -p["similarity"])
