@@ -1,6 +1,7 @@
 """Run a command and measure it: wall seconds, CPU seconds of its whole process tree (every
-process it started, kernels included), and the peak memory of the grader's own processes
-(the command and its Python workers, not the kernels it starts).
+process it started, and its kernels, also those forked by the shared fork server), and the
+peak memory of the grader's own processes (the command and its Python workers, not the
+kernels it starts nor the fork server).
 
 Both are sampled from /proc every 50 ms: a sandboxed kernel is reaped inside its own PID
 namespace, so its CPU time never reaches this process's RUSAGE_CHILDREN. The CPU figure is
@@ -40,13 +41,29 @@ def _cpu_ticks(pid: int) -> int:
         return 0
 
 
+def _marked(pid: int) -> list[int]:
+    """Processes of the kernels the grading run `pid` started: a forked kernel descends from
+    the shared fork server, not from the run, and carries the run's sandbox marker."""
+    needle = f"SANDBOX_ID={pid}.".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and needle in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def _tree(pid: int) -> list[int]:
-    found, todo = [], [pid]
+    """The run's processes: what it started, and its kernels wherever they were forked."""
+    found, todo = set(), [pid, *_marked(pid)]
     while todo:
         p = todo.pop()
-        found.append(p)
-        todo.extend(_children(p))
-    return found
+        if p not in found:
+            found.add(p)
+            todo.extend(_children(p))
+    return sorted(found)
 
 
 def _grader_rss(pid: int) -> int:
