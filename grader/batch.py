@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import itertools
 import json
 import multiprocessing
 import os
@@ -235,8 +236,16 @@ def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, 
             except Exception as exc:  # noqa: BLE001 - e.g. the file vanished since it was found
                 finished.append((s, key, output.error_row(s, f"grading failed: {reason(exc)}")))
 
-        for s, key in todo:
-            submit(s, key, pool, grade_task)
+        waiting = iter(todo)
+
+        def refill():
+            # A few tasks ahead of the workers, not the whole batch: each task holds its
+            # notebook's bytes until a worker takes it, so the grader's memory stays flat in
+            # the size of the batch.
+            for s, key in itertools.islice(waiting, max(0, 2 * width - len(pending))):
+                submit(s, key, pool, grade_task)
+
+        refill()
         while pending or finished:
             if pending:
                 done, _ = _dask_wait(list(pending)) if scheduler else wait(list(pending), return_when=FIRST_COMPLETED)
@@ -254,6 +263,7 @@ def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, 
                         finished.append((s, key, output.error_row(s, f"grading failed: {reason(exc)}")))
             yield from finished
             finished.clear()
+            refill()
 
 
 def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | None = None, force: bool = False,
