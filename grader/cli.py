@@ -16,10 +16,16 @@ EXIT_FULL_MARKS, EXIT_FAILURES, EXIT_UNUSABLE = 0, 1, 2
 PLATFORM_NAMES = ("gradescope", "prairielearn")   # grader.lms.PLATFORMS, without importing it
 
 
-def check(ns) -> int:
+def start_fork_server(ns) -> None:
+    """For a command that grades one notebook: start the fork server now, if there is none,
+    so that its imports overlap with the grader's own instead of following them."""
     from .forked_kernels import launch, worth_starting
     if worth_starting(from_namespace(ns)):
-        launch()   # its imports overlap with the grader's own
+        launch()
+
+
+def check(ns) -> int:
+    start_fork_server(ns)
     from .files import write_json
     from .grade import grade_path
     from .loader import load_submission
@@ -58,6 +64,7 @@ def grade(ns) -> int:
 
 
 def lms(ns) -> int:
+    start_fork_server(ns)
     from .lms import PLATFORMS
     from .lms import run as run_lms
     from .seeds import fresh_seed
