@@ -128,8 +128,8 @@ class Output:
 
     def keep(self, s: Submission, data: dict, key: str) -> dict:
         """Write a submission's result.json and report.html (rendered here, not on the worker)
-        and return its row. When they cannot be written, the row is the error saying why, on
-        disk if that at least can be written."""
+        and return its row (summary_row). When they cannot be written, the row is the error
+        saying why, on disk if that at least can be written."""
         row = dict(data, student=s.student, batch_key=key)
         try:
             self._write(s, row)
@@ -140,12 +140,21 @@ class Output:
                 self._write(s, row)
             except Exception:  # noqa: BLE001 - the row still reaches grades.csv and the summary
                 pass
-        return row
+        return summary_row(row)
 
     def _write(self, s: Submission, row: dict) -> None:
         folder = self.outdir / s.folder
         write_json(folder / "result.json", row)
         write_html(GradeResult.from_json(row), folder / "report.html", staff=self.staff)
+
+
+def summary_row(row: dict) -> dict:
+    """What a batch keeps of a submission's result until grades.csv and the class summary are
+    written: everything but the checks' messages and figures and the errors' tracebacks, which
+    are in its result.json. Kept whole, a class's worth of them made the grader's memory grow
+    with the size of the batch."""
+    return {**row, "checks": [dict(c, message="", figures=[]) for c in row.get("checks", [])],
+            "errors": [{k: e.get(k) for k in ("cell", "kind", "ename", "evalue")} for e in row.get("errors", [])[:1]]}
 
 
 def write_csv(results: list[dict], path: Path) -> None:
@@ -289,7 +298,7 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
             continue
         previous = None if force else output.stored(s, key)
         if previous:
-            rows[s.folder] = previous
+            rows[s.folder] = summary_row(previous)
             report.skipped += 1
         else:
             todo.append((s, key))
