@@ -58,19 +58,21 @@ def fingerprint(path, names: set[str]) -> str:
 
 
 def similar_pairs(items: list[tuple[str, str]], threshold: float = THRESHOLD) -> list[dict]:
-    """items: (label, fingerprint). Pairs at or above the threshold, most similar first. Each
-    distinct fingerprint is compared once with each other one: a class where many hand in the
-    same code costs what its distinct submissions cost."""
+    """items: (label, fingerprint). Groups of submissions at or above the threshold, most
+    similar first: {"a": labels, "b": [], "similarity": 1.0} for submissions identical to one
+    another, {"a": labels, "b": labels, "similarity": r} for two such groups (of one or more)
+    similar to each other. Each distinct fingerprint is compared once with each other one, and
+    a group is named once, not as every pair in it: a class where many hand in the same code
+    costs what its distinct submissions cost, in time and in memory."""
     labels: dict[str, list[str]] = {}
     for label, fp in items:
         if fp:
             labels.setdefault(fp, []).append(label)
-    pairs = [{"a": a, "b": b, "similarity": 1.0} for group in labels.values()
-             for a, b in itertools.combinations(group, 2)]
+    found = [{"a": group, "b": [], "similarity": 1.0} for group in labels.values() if len(group) > 1]
     for fa, fb in itertools.combinations(labels, 2):
         matcher = difflib.SequenceMatcher(None, fa, fb, autojunk=False)
         if matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold:
             ratio = matcher.ratio()
             if ratio >= threshold:
-                pairs += [{"a": a, "b": b, "similarity": round(ratio, 3)} for a in labels[fa] for b in labels[fb]]
-    return sorted(pairs, key=lambda p: -p["similarity"])
+                found.append({"a": labels[fa], "b": labels[fb], "similarity": round(ratio, 3)})
+    return sorted(found, key=lambda p: -p["similarity"])

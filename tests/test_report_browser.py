@@ -48,7 +48,7 @@ def test_class_summary_renders_without_console_errors(tmp_path):
     results = [dict(grade(SUBMISSIONS / n, a).to_json(), student=n) for n, a in
                [("worked_solution.ipynb", "rows"), ("mistake_softmax_axis.ipynb", "rows")]]
     page_path = tmp_path / "summary.html"
-    write_summary(results, ["a", "b"], [("x", ["1.ipynb", "2.ipynb"])], [{"a": "a", "b": "b", "similarity": 0.95}],
+    write_summary(results, ["a", "b"], [("x", ["1.ipynb", "2.ipynb"])], [{"a": ["a"], "b": ["b"], "similarity": 0.95}],
                   page_path)
     problems = []
     with playwright.sync_playwright() as p:
