@@ -201,7 +201,7 @@ def run_kernel(request) -> None:
         launcher.drop_privileges(policy["uid"], policy["gid"])
     else:
         _die_with_parent()
-    os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") < 65536 else 65536)
+    os.closerange(3, min(os.sysconf("SC_OPEN_MAX"), 65536))
     os.environ.clear()
     os.environ.update(request["env"])
     signal.signal(signal.SIGINT, signal.default_int_handler)

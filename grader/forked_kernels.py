@@ -24,21 +24,16 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from .sandbox import Sandbox, interpreter_paths, namespaces_available
+from .sandbox import Sandbox, interpreter_paths, namespaces_available, scrubbed_environment
 
 SERVER_START_SECONDS = 60
 REPLY_SECONDS = 10
 # How long a server stays without a kernel to fork: long enough for a student's next check or
 # a TA's next batch to find it warm.
 IDLE_SECONDS = 600
-# The server's own environment: the same threading and plotting settings as the kernels
-# (they take effect when it imports numpy and matplotlib), nothing of the grader's.
 # Room in the server's environment for a kernel's: /proc/PID/environ of a forked process
 # shows the memory the server's environment was in (fork_server.show_environment).
 ENVIRONMENT_ROOM = 8192
-SERVER_ENVIRONMENT = {"GRADER_ENVIRONMENT_ROOM": "~" * ENVIRONMENT_ROOM, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1",
-                      "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
-                      "JUPYTER_PLATFORM_DIRS": "1"}
 
 
 def _matplotlib_cache(fallback: str) -> str:
@@ -115,8 +110,8 @@ def _running(folder: Path) -> bool:
 
 def _start(folder: Path) -> None:
     script = str(resources.files("grader").joinpath("fork_server.py"))
-    env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
-    env.update(SERVER_ENVIRONMENT, HOME=str(folder), MPLCONFIGDIR=_matplotlib_cache(str(folder)))
+    env = scrubbed_environment(HOME=str(folder), MPLCONFIGDIR=_matplotlib_cache(str(folder)),
+                               GRADER_ENVIRONMENT_ROOM="~" * ENVIRONMENT_ROOM)
     with open(folder / "server.log", "ab") as log:
         # A session of its own, no terminal and no pipe from this process: it outlives the run.
         subprocess.Popen([sys.executable, "-I", script, str(folder), str(IDLE_SECONDS)], stdin=subprocess.DEVNULL,
@@ -135,35 +130,43 @@ _server: ForkServer | None = None
 _failure = ""
 
 
-def launch() -> None:
+def _why(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, Unavailable) else f"the fork server is not available: {exc}"
+
+
+def launch() -> Path | None:
     """Start the server if none is running, without waiting for it, so that its imports
-    overlap with the grader's own start."""
+    overlap with the grader's own start; returns its folder, or None when it cannot start."""
     global _failure
     with _lock:
-        if _server is not None or _failure:
-            return
+        if _failure:
+            return None
         try:
             folder = server_folder()
-            if not _running(folder):
+            if _server is None and not _running(folder):
                 _start(folder)
+            return folder
         except (Unavailable, OSError) as exc:
-            _failure = str(exc) if isinstance(exc, Unavailable) else f"the fork server is not available: {exc}"
+            _failure = _why(exc)
+            return None
 
 
 def server(restart: bool = False) -> ForkServer | None:
     """The running server, started if need be; None when it cannot start. With `restart`,
     the one found before has stopped (the machine's OOM killer): find or start another."""
     global _server, _failure
-    if restart:
-        with _lock:
-            _server = None
-    launch()
     with _lock:
-        if _server is None and not _failure:
+        if restart:
+            _server = None
+        if _server is not None:
+            return _server
+    folder = launch()
+    with _lock:
+        if _server is None and folder is not None and not _failure:
             try:
-                _server = _wait_ready(server_folder())
+                _server = _wait_ready(folder)
             except (Unavailable, OSError) as exc:
-                _failure = str(exc) if isinstance(exc, Unavailable) else f"the fork server is not available: {exc}"
+                _failure = _why(exc)
         return _server
 
 

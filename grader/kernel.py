@@ -32,7 +32,7 @@ from . import wire
 from .result import ErrorRecord
 from .harness import MIME
 from .kernel_client import MAX_MESSAGE_BYTES, CappedClient, default_kernel_manager
-from .sandbox import Sandbox, grader_paths, run_id
+from .sandbox import Sandbox, grader_paths, run_id, scrubbed_environment
 from .settings import Limits
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -47,12 +47,7 @@ def clean_traceback(lines: list[str], limit: int = 4000) -> str:
 
 def kernel_environment(workdir: str) -> dict:
     """A scrubbed environment: nothing of the grader's own variables reaches the kernel."""
-    keep = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "SYSTEMROOT")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
-    env.update(HOME=workdir, TMPDIR=workdir, IPYTHONDIR=os.path.join(workdir, ".ipython"),
-               MPLBACKEND="Agg", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               MKL_NUM_THREADS="1", PYDEVD_DISABLE_FILE_VALIDATION="1", JUPYTER_PLATFORM_DIRS="1")
-    return env
+    return scrubbed_environment(HOME=workdir, TMPDIR=workdir, IPYTHONDIR=os.path.join(workdir, ".ipython"))
 
 
 @functools.lru_cache(maxsize=None)

@@ -43,6 +43,18 @@ REQUIRED = ("memory limit", "process limit", "cpu limit", "cpu share", "folder q
 ENFORCES_POLICY = "filesystem allowlist"
 CPU_PERIOD_MICROSECONDS = 100_000   # the kernel's default period of CPU quotas
 MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
+# Of the grader's environment, only what programs need to run (and OpenBLAS's CPU settings,
+# read when numpy is imported) reaches a kernel or the fork server.
+KEPT_VARIABLES = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "SYSTEMROOT")
+# The kernel's threading and plotting settings; the fork server gets them too, since they
+# take effect when it imports numpy and matplotlib for the kernels it forks.
+KERNEL_SETTINGS = {"MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                   "PYDEVD_DISABLE_FILE_VALIDATION": "1", "JUPYTER_PLATFORM_DIRS": "1"}
+
+
+def scrubbed_environment(**own: str) -> dict:
+    """A scrubbed environment: nothing of the grader's own variables, then `own`."""
+    return {**{k: os.environ[k] for k in KEPT_VARIABLES if k in os.environ}, **KERNEL_SETTINGS, **own}
 _libc = ctypes.CDLL(None, use_errno=True)
 
 

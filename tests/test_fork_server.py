@@ -47,45 +47,37 @@ def _run(limits: Limits, *cells: str, forbidden=()):
 
 
 def _memory_holds(pid: str, first: str, second: str) -> bool:
-    """Whether the readable memory of process `pid` holds `first` directly followed by `second`."""
-    found = False
-    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
-        for line in maps:
-            span, perms = line.split()[:2]
-            start, end = (int(x, 16) for x in span.split("-"))
-            if "r" not in perms or end - start > 2**30:
-                continue
-            try:
-                mem.seek(start)
-                chunk = mem.read(end - start)
-            except (OSError, ValueError, OverflowError):
-                continue
-            at = chunk.find(first.encode())
-            while at >= 0 and not found:
-                found = chunk[at + len(first):at + len(first) + len(second)] == second.encode()
-                at = chunk.find(first.encode(), at + 1)
-    return found
+    """Whether the readable memory of process `pid` holds `first` directly followed by `second`.
+    Also sent to a kernel, to search its own memory ("self"), which it reads with ctypes: as the
+    unprivileged user it may not open /proc/self/mem."""
+    import ctypes
+    mem = None if pid == "self" else open(f"/proc/{pid}/mem", "rb", 0)
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            for line in maps:
+                span, perms = line.split()[:2]
+                start, end = (int(x, 16) for x in span.split("-"))
+                if "r" not in perms or end - start > 2**30 or line.rstrip().endswith(("[vvar]", "[vsyscall]",
+                                                                                      "[vvar_vclock]")):
+                    continue
+                if mem is None:
+                    chunk = ctypes.string_at(start, end - start)
+                else:
+                    try:
+                        mem.seek(start)
+                        chunk = mem.read(end - start)
+                    except (OSError, ValueError, OverflowError):
+                        continue
+                at = chunk.find(first.encode())
+                while at >= 0:
+                    if chunk[at + len(first):at + len(first) + len(second)] == second.encode():
+                        return True
+                    at = chunk.find(first.encode(), at + 1)
+        return False
+    finally:
+        if mem is not None:
+            mem.close()
 
-
-# The same search, in a kernel, of its own memory (ctypes: as the unprivileged user it may not
-# open /proc/self/mem).
-OWN_MEMORY_HOLDS = """
-import ctypes
-
-def holds(first, second):
-    for line in open("/proc/self/maps"):
-        span, perms = line.split()[:2]
-        start, end = (int(x, 16) for x in span.split("-"))
-        if "r" not in perms or line.rstrip().endswith(("[vvar]", "[vsyscall]", "[vvar_vclock]")) or end - start > 2**30:
-            continue
-        chunk = ctypes.string_at(start, end - start)
-        at = chunk.find(first.encode())
-        while at >= 0:
-            if chunk[at + len(first):at + len(first) + len(second)] == second.encode():
-                return True
-            at = chunk.find(first.encode(), at + 1)
-    return False
-"""
 
 needs_full_sandbox = pytest.mark.skipif(not FULL, reason="forking needs namespaces and an unprivileged user")
 
@@ -131,7 +123,8 @@ def test_neither_the_warm_parent_nor_a_forked_kernel_holds_the_reference():
     source = inspect.getsource(grader.reference.attention)   # the search finds it where it is
     assert _memory_holds(grader_pid, *NEEDLE) and source
     assert not _memory_holds(str(server.pid), *NEEDLE)
-    isolation, errors = _run(Limits(), OWN_MEMORY_HOLDS + f"\nassert not holds({NEEDLE[0]!r}, {NEEDLE[1]!r})")
+    own_memory = inspect.getsource(_memory_holds) + f"\nassert not _memory_holds('self', {NEEDLE[0]!r}, {NEEDLE[1]!r})"
+    isolation, errors = _run(Limits(), own_memory)
     assert isolation["kernel_start"] == "forked" and errors == [None], errors
 
 
