@@ -92,20 +92,25 @@ def show_settings(ns) -> int:
     return 0
 
 
+# No abbreviated options: "--out" would silently mean "--output-limit".
+EXACT = {"allow_abbrev": False}
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="grader", description="Grade self-attention notebooks.")
+    p = argparse.ArgumentParser(prog="grader", description="Grade self-attention notebooks.", **EXACT)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("check", help="grade notebooks (or .py files) and print a summary")
+    c = sub.add_parser("check", help="grade notebooks (or .py files) and print a summary", **EXACT)
     c.add_argument("paths", nargs="+", type=Path, metavar="SUBMISSION")
     add_arguments(c, "check")
     c.set_defaults(run=check)
-    g = sub.add_parser("grade", help="grade many submissions into OUTDIR: grades.csv, result.json and report.html each")
+    g = sub.add_parser("grade", help="grade many submissions into OUTDIR: grades.csv, result.json and report.html each",
+                       **EXACT)
     g.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="notebooks, .py files or folders")
     g.add_argument("-o", "--output", type=Path, required=True, metavar="OUTDIR")
     add_arguments(g, "grade")
     g.set_defaults(run=grade)
-    lms_parser = sub.add_parser("lms", help="grade inside an LMS container and write its results file")
+    lms_parser = sub.add_parser("lms", help="grade inside an LMS container and write its results file", **EXACT)
     lms_parser.add_argument("platform", choices=PLATFORM_NAMES)
     add_arguments(lms_parser, "lms")
     lms_parser.set_defaults(run=lms)

@@ -19,9 +19,9 @@ from IPython.display import publish_display_data
 try:
     import _attention_grader_wire as wire   # in the kernel, loaded just before this file
 except ImportError:
-    from grader import wire   # in the grader, which imports this file for MIME
+    from grader import wire   # in the grader, for its tests
 
-MIME = "application/vnd.attention-grader+json"
+MIME = wire.MIME
 _publish = publish_display_data
 _FunctionType = types.FunctionType
 _IGNORED = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}

@@ -30,7 +30,7 @@ from nbclient.exceptions import DeadKernelError
 
 from . import wire
 from .result import ErrorRecord
-from .harness import MIME
+from .wire import MIME
 from .kernel_client import MAX_MESSAGE_BYTES, CappedClient, default_kernel_manager
 from .sandbox import Sandbox, grader_paths, run_id, scrubbed_environment
 from .settings import Limits

@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import socket
+import sys
 import time
 import uuid
 from queue import Empty
@@ -20,6 +21,7 @@ import nbformat
 import zmq
 import zmq.asyncio
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from jupyter_client.session import Session
@@ -28,7 +30,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from . import forked_kernels
 from .forked_kernels import read_message, send_request
-from .harness import MIME
+from .wire import MIME
 from .sandbox import Sandbox
 
 # Whatever a kernel sends, the grader holds at most MAX_QUEUED_MESSAGES messages of at most
@@ -41,6 +43,16 @@ MAX_QUEUED_MESSAGES = 8
 # else is dropped before nbclient would keep it.
 KEPT_MESSAGES = frozenset({"status", "execute_input", "stream", "display_data", "execute_result", "error",
                            "clear_output"})
+
+
+class OwnKernelSpec(KernelSpecManager):
+    """The kernel is always ipykernel on the grader's own interpreter. A "python3" kernel spec
+    installed for the user or the system (another interpreter, other arguments) is never looked
+    up; the search would also import all of IPython, a quarter of a second."""
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                          display_name="Python 3", language="python", resource_dir="")
 
 
 class SandboxedKernelManager(AsyncKernelManager):
@@ -129,7 +141,8 @@ def default_kernel_manager(workdir: str, sandbox: Sandbox | None = None) -> Asyn
     """The one seam for kernel launching. Unix sockets rather than TCP: the kernel needs no
     network port, and they work across the sandbox's network namespace. The kernel is forked
     from the warm parent where it gets the same sandbox there (forked_kernels)."""
-    km = SandboxedKernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(workdir, ".kernel"),
+    km = SandboxedKernelManager(kernel_name="python3", kernel_spec_manager=OwnKernelSpec(), transport="ipc",
+                                ip=os.path.join(workdir, ".kernel"),
                                 connection_file=os.path.join(workdir, ".kernel.json"))
     km.sandbox = sandbox
     if sandbox is not None:

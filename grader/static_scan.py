@@ -5,9 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from IPython.core.inputtransformer2 import TransformerManager
-
-_transformer = TransformerManager()
+from functools import cache
 
 
 @dataclass
@@ -18,10 +16,24 @@ class StaticScan:
     function_imports: dict = field(default_factory=dict)
 
 
+@cache
+def _transformer():
+    # Importing IPython costs a quarter of a second, so only cells that need it pay.
+    from IPython.core.inputtransformer2 import TransformerManager
+    return TransformerManager()
+
+
 def python_source(cell_source: str) -> str:
-    """Turn magics and shell escapes into the calls IPython would make, so the cell parses."""
+    """Turn magics and shell escapes into the calls IPython would make, so the cell parses.
+    A cell that already parses as Python is left as it is: IPython changes only what is not
+    Python (magics, shell escapes, help, prompts, indented first lines)."""
     try:
-        return _transformer.transform_cell(cell_source)
+        ast.parse(cell_source)
+        return cell_source
+    except (SyntaxError, ValueError):
+        pass
+    try:
+        return _transformer().transform_cell(cell_source)
     except Exception:  # noqa: BLE001 - IPython's transformer rejects some odd input
         return cell_source
 

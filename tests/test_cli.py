@@ -89,6 +89,14 @@ def test_hidden_check_messages_are_withheld_from_students(tmp_path):
     assert "differs from the reference" in message_after(staff.stdout, "self_attention.random_shapes")
 
 
+@pytest.mark.parametrize("command, abbreviation", [("check", "--out"), ("grade", "--out"), ("lms", "--sand")])
+def test_an_abbreviated_option_is_refused_not_guessed(command, abbreviation):
+    """"--out" is neither "--output" nor "--output-limit": argparse would have picked one."""
+    args = {"check": ["x.ipynb"], "grade": ["x.ipynb", "-o", "out"], "lms": ["gradescope"]}[command]
+    done = run(command, *args, abbreviation, "1")
+    assert done.returncode == 2 and f"unrecognized arguments: {abbreviation}" in done.stderr
+
+
 def test_assignments_lists_the_five_builtins():
     done = run("assignments")
     assert done.returncode == 0

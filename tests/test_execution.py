@@ -64,6 +64,21 @@ def test_kernel_death_is_reported_and_the_notebook_rerun_without_that_cell():
     assert result.score == result.max_score
 
 
+@pytest.mark.parametrize("fork_server", [True, False])
+def test_a_python3_kernel_spec_installed_for_the_user_is_not_used(tmp_path, monkeypatch, fork_server):
+    """The kernel runs on the grader's own interpreter and ipykernel whatever "python3" kernel
+    spec the user or the system has installed (here one that cannot start a kernel)."""
+    from conftest import SUBMISSIONS
+    spec = tmp_path / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({"argv": ["/bin/false", "{connection_file}"],
+                                                  "display_name": "elsewhere", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    result = grade(SUBMISSIONS / "worked_solution.ipynb", "rows", _fresh=tmp_path, fork_server=fork_server)
+    assert result.status == "graded" and result.score == result.max_score
+    assert result.isolation["kernel_start"].startswith("forked" if fork_server else "fresh")
+
+
 def test_globals_read_by_a_function_are_reported():
     from conftest import SUBMISSIONS
     result = grade(SUBMISSIONS / "mistake_global_D.ipynb", "rows")
@@ -204,7 +219,7 @@ def test_malformed_replies_from_the_kernel_are_the_submissions_problem(tmp_path)
     """A hook that publishes garbage under the grader's MIME type after every cell (so after
     every probe): each reply is rejected as malformed, and the result is the submission's
     error, never a grader error."""
-    from grader.harness import MIME
+    from grader.wire import MIME
     hook = (f"from IPython.display import publish_display_data\n"
             f"def forge(*_):\n"
             f"    publish_display_data({{{MIME!r}: {{'functions': ['not', 'a', 'dict'], 'found': True,\n"

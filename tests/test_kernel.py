@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from nbclient.exceptions import DeadKernelError
 
-from grader.harness import MIME
+from grader.wire import MIME
 from grader.kernel import Kernel
 from grader.kernel_client import CappedClient
 from grader.settings import Limits
