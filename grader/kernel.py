@@ -37,6 +37,9 @@ from .settings import Limits
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 HARNESS_MODULE = "_attention_grader_harness"
+# How long after a cell's reply its last output may still arrive (outputs and replies travel
+# on different channels).
+IOPUB_TIMEOUT = 2
 HARNESS = f"__import__('sys').modules[{HARNESS_MODULE!r}]"
 
 
@@ -130,7 +133,7 @@ class Kernel:
         self.kernel_log = tempfile.TemporaryFile()
         self.km = self.kernel_manager_factory(self.workdir, self.sandbox)
         self.client = CappedClient(nbformat.v4.new_notebook(), km=self.km, kernel_name="python3", allow_errors=True,
-                                   interrupt_on_timeout=True, iopub_timeout=2, shutdown_kernel="immediate",
+                                   interrupt_on_timeout=True, iopub_timeout=IOPUB_TIMEOUT, shutdown_kernel="immediate",
                                    # nbclient takes whole seconds only
                                    startup_timeout=math.ceil(self.limits.startup_timeout),
                                    on_cell_executed=self._remember_reply)
@@ -304,6 +307,7 @@ class Kernel:
         notebook cell's are only counted as output."""
         self.client.nb = nbformat.v4.new_notebook(cells=[cell])
         self.client.timeout = None if timeout is None else max(1, int(round(timeout)))
+        self.client.iopub_timeout = IOPUB_TIMEOUT
         if timeout is not None:
             self.client.error_on_timeout = {"ename": "Timeout", "evalue": f"interrupted after {timeout:.0f} s"}
         self.client.probing = probe

@@ -174,6 +174,15 @@ class CappedClient(NotebookClient):
     on_payload = None
     store_widget_state = False
 
+    async def _async_handle_timeout(self, timeout, cell=None):
+        """nbclient interrupts the kernel and then waits iopub_timeout more for the cell's
+        output to end. The grader decides itself how long an interrupted kernel has to settle
+        (Kernel._settles); a cell that ignores the interrupt never ends its output, so that
+        wait would only add to the grace, for nothing the grader reads."""
+        reply = await super()._async_handle_timeout(timeout, cell)
+        self.iopub_timeout = 0   # set again before the next cell (Kernel._send)
+        return reply
+
     def process_message(self, msg, cell, cell_index):
         if msg.get("msg_type") not in KEPT_MESSAGES or not isinstance(msg.get("content"), dict):
             return None

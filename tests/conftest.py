@@ -63,7 +63,9 @@ def golden_graded():
     request it; it runs before their own set-up, so it says so itself."""
     from golden import load
     _current["slow"] = True
-    grade_many([(ROOT / e["path"], e["assignment"], e.get("settings", {})) for e in load()])
+    # Hostile notebooks first: they wait out timeouts, and the short ones fill in beside them.
+    entries = sorted(load(), key=lambda e: not Path(e["path"]).name.startswith(("hostile_", "sandbox_")))
+    grade_many([(ROOT / e["path"], e["assignment"], e.get("settings", {})) for e in entries])
 
 
 @pytest.fixture
