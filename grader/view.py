@@ -44,6 +44,25 @@ class CheckView:
 
 
 @dataclass(frozen=True)
+class FunctionView:
+    """One graded function's part of a result, as its reader may see it: the sum of its checks'
+    points (informational checks carry none) and its main mistake, the first its reader may see."""
+    name: str
+    points: float
+    max_points: float
+    checks: tuple[CheckView, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not any(c.lost_points for c in self.checks)
+
+    @property
+    def main_mistake(self) -> str | None:
+        return next((c.likely_mistake for c in self.checks
+                     if c.likely_mistake and not c.withheld), None)
+
+
+@dataclass(frozen=True)
 class ResultView:
     """A GradeResult as one reader may see it: the same fields, the checks replaced by views."""
     staff: bool
@@ -85,6 +104,14 @@ class ResultView:
             if c.likely_mistake and (c.function, c.likely_mistake) not in found:
                 found.append((c.function, c.likely_mistake))
         return found
+
+    @property
+    def by_function(self) -> list[FunctionView]:
+        """The checks grouped by the function they grade, in check order."""
+        names = list(dict.fromkeys(c.function for c in self.checks))
+        grouped = [tuple(c for c in self.checks if c.function == n) for n in names]
+        return [FunctionView(n, sum(c.points for c in g), sum(c.max_points for c in g), g)
+                for n, g in zip(names, grouped)]
 
     def to_json(self) -> dict:
         """The result's JSON contract; for the staff, exactly GradeResult.to_json()."""

@@ -66,3 +66,14 @@ def test_no_rendering_for_students_shows_what_a_hidden_check_withholds():
     for where, text in staff.items():
         assert SECRET_MESSAGE in text and SECRET_DIAGNOSIS in text, where
     assert "0.12" in staff["html"], "the staff's report lacks the hidden check's heatmap"
+
+
+def test_a_function_sums_its_checks_and_names_the_first_mistake_its_reader_may_see():
+    result = example()
+    result.checks[0].diagnosis = None   # the visible failure names no mistake; the hidden one does
+    student, = result_view(result).by_function
+    staff, = result_view(result, staff=True).by_function
+    assert (student.name, student.points, student.max_points, student.passed) == ("f", 1, 7, False)
+    assert student.main_mistake is None           # the hidden check's diagnosis stays hidden
+    assert staff.main_mistake == SECRET_DIAGNOSIS
+    assert len(staff.checks) == 4                  # the informational check belongs to it, with no points
