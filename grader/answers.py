@@ -57,7 +57,7 @@ def withhold(checks: list[CheckResult], why: str) -> None:
     for c in checks:
         if not c.max_points:
             continue
-        c.points, c.diagnosis = 0.0, None
+        c.points, c.diagnosis, c.advice = 0.0, None, ""
         if c.status == "passed":
             c.status = "failed"
             c.message = f"{prefix} The property checked here holds, but it holds for a non-answer too."

@@ -31,7 +31,7 @@ def check(ns) -> int:
     from .loader import load_submission
     from .report_html import write_html
     from .spec import student_assignment
-    from .terminal import summary
+    from .terminal import summary, use_colour
     from .view import result_view
     settings = from_namespace(ns)
     if len(ns.paths) > 1 and (settings.json or settings.html):
@@ -40,7 +40,7 @@ def check(ns) -> int:
     for path in ns.paths:
         assignment = student_assignment(load_submission(path), settings.assignment)
         result = grade_path(path, assignment, from_namespace(ns, assignment.limits))
-        print(summary(result, staff=settings.staff), flush=True)
+        print(summary(result, staff=settings.staff, colour=use_colour()), flush=True)
         if settings.json:
             # What the summary shows, as JSON: the student view unless --staff (see grader/view.py).
             write_json(settings.json, result_view(result, settings.staff).to_json())

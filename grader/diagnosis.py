@@ -21,8 +21,9 @@ def _weights_only(observed) -> list:
             for case, values, tol in observed]
 
 
-def locate(conv: Convention, results, tol) -> str:
-    """Where the first failing case's output is furthest off: row, column and head."""
+def locate(conv: Convention, results, tol, message: str = "") -> str:
+    """Where the first failing case's output is furthest off: row, column and head. A message
+    that already gives the index gets only what it lacks, the head."""
     for probe, outcome in results:
         actual = outcome.parts.values.get("output")
         wanted = conv.expected_parts(probe.case).get("output")
@@ -33,16 +34,18 @@ def locate(conv: Convention, results, tol) -> str:
             continue
         (row, col), _ = largest
         heads = len(probe.case.heads)
-        where = f"token {row}, feature {col}"
-        if heads > 1 and probe.case.wo is None:
-            where += f" (head {col // (wanted.shape[1] // heads) + 1})"
-        return f" The largest difference is at {where} on {probe.label}."
+        head = col // (wanted.shape[1] // heads) + 1 if heads > 1 and probe.case.wo is None else None
+        if "at index" in message:
+            return f" It is in head {head}." if head else ""
+        where = f"token {row}, feature {col}" + (f" (head {head})" if head else "")
+        return f" The largest difference is at {where}."
     return ""
 
 
 def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: dict,
-             predictions: Predictions) -> tuple[str | None, str]:
-    """(diagnosis or None, sentence to add to the check's message) for a failed check."""
+             predictions: Predictions, message: str = "") -> tuple[str | None, str]:
+    """(diagnosis and what it means, or None and a sentence to add to the check's `message`)
+    for a failed check."""
     if kind in NOT_DIAGNOSED:
         return None, ""
     usable = [(p, o) for p, o in results if o.status == "ok" and o.parts is not None and o.parts.values]
@@ -67,4 +70,4 @@ def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: dic
         return title, (" Your attention weights match the reference, so the error "
                        "comes after the softmax: look at how the weights multiply V (output = weights @ V) "
                        "and how the heads are put together.")
-    return None, " No known mistake matches." + locate(conv, usable, tol)
+    return None, " No known mistake matches." + locate(conv, usable, tol, message)

@@ -183,19 +183,24 @@ async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Cont
     for kind, points in fn.points.items():
         check = CHECKS[kind]
         outcomes = [(p, prober.outcome(p)) for p in probes_of[kind]]
-        diagnosis = None
+        diagnosis, advice = None, ""
         try:
             verdict = check.judge(fn, ctx, outcomes)
             if verdict.status == "failed":
-                diagnosis, note = diagnose(fn, kind, outcomes, ctx.tolerance, info, ctx.predictions)
-                verdict.message += note
+                diagnosis, note = diagnose(fn, kind, outcomes, ctx.tolerance, info, ctx.predictions,
+                                           verdict.message)
+                if diagnosis:
+                    advice = note.strip()
+                else:
+                    verdict.message += note
         except Exception as exc:  # noqa: BLE001 - one unjudgeable result must not sink the others
             verdict = Verdict("error", f"The grader could not judge what the function returned "
                                        f"({type(exc).__name__}: {exc}).")
         status = _status(verdict.status, points) if not check.policy else verdict.status
         results.append(CheckResult(f"{fn.name}.{kind}", fn.name, kind, check.title, status,
                                    points if status == "passed" else 0.0, points, verdict.message,
-                                   diagnosis=diagnosis, hidden=kind in fn.hidden, figures=verdict.figures))
+                                   diagnosis=diagnosis, hidden=kind in fn.hidden, figures=verdict.figures,
+                                   advice=advice))
     info["non_answer"] = not answers.recognised(fn.convention, evidence, ctx.tolerance, ctx.predictions)
     if info["non_answer"] and any(c.points for c in results):   # else every check already failed, saying why
         answers.withhold(results, answers.reason(evidence))

@@ -113,8 +113,8 @@ def students_view(result: GradeResult) -> ResultView:
 def feedback(c: CheckView) -> str:
     """One check's feedback, as both platforms show it."""
     if c.status == "info":
-        return f"Informational, no points. {c.message}"
-    return (f"Likely mistake: {c.likely_mistake}. " if c.likely_mistake else "") + c.message
+        return f"Informational, no points. {c.text}"
+    return (f"Likely mistake: {c.likely_mistake}. " if c.likely_mistake else "") + c.text
 
 
 def summary_line(view: ResultView, problem: str) -> str:
@@ -126,7 +126,7 @@ def summary_line(view: ResultView, problem: str) -> str:
 def summary_text(view: ResultView, problem: str) -> str:
     lines = [summary_line(view, problem)]
     if not problem:
-        lines += [f"- {c.name}: {c.likely_mistake + ': ' if c.likely_mistake else ''}{c.message}"
+        lines += [f"- {c.name}: {c.likely_mistake + ': ' if c.likely_mistake else ''}{c.text}"
                   for c in view.failures]
         lines += [f"- cell {e['cell']}: {e['ename']}: {e['evalue']}" for e in view.errors if e["cell"] >= 0]
     return "\n".join(lines)
@@ -136,7 +136,7 @@ def summary_html(view: ResultView, problem: str) -> str:
     from html import escape
     if problem:
         return f"<p><b>Not graded.</b> {escape(problem)}</p>"
-    items = "".join(f"<li><code>{escape(c.name)}</code>: {escape(c.likely_mistake or c.message)}</li>"
+    items = "".join(f"<li><code>{escape(c.name)}</code>: {escape(c.likely_mistake or c.text)}</li>"
                     for c in view.failures)
     errors = "".join(f"<li>cell {e['cell']}: {escape(e['ename'])}: {escape(e['evalue'])}</li>"
                      for e in view.errors if e["cell"] >= 0)

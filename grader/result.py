@@ -43,6 +43,9 @@ class CheckResult:
     diagnosis: str | None = None
     hidden: bool = False
     figures: list = field(default_factory=list)
+    # What the diagnosed mistake means and where to look: said once per mistake, apart from
+    # the message, which says what this check observed.
+    advice: str = ""
 
     # status: passed | failed | error | info. "info" is a 0-point check that did not pass: it
     # informs and is never shown or counted as a failure.

@@ -93,7 +93,8 @@ def canonical_parts(conv: Convention, encoded: dict) -> Parts:
         if encoded.get("kind") == "sequence":
             items = encoded["items"]
             if len(items) != len(expected):
-                parts.structure.append(f"returned {len(items)} values; expected {len(expected)}: {wanted}")
+                count = f"{len(items)} value{'s' * (len(items) != 1)}"
+                parts.structure.append(f"returned {count}; expected {len(expected)}: {wanted}")
             pairs = list(zip(expected, items))
         else:
             lone = "output" if "output" in expected else expected[0]
@@ -183,7 +184,7 @@ def compare(actual, expected, tol: Tolerance, columns: bool = False, against: st
         if not isinstance(actual, list):
             return "is not a list of per-head arrays"
         if len(actual) != len(expected):
-            return f"has {len(actual)} heads, expected {len(expected)}"
+            return f"has {len(actual)} head{'s' * (len(actual) != 1)}, expected {len(expected)}"
         for i, (a, e) in enumerate(zip(actual, expected)):
             problem = compare(a, e, tol, against=against)
             if problem:

@@ -30,11 +30,17 @@ class CheckView:
     diagnosis: str | None    # None when withheld
     hidden: bool             # what the spec says; Gradescope's visibility follows it
     figures: list            # empty when withheld
-    withheld: bool           # this reader may not see the message, diagnosis and figures
+    advice: str              # empty when withheld
+    withheld: bool           # this reader may not see the message, diagnosis, figures and advice
 
     @property
     def lost_points(self) -> bool:
         return self.status in ("failed", "error")
+
+    @property
+    def text(self) -> str:
+        """The message and the advice: the whole feedback of a check shown on its own."""
+        return f"{self.message} {self.advice}" if self.advice else self.message
 
     @property
     def likely_mistake(self) -> str | None:
@@ -124,7 +130,7 @@ def check_view(check: CheckResult, staff: bool) -> CheckView:
     withheld = check.hidden and not staff
     shared = {f.name: getattr(check, f.name) for f in fields(CheckResult)}
     if withheld:
-        shared.update(message=HIDDEN_NOTE, diagnosis=None, figures=[])
+        shared.update(message=HIDDEN_NOTE, diagnosis=None, figures=[], advice="")
     return CheckView(**shared, withheld=withheld)
 
 

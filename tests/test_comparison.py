@@ -50,7 +50,7 @@ def test_per_head_lists_are_the_same_head_by_head():
     assert not same(np.stack(heads), heads, TOL)
     assert not same(heads, np.stack(heads), TOL)
     assert compare([heads[0], heads[0]], heads, TOL).startswith("of head 2 differs from the reference")
-    assert compare(heads[:1], heads, TOL) == "has 1 heads, expected 2"
+    assert compare(heads[:1], heads, TOL) == "has 1 head, expected 2"
     assert compare(np.stack(heads), heads, TOL) == "is not a list of per-head arrays"
 
 

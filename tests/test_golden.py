@@ -24,8 +24,11 @@ def test_golden_verdict(entry, golden_graded):
     assert set(entry["not_passed"]) <= set(checks)
     assert {c.name: c.diagnosis for c in result.checks if c.diagnosis} == entry["diagnoses"]
     for name, words in entry["messages"].items():
-        assert words in checks[name].message, f"{name}: {checks[name].message}"
+        said = f"{checks[name].message} {checks[name].advice}"   # what it saw, and what that means
+        assert words in said, f"{name}: {said}"
     for check in result.checks:
-        sentences = [s for s in re.split(r"(?<=[.!?])\s+", check.message) if s]
-        assert len(sentences) == len(set(sentences)), f"{check.name} repeats itself: {check.message}"
+        said = f"{check.message} {check.advice}"
+        sentences = [s for s in re.split(r"(?<=[.!?])\s+", said) if s]
+        assert len(sentences) == len(set(sentences)), f"{check.name} repeats itself: {said}"
+        assert not ("at index" in said and "largest difference is at" in said), f"{check.name} locates twice: {said}"
     assert sandbox_processes() == [], "a process of the submission is still running"

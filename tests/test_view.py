@@ -10,6 +10,7 @@ from grader.view import HIDDEN_NOTE, result_view
 
 SECRET_MESSAGE = "On random N = 4, D = 6: largest difference 0.77 at index (2, 0)."
 SECRET_DIAGNOSIS = "scores not scaled"
+SECRET_ADVICE = "Divide the scores by sqrt(d_k) before the softmax."
 SECRET_FIGURE = {"title": "attention weights", "case": "random N = 4", "student": [[0.123456]],
                  "expected": [[0.654321]]}
 
@@ -19,7 +20,7 @@ def example() -> GradeResult:
         CheckResult("f.fixed", "f", "fixed", "Sheet data", "failed", 0, 3, "Off by 2.86.",
                     diagnosis="softmax over the wrong axis"),
         CheckResult("f.random_shapes", "f", "random_shapes", "Random shapes", "failed", 0, 3, SECRET_MESSAGE,
-                    diagnosis=SECRET_DIAGNOSIS, hidden=True, figures=[SECRET_FIGURE]),
+                    diagnosis=SECRET_DIAGNOSIS, hidden=True, figures=[SECRET_FIGURE], advice=SECRET_ADVICE),
         CheckResult("f.dtypes", "f", "dtypes", "dtypes", "passed", 1, 1, "Fine on float32.", hidden=True),
         CheckResult("f.numerical_stability", "f", "numerical_stability", "Large scores", "info", 0, 0,
                     "Overflows on large scores.", diagnosis="softmax without max-subtraction overflows"),
@@ -59,12 +60,12 @@ def test_no_rendering_for_students_shows_what_a_hidden_check_withholds():
     for name, platform in PLATFORMS.items():
         documents[name] = json.dumps(platform.render(result, "", 1.0, None))
     for where, text in documents.items():
-        for secret in (SECRET_MESSAGE, SECRET_DIAGNOSIS, "0.12", "0.65"):
+        for secret in (SECRET_MESSAGE, SECRET_DIAGNOSIS, SECRET_ADVICE, "0.12", "0.65"):
             assert secret not in text, f"{where} shows {secret!r}"
         assert "softmax over the wrong axis" in text, where   # a visible check's diagnosis is shown
     staff = {"terminal": summary(result, staff=True), "html": render(result, staff=True)}
     for where, text in staff.items():
-        assert SECRET_MESSAGE in text and SECRET_DIAGNOSIS in text, where
+        assert SECRET_MESSAGE in text and SECRET_DIAGNOSIS in text and SECRET_ADVICE in text, where
     assert "0.12" in staff["html"], "the staff's report lacks the hidden check's heatmap"
 
 
@@ -77,3 +78,54 @@ def test_a_function_sums_its_checks_and_names_the_first_mistake_its_reader_may_s
     assert student.main_mistake is None           # the hidden check's diagnosis stays hidden
     assert staff.main_mistake == SECRET_DIAGNOSIS
     assert len(staff.checks) == 4                  # the informational check belongs to it, with no points
+
+
+def two_functions() -> GradeResult:
+    advice = "Your weights are normalised down each column."
+    checks = []
+    for fn in ("f", "g"):
+        checks += [CheckResult(f"{fn}.fixed", fn, "fixed", "Sheet data", "failed", 0, 3, f"{fn}: off by 2.86.",
+                               diagnosis="softmax over the wrong axis", advice=advice),
+                   CheckResult(f"{fn}.dtypes", fn, "dtypes", "dtypes", "failed", 0, 1, f"{fn}: off on float32.",
+                               diagnosis="softmax over the wrong axis", advice=advice),
+                   CheckResult(f"{fn}.inputs_unmodified", fn, "inputs_unmodified", "Inputs", "passed", 1, 1, "")]
+    result = GradeResult(submission="hw.ipynb", assignment="rows", seed=1, checks=checks,
+                         errors=[{"cell": 4, "kind": "error", "ename": "NameError", "evalue": "name 'Q' is not defined",
+                                  "traceback": "\x1b[0;31mNameError\x1b[0m\nCell In[3], line 2\n      1 x = 1\n"
+                                               "\x1b[0;32m----> 2\x1b[0m y = Q @ K\n", "source": "x = 1\ny = Q @ K"}])
+    result.total()
+    return result
+
+
+def test_the_terminal_groups_by_function_and_explains_each_mistake_once():
+    text = summary(two_functions(), width=100)
+    lines = text.splitlines()
+    assert text.count("Your weights are normalised down each column.") == 1
+    assert "the same mistake as in f" in text
+    assert [line.split(":")[0] for line in lines if line and not line.startswith(" ")][1:3] == ["f", "g"]
+    assert sum(1 for line in lines if line.lstrip().startswith("FAIL")) == 4   # one line per check
+    assert "cell 5 (y = Q @ K): NameError" in text       # the notebook's own cell number and failing line
+    closing = lines[lines.index(next(line for line in lines if line.startswith("Score:"))):]
+    assert closing[0].startswith("Score: 2 / 10 points")
+    assert any("Likely mistakes: f: softmax over the wrong axis; g: softmax over the wrong axis" in line
+               for line in closing)
+    assert any(line.startswith("Look first at: f (softmax over the wrong axis, 4 points lost)") for line in closing)
+    assert "\x1b[" not in text
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
+    from grader.terminal import use_colour
+
+    class Terminal:
+        def __init__(self, tty):
+            self.tty = tty
+
+        def isatty(self):
+            return self.tty
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert use_colour(Terminal(True)) and not use_colour(Terminal(False))
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not use_colour(Terminal(True))
+    coloured = summary(two_functions(), colour=True)
+    assert "\x1b[31mFAIL" in coloured and "\x1b[32mok" in coloured
