@@ -16,7 +16,7 @@ from .loader import SubmissionError
 from .report_html import write_html
 from .result import NOT_GRADED, ErrorRecord, GradeResult
 from .spec import Assignment, SpecError, load_assignment, staff_assignment
-from .view import CheckView, ResultView, result_view
+from .view import CheckView, FunctionView, ResultView, result_view, where
 
 SUFFIXES = (".ipynb", ".py")
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
@@ -123,28 +123,57 @@ def summary_line(view: ResultView, problem: str) -> str:
     return f"Score {view.score:g} / {view.max_score:g} ({view.status})."
 
 
+def lost(fn: FunctionView) -> list[CheckView]:
+    """A function's checks that lost points and whose details the student may see."""
+    return [c for c in fn.checks if c.lost_points and not c.withheld]
+
+
+def hidden_loss(fn: FunctionView) -> str:
+    """How many points the function's hidden checks did not earn, which their withheld
+    details cannot say, or ""."""
+    missed = sum(c.max_points - c.points for c in fn.checks if c.withheld)
+    return f"Hidden checks: {missed:g} of their points not earned." if missed else ""
+
+
 def summary_text(view: ResultView, problem: str) -> str:
     lines = [summary_line(view, problem)]
-    if not problem:
-        lines += [f"- {c.name}: {c.likely_mistake + ': ' if c.likely_mistake else ''}{c.text}"
-                  for c in view.failures]
-        lines += [f"- cell {e['cell']}: {e['ename']}: {e['evalue']}" for e in view.errors if e["cell"] >= 0]
+    if problem:
+        return "\n".join(lines)
+    for fn in view.by_function:
+        lines.append(f"{fn.name}: {fn.points:g} / {fn.max_points:g}"
+                     + (f", likely mistake: {fn.main_mistake}" if fn.main_mistake else ""))
+        advice = next((c.advice for c in fn.checks if c.advice and c.diagnosis == fn.main_mistake), "")
+        if advice:
+            lines.append(f"  {advice}")
+        lines += [f"  - {c.kind}: {c.message}" for c in lost(fn)]
+        lines += [f"  {hidden_loss(fn)}"] if hidden_loss(fn) else []
+    lines += [f"- {where(e)}: {e['ename']}: {e['evalue']}" for e in view.errors if e["cell"] >= 0]
     return "\n".join(lines)
 
 
 def summary_html(view: ResultView, problem: str) -> str:
+    """Gradescope's text above the tests: students cannot open other files there, so everything
+    they need to fix the work is here, grouped by function."""
     from html import escape
     if problem:
         return f"<p><b>Not graded.</b> {escape(problem)}</p>"
-    items = "".join(f"<li><code>{escape(c.name)}</code>: {escape(c.likely_mistake or c.text)}</li>"
-                    for c in view.failures)
-    errors = "".join(f"<li>cell {e['cell']}: {escape(e['ename'])}: {escape(e['evalue'])}</li>"
+    parts = [f"<p><b>Score {view.score:g} / {view.max_score:g}</b> (seed {view.seed}, "
+             f"isolation {escape(view.isolation.get('level', 'none'))}).</p>"]
+    for fn in view.by_function:
+        parts.append(f"<h3>{escape(fn.name)}: {fn.points:g} / {fn.max_points:g}</h3>")
+        if fn.main_mistake:
+            advice = next((c.advice for c in fn.checks if c.advice and c.diagnosis == fn.main_mistake), "")
+            parts.append(f"<p><b>Likely mistake: {escape(fn.main_mistake)}.</b> {escape(advice)}</p>")
+        items = "".join(f"<li><code>{escape(c.kind)}</code> ({c.points:g} / {c.max_points:g}): {escape(c.message)}</li>"
+                        for c in lost(fn))
+        parts.append(f"<ul>{items}</ul>" if items else ("<p>All checks passed.</p>" if fn.passed else ""))
+        if hidden_loss(fn):
+            parts.append(f"<p>{hidden_loss(fn)}</p>")
+    errors = "".join(f"<li>{escape(where(e))}: {escape(e['ename'])}: {escape(e['evalue'])}</li>"
                      for e in view.errors if e["cell"] >= 0)
-    return (f"<p><b>Score {view.score:g} / {view.max_score:g}</b> (seed {view.seed}, "
-            f"isolation {escape(view.isolation.get('level', 'none'))}). The full report with heatmaps is "
-            f"saved as report.html beside results.json.</p>"
-            + (f"<p>Checks not passed:</p><ul>{items}</ul>" if items else "")
-            + (f"<p>Errors while running the notebook:</p><ul>{errors}</ul>" if errors else ""))
+    if errors:
+        parts.append(f"<h3>Errors while running the notebook</h3><ul>{errors}</ul>")
+    return "".join(parts)
 
 
 def write_results(path: Path, data: dict) -> None:

@@ -8,17 +8,15 @@ a closing summary: the score, the likely mistakes and what to look at first.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 import textwrap
 
 from .result import GradeResult
-from .view import CheckView, FunctionView, result_view
+from .view import ANSI, CheckView, FunctionView, result_view, where
 
 MARKS = {"passed": "ok", "failed": "FAIL", "error": "ERROR", "info": "info"}
 COLOURS = {"passed": "32", "failed": "31", "error": "31", "info": "36", "bold": "1", "dim": "2"}
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 MAX_WIDTH = 110
 
 
@@ -80,28 +78,13 @@ def _function(out: _Writer, fn: FunctionView, advised: dict) -> None:
         _check_line(out, c, width)
 
 
-def failing_line(error: dict) -> str:
-    """The line of the cell that raised, from IPython's traceback (its "---->" marker), else
-    the cell's first line."""
-    for line in ANSI.sub("", str(error.get("traceback", ""))).splitlines():
-        marker = re.match(r"\s*-+>\s*\d+\s(.*)", line)
-        if marker and marker.group(1).strip():
-            return marker.group(1).strip()
-    return next((s.strip() for s in str(error.get("source", "")).splitlines() if s.strip()), "")
-
-
 def _errors(out: _Writer, errors: list) -> None:
     if not errors:
         return
     out.line()
     out.line(out.paint("Problems while running the notebook", "bold"))
     for e in errors:
-        if e["cell"] >= 0:
-            line = failing_line(e)
-            where = f"cell {e['cell'] + 1}" + (f" ({line[:60]})" if line else "")
-        else:
-            where = "grader"
-        out.wrapped(f"{e['ename']}: {e['evalue']}"[:400], 6, f"  {where}: ")
+        out.wrapped(f"{e['ename']}: {e['evalue']}"[:400], 6, f"  {where(e)}: ")
 
 
 def _notes(out: _Writer, view) -> list[str]:

@@ -9,11 +9,13 @@ them: the "Likely mistakes", the lists of checks not passed. The staff see every
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 
 from .result import CheckResult, GradeResult
 
 HIDDEN_NOTE = "Hidden check: its details are not shown to students."
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 @dataclass(frozen=True)
@@ -138,3 +140,22 @@ def result_view(result: GradeResult, staff: bool = False) -> ResultView:
     """What may be shown of `result`: to a student, or with `staff` to the teaching staff."""
     shared = {f.name: getattr(result, f.name) for f in fields(GradeResult) if f.name != "checks"}
     return ResultView(staff=staff, checks=tuple(check_view(c, staff) for c in result.checks), **shared)
+
+
+def failing_line(error: dict) -> str:
+    """The line of the cell that raised, from IPython's traceback (its "---->" marker), else
+    the cell's first line."""
+    for line in ANSI.sub("", str(error.get("traceback", ""))).splitlines():
+        marker = re.match(r"\s*-+>\s*\d+\s(.*)", line)
+        if marker and marker.group(1).strip():
+            return marker.group(1).strip()
+    return next((s.strip() for s in str(error.get("source", "")).splitlines() if s.strip()), "")
+
+
+def where(error: dict) -> str:
+    """Where an error happened, as a student finds it: the cell's number, counting every cell
+    of the notebook from 1, and its failing line; or the grader's own code."""
+    if error.get("cell", -1) < 0:
+        return "grader"
+    line = failing_line(error)
+    return f"cell {error['cell'] + 1}" + (f" ({line[:60]})" if line else "")

@@ -129,3 +129,12 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
     assert not use_colour(Terminal(True))
     coloured = summary(two_functions(), colour=True)
     assert "\x1b[31mFAIL" in coloured and "\x1b[32mok" in coloured
+
+
+def test_the_lms_texts_name_the_mistake_per_function_and_no_file_a_student_cannot_open():
+    for name, platform in PLATFORMS.items():
+        shown = platform.render(two_functions(), "", 1.0, None)
+        text = json.dumps(shown)
+        assert "report.html" not in text and "results.json" not in text, name
+        assert text.count("Your weights are normalised down each column.") >= 1, name
+        assert "cell 5 (y = Q @ K)" in shown["output"], name
