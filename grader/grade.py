@@ -5,7 +5,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from . import answers, payloads, static_scan, wire
+from . import answers, payloads, smallest, static_scan, wire
 from .checks import CHECKS, Context, Outcome, Probe, Verdict, evidence_probes
 from .diagnosis import diagnose
 from .kernel import HARNESS, HARNESS_MODULE, CallsEnd, Kernel
@@ -204,6 +204,9 @@ async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Cont
     info["non_answer"] = not answers.recognised(fn.convention, evidence, ctx.tolerance, ctx.predictions)
     if info["non_answer"] and any(c.points for c in results):   # else every check already failed, saying why
         answers.withhold(results, answers.reason(evidence))
+    found = await smallest.find(prober, fn, ctx, results, name)
+    if found:
+        info["smallest_failing"] = found
     info["called_by_keyword"] = prober.by_keyword
     return results
 

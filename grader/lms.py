@@ -147,6 +147,9 @@ def summary_text(view: ResultView, problem: str) -> str:
             lines.append(f"  {advice}")
         lines += [f"  - {c.kind}: {c.message}" for c in lost(fn)]
         lines += [f"  {hidden_loss(fn)}"] if hidden_loss(fn) else []
+        if fn.smallest_failing:
+            lines.append(f"  Smallest failing case ({fn.smallest_failing['case']}), to paste into a cell:")
+            lines += [f"    {line}".rstrip() for line in fn.smallest_failing["code"].splitlines()]
     lines += [f"- {where(e)}: {e['ename']}: {e['evalue']}" for e in view.errors if e["cell"] >= 0]
     return "\n".join(lines)
 
@@ -169,6 +172,9 @@ def summary_html(view: ResultView, problem: str) -> str:
         parts.append(f"<ul>{items}</ul>" if items else ("<p>All checks passed.</p>" if fn.passed else ""))
         if hidden_loss(fn):
             parts.append(f"<p>{hidden_loss(fn)}</p>")
+        if fn.smallest_failing:
+            parts.append(f"<p>Smallest failing case ({escape(fn.smallest_failing['case'])}), to paste into a "
+                         f"cell:</p><pre><code>{escape(fn.smallest_failing['code'])}</code></pre>")
     errors = "".join(f"<li>{escape(where(e))}: {escape(e['ename'])}: {escape(e['evalue'])}</li>"
                      for e in view.errors if e["cell"] >= 0)
     if errors:

@@ -76,6 +76,9 @@ def _function(out: _Writer, fn: FunctionView, advised: dict) -> None:
     width = max((len(c.kind) for c in fn.checks), default=10)
     for c in fn.checks:
         _check_line(out, c, width)
+    if fn.smallest_failing:
+        out.line(f"    Smallest failing case ({fn.smallest_failing['case']}), to paste into a cell:")
+        out.lines.extend((" " * 8 + line).rstrip() for line in fn.smallest_failing["code"].splitlines())
 
 
 def _errors(out: _Writer, errors: list) -> None:

@@ -59,6 +59,9 @@ class FunctionView:
     points: float
     max_points: float
     checks: tuple[CheckView, ...]
+    # The smallest input it fails on, as a cell ({"case", "code"}); only beside a failure its
+    # reader may see (grader/smallest.py).
+    smallest_failing: dict | None = None
 
     @property
     def passed(self) -> bool:
@@ -118,7 +121,10 @@ class ResultView:
         """The checks grouped by the function they grade, in check order."""
         names = list(dict.fromkeys(c.function for c in self.checks))
         grouped = [tuple(c for c in self.checks if c.function == n) for n in names]
-        return [FunctionView(n, sum(c.points for c in g), sum(c.max_points for c in g), g)
+        def smallest(name, checks):
+            shown = any(c.lost_points and not c.withheld for c in checks)
+            return self.functions.get(name, {}).get("smallest_failing") if shown else None
+        return [FunctionView(n, sum(c.points for c in g), sum(c.max_points for c in g), g, smallest(n, g))
                 for n, g in zip(names, grouped)]
 
     def to_json(self) -> dict:

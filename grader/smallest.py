@@ -1,0 +1,132 @@
+"""The smallest failing case: for a function that failed a check a student may see, the
+smallest input on which it still differs from the reference (fewest tokens, smallest D,
+fewest heads, small integers), written as a cell the student can paste and run.
+
+The inputs are new ones, drawn from the grading seed, never a hidden check's. A function
+whose only failures are hidden checks gets none, since its existence would tell.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from grader.reference.attention import Case, Head
+
+from .cases import head_count
+from .checks import Outcome, Probe, probe_tolerance
+from .conventions import Convention
+from .explain import CORRECT, agrees
+from .result import CheckResult
+
+# (tokens, features, heads), smallest first; each shape is tried with DRAWS sets of values.
+SHAPES = ((1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 2, 2), (2, 2, 2), (3, 2, 1), (3, 2, 2),
+          (2, 4, 2), (3, 4, 2), (3, 6, 3))
+DRAWS = 2
+LABEL = "smallest case"
+
+
+def wanted(checks: list[CheckResult]) -> bool:
+    """Whether to look: some check the student may see lost points."""
+    return any(c.lost_points and not c.hidden for c in checks)
+
+
+def candidates(conv: Convention, seed: int) -> list[Case]:
+    """Small integer cases the convention accepts, smallest first."""
+    rng = np.random.default_rng(seed + 7)
+    found, seen = [], set()
+    for n, d, h in SHAPES:
+        heads = head_count(conv, h)
+        if d % heads or (conv.heads == "one" and h > 1):
+            continue
+        d_k = d if conv.square else d // heads
+        if (n, d, heads) in seen:
+            continue
+        seen.add((n, d, heads))
+        for draw in range(DRAWS):
+            def small(*shape):
+                return rng.integers(-1, 2, size=shape).astype(np.float64)
+            head_list = tuple(Head(small(d, d_k), small(d, d_k), small(d, d_k),
+                                   *([small(d_k) for _ in range(3)] if conv.biases else [None] * 3))
+                              for _ in range(heads))
+            x = rng.integers(-2, 3, size=(n, d))
+            wo = small(heads * d_k, d) if conv.projection else None
+            label = f"{LABEL} N = {n}, D = {d}, H = {heads}" + (f" #{draw + 1}" if draw else "")
+            found.append(conv.prepare(Case(x=x, heads=head_list, wo=wo, label=label)))
+    return found
+
+
+def fails(conv: Convention, probe: Probe, outcome: Outcome, ctx) -> bool:
+    if outcome.status != "ok" or outcome.parts is None:
+        return outcome.status in ("error", "missing")   # a call cut short by time says nothing
+    parts = outcome.parts
+    if parts.problems or not parts.values:
+        return True
+    return not agrees(conv, CORRECT, [(probe.case, parts.values, probe_tolerance(probe, ctx.tolerance))],
+                      ctx.predictions)
+
+
+def _literal(value, prefix: str = "") -> str:
+    """Python source for a value; an array's continuation lines line up under its first."""
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v, prefix + " ") for v in value) + "]"
+    if isinstance(value, np.ndarray):
+        body = np.array2string(value, separator=", ", precision=4, suppress_small=True, max_line_width=90,
+                               prefix=prefix + "np.array(")
+        return f"np.array({body})"
+    return repr(value)
+
+
+def _shown(parts: dict, conv: Convention) -> list[str]:
+    """One `name = value` per part, as lines, oriented as the function returns it (the grader
+    compares a tokens-as-columns output transposed)."""
+    lines = []
+    for name, value in parts.items():
+        value = value if isinstance(value, list) else np.asarray(value)
+        if conv.columns and name == "output" and value.ndim == 2:
+            value = value.T
+        lines.extend(f"{name} = {_literal(value, ' ' * len(name + ' = '))}".splitlines())
+    return lines
+
+
+def _comment(title: str, lines: list[str]) -> list[str]:
+    pad = " " * len(title)
+    return [f"# {title if i == 0 else pad}{line}" for i, line in enumerate(lines)]
+
+
+def cell(fn_name: str, params: tuple[str, ...], probe: Probe, outcome: Outcome, conv: Convention,
+         by_keyword: bool) -> dict:
+    """The case as a cell: the inputs spelled out, the call, what came back and what was expected."""
+    args = outcome.sent or probe.arguments(conv)
+    lines = ["import numpy as np", ""]
+    names = []
+    for name, value in zip(params, args):
+        if isinstance(value, np.ndarray):
+            lines.extend(f"{name} = {_literal(value, ' ' * len(name + ' = '))}".splitlines())
+            names.append(name)
+        else:
+            names.append(repr(value))
+    call = ", ".join(f"{p}={a}" for p, a in zip(params, names)) if by_keyword else ", ".join(names)
+    lines.append(f"{fn_name}({call})")
+    if outcome.status != "ok" or outcome.parts is None:
+        returned = [outcome.error or outcome.status]
+    elif outcome.parts.problems:
+        returned = ["; ".join(outcome.parts.problems)]
+    else:
+        returned = _shown(outcome.parts.values, conv)
+    expected = _shown(conv.expected_parts(probe.case), conv)
+    lines += _comment("returned: ", returned) + _comment("expected: ", expected)
+    return {"case": probe.case.label.removeprefix(LABEL).strip(), "code": "\n".join(lines)[:8000]}
+
+
+async def find(prober, fn, ctx, checks: list[CheckResult], name: str) -> dict | None:
+    """Call the function on the candidates (one request) and describe the smallest it fails on."""
+    if not wanted(checks) or any(o.status in ("timeout", "dead") for o in prober.outcomes.values()):
+        return None   # a function that hangs or kills its kernel would only spend more time doing so
+    conv = fn.convention
+    probes = [Probe(case) for case in candidates(conv, ctx.seed)]
+    await prober.run(probes)
+    for probe in probes:
+        outcome = prober.outcomes.get(probe.key)
+        if outcome is not None and fails(conv, probe, outcome, ctx):
+            return cell(name, fn.params, probe, outcome, conv, prober.by_keyword)
+    return None
+

@@ -1,0 +1,63 @@
+"""The smallest failing case: found on small integer inputs, runnable as printed, and never
+given away by a hidden check."""
+import numpy as np
+import nbformat
+import pytest
+
+from conftest import SUBMISSIONS, grade
+from grader import smallest
+from grader.conventions import CONVENTIONS
+from grader.reference.attention import attention
+from grader.result import CheckResult, GradeResult
+from grader.view import result_view
+
+
+def test_candidates_are_small_integer_cases_smallest_first():
+    for conv in CONVENTIONS.values():
+        cases = smallest.candidates(conv, 1)
+        sizes = [(c.x.size, len(c.heads)) for c in cases]
+        assert cases and sizes[0][0] <= 2 and max(s for s, _ in sizes) <= 18, conv.name
+        assert [s for s, _ in sizes] == sorted(s for s, _ in sizes) or conv.heads != "one", conv.name
+        for c in cases:
+            arrays = [c.x, *(a for h in c.heads for a in (h.wq, h.wk, h.wv, h.bq, h.bk, h.bv) if a is not None)]
+            assert all(np.array_equal(a, np.round(a)) and np.abs(a).max() <= 2 for a in arrays), conv.name
+
+
+def test_no_case_is_looked_for_or_shown_when_only_hidden_checks_failed():
+    failed_hidden = [CheckResult("f.random_shapes", "f", "random_shapes", "Random", "failed", 0, 3, "x", hidden=True)]
+    assert not smallest.wanted(failed_hidden)
+    result = GradeResult(submission="s", assignment="rows", seed=1, checks=failed_hidden,
+                         functions={"f": {"smallest_failing": {"case": "N = 1", "code": "f(1)"}}})
+    assert result_view(result).by_function[0].smallest_failing is None
+    assert result_view(result, staff=True).by_function[0].smallest_failing is not None
+
+
+@pytest.mark.slow
+def test_the_printed_cell_reproduces_the_failure():
+    """Run the printed cell against the notebook's own function: it returns what the comment
+    says, which differs from the reference on those inputs."""
+    result = grade(SUBMISSIONS / "mistake_softmax_axis.ipynb", "rows")
+    found = result.functions["self_attention"]["smallest_failing"]
+    assert found["case"].startswith(("N = 1,", "N = 2,", "N = 3,"))
+    nb = nbformat.read(SUBMISSIONS / "mistake_softmax_axis.ipynb", as_version=4)
+    space = {"np": np}
+    exec(next(c.source for c in nb.cells if c.source.startswith("def self_attention")), space)
+    exec(found["code"], space)
+    output, weights = space["self_attention"](space["X"], space["Wq"], space["Wk"], space["Wv"])
+    assert f"{output[0, 0]:.4f}".rstrip("0") in found["code"]
+    from grader.reference.attention import Case, Head
+    expected = attention(Case(x=space["X"], heads=(Head(space["Wq"], space["Wk"], space["Wv"]),)))["output"]
+    assert not np.allclose(output, expected)
+    assert "smallest_failing" not in result.functions["multi_head_attention"] or \
+        result.functions["multi_head_attention"]["smallest_failing"]["code"].count("multi_head_attention(") == 1
+
+
+@pytest.mark.slow
+def test_a_function_whose_failures_are_all_hidden_gets_no_case(tmp_path):
+    spec = tmp_path / "all_hidden.toml"
+    spec.write_text('[[functions]]\nname = "self_attention"\nconvention = "rows_single"\n'
+                    'hidden = ["fixed", "random_shapes", "weights_distribution", "permutation_equivariance", '
+                    '"memory_layout", "dtypes", "inputs_unmodified", "return_structure", "numerical_stability"]\n')
+    result = grade(SUBMISSIONS / "mistake_softmax_axis.ipynb", str(spec))
+    assert result.score < result.max_score
+    assert "smallest_failing" not in result.functions["self_attention"]
