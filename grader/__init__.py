@@ -9,3 +9,16 @@ __version__ = "0.1.0"
 _checkout = _Path(__file__).resolve().parent.parent
 if (_checkout / "reference" / "attention.py").is_file() and (_checkout / "pyproject.toml").is_file():
     __path__.append(str(_checkout))
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext grader` in a notebook: adds `%grade` (see grader/in_notebook.py)."""
+    from .in_notebook import register
+    register(ipython)
+
+
+def check(path=None, assignment=None, show=True):
+    """Grade the saved notebook this kernel belongs to (or `path`) in a separate, sandboxed
+    process, as `grader check` does, and show its report here; returns the result."""
+    from .in_notebook import check as check_saved
+    return check_saved(path, assignment, show)
