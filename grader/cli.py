@@ -34,8 +34,10 @@ def check(ns) -> int:
     from .terminal import summary, use_colour
     from .view import result_view
     settings = from_namespace(ns)
-    if len(ns.paths) > 1 and (settings.json or settings.html):
-        raise SubmissionError("--json and --html take one submission at a time")
+    if len(ns.paths) > 1 and (settings.json or settings.html or settings.watch):
+        raise SubmissionError("--json, --html and --watch take one submission at a time")
+    if settings.watch:
+        return watch_one(ns)
     code = EXIT_FULL_MARKS
     for path in ns.paths:
         assignment = student_assignment(load_submission(path), settings.assignment)
@@ -49,6 +51,40 @@ def check(ns) -> int:
         if not result.full_marks:
             code = EXIT_FAILURES
     return code
+
+
+def watch_one(ns) -> int:
+    """`check --watch`: each saved version graded and reported, only what changed after the
+    first; a version that cannot be read is said in one line and the watch goes on."""
+    from .grade import grade_path
+    from .loader import load_submission
+    from .spec import student_assignment
+    from .terminal import summary, use_colour
+    from .view import result_view
+    from .watch import watch
+    settings = from_namespace(ns)
+    path = ns.paths[0]
+    if not path.is_file():
+        raise SubmissionError(f"no such file: {path}")
+
+    def grade_once():
+        try:
+            assignment = student_assignment(load_submission(path), settings.assignment)
+            result = grade_path(path, assignment, from_namespace(ns, assignment.limits))
+        except (SubmissionError, SpecError) as exc:
+            print(f"grader: {exc}", file=sys.stderr, flush=True)
+            return None
+        return result
+
+    def full(result):
+        return summary(result, staff=settings.staff, colour=use_colour())
+
+    try:
+        watch(path, grade_once, full, lambda result: result_view(result, settings.staff),
+              lambda text: print(text, flush=True))
+    except KeyboardInterrupt:
+        pass
+    return EXIT_FULL_MARKS
 
 
 def grade(ns) -> int:

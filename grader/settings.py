@@ -95,6 +95,8 @@ SETTINGS: tuple[Setting, ...] = (
             "\"No space left on device\"", limit=True),
     Setting("json", Path, None, "write the result as JSON to this path", ("check",), shapes_result=False),
     Setting("html", Path, None, "write the self-contained HTML report to this path", ("check",), shapes_result=False),
+    Setting("watch", bool, False, "grade again each time the file is saved, printing only what changed (Ctrl-C "
+            "stops)", ("check",), shapes_result=False),
     Setting("staff", bool, False, "show hidden checks' messages (teaching staff view)", ("check", "grade")),
     Setting("workers", int, None, "submissions graded at once, each in its own kernel (none: the number of cores)",
             ("grade",), shapes_result=False),
