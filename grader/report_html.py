@@ -8,7 +8,7 @@ import jinja2
 
 from .files import write_atomically
 from .result import GradeResult
-from .view import result_view
+from .view import ANSI, result_view, where
 
 
 def _environment() -> jinja2.Environment:
@@ -16,7 +16,22 @@ def _environment() -> jinja2.Environment:
         lambda name: resources.files("grader.templates").joinpath(name).read_text()),
         autoescape=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["heat"] = heat_colour
+    env.filters["where"] = where
+    env.filters["plain"] = lambda text: ANSI.sub("", str(text))
+    env.filters["timing"] = timing_text
     return env
+
+
+def timing_text(timing: dict) -> str:
+    """The timing as a sentence: how long running the notebook and calling its functions took."""
+    parts = []
+    if "execution" in timing:
+        parts.append(f"ran the notebook in {timing['execution']:.1f} s")
+    if "probing" in timing:
+        parts.append(f"called its functions in {timing['probing']:.1f} s")
+    if "output_characters" in timing:
+        parts.append(f"read {timing['output_characters']:,} characters of its output")
+    return ("The grader " + ", ".join(parts) + "." if parts else "")
 
 
 def heat_colour(value: float) -> str:

@@ -65,13 +65,11 @@ def fails(conv: Convention, probe: Probe, outcome: Outcome, ctx) -> bool:
 
 
 def _literal(value, prefix: str = "") -> str:
-    """Python source for a value; an array's continuation lines line up under its first."""
+    """Python source for a value, on one line: the arrays are this small."""
     if isinstance(value, list):
-        return "[" + ", ".join(_literal(v, prefix + " ") for v in value) + "]"
+        return "[" + ", ".join(_literal(v, prefix) for v in value) + "]"
     if isinstance(value, np.ndarray):
-        body = np.array2string(value, separator=", ", precision=4, suppress_small=True, max_line_width=90,
-                               prefix=prefix + "np.array(")
-        return f"np.array({body})"
+        return f"np.array({np.round(value, 4).tolist()!r})"
     return repr(value)
 
 

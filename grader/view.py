@@ -68,6 +68,26 @@ class FunctionView:
         return not any(c.lost_points for c in self.checks)
 
     @property
+    def mistakes(self) -> list[tuple[str, str, bool]]:
+        """(mistake, what it means, informational) once each, in check order, as far as its
+        reader may see them: a 0-point check's finding too, marked as such."""
+        found = []
+        for c in self.checks:
+            if c.diagnosis and not c.withheld and (c.lost_points or c.status == "info"):
+                entry = (c.diagnosis, c.advice, c.status == "info")
+                if entry[:2] not in [f[:2] for f in found]:
+                    found.append(entry)
+        return found
+
+    @property
+    def figure_check(self) -> CheckView | None:
+        """The check whose heatmaps show the function's mistake: the first with figures that
+        lost points, else the first informational one with figures."""
+        with_figures = [c for c in self.checks if c.figures]
+        return next((c for c in with_figures if c.lost_points), None) or \
+            next((c for c in with_figures if c.status == "info"), None)
+
+    @property
     def main_mistake(self) -> str | None:
         return next((c.likely_mistake for c in self.checks
                      if c.likely_mistake and not c.withheld), None)

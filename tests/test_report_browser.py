@@ -31,12 +31,15 @@ def test_report_renders_without_console_errors_or_fetches(tmp_path, name, assign
         page.goto(page_path.as_uri())
         score = page.inner_text(".score")
         rows = page.locator("table.checks > tbody > tr").count()
+        sections = page.locator("section.function").count()
         heatmaps = page.locator("table.heat").count()
         browser.close()
     assert problems == []
     assert all(url.startswith("file://") for url in requests), requests
     assert score.replace(" ", "") == f"{result.score:g}/{result.max_score:g}"
-    assert rows == len(result.checks) + 1
+    functions = len({c.function for c in result.checks})
+    assert sections == functions
+    assert rows == len(result.checks) + functions   # a table per function, with its header row
     if any(c.figures for c in result.checks):
         assert heatmaps >= 2
 
@@ -60,3 +63,37 @@ def test_class_summary_renders_without_console_errors(tmp_path):
         bars = page.locator("svg rect").count()
         browser.close()
     assert problems == [] and bars == 10
+
+
+def test_a_two_mistake_multi_head_report_is_compact(tmp_path):
+    """One section per function with its diagnosis first, every head's heatmaps side by side
+    with a legend, informational checks quiet, and the whole page about three screens tall."""
+    if not chromium_path():
+        pytest.fail("Chromium is not installed (apt-get install chromium)")
+    result = grade(SUBMISSIONS / "mistake_global_D.ipynb", "rows")
+    assert len({c.diagnosis for c in result.checks if c.status == "failed" and c.diagnosis}) == 2
+    page_path = tmp_path / "report.html"
+    write_html(result, page_path)
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(page_path.as_uri())
+        height = page.evaluate("document.documentElement.scrollHeight")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        first_in_section = page.evaluate(
+            "[...document.querySelectorAll('section.function')].map(s => s.children[1].className)")
+        head_rows = page.evaluate("[...document.querySelectorAll('section.function')].map(s => "
+                                  "[...s.querySelectorAll('.figures')].map(r => r.querySelectorAll('figure').length))")
+        legends = page.locator(".legend .bar").count()
+        info_colour = page.evaluate("getComputedStyle(document.querySelector('tr.info td')).color")
+        footer = page.inner_text("p.meta >> nth=-1")
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+        browser.close()
+    assert width <= 1280
+    assert height <= 3 * 900, f"{height} px tall"
+    assert first_in_section == ["diagnosis", "diagnosis"]   # the diagnosis comes first
+    assert head_rows[1] == [3, 3]   # three heads: yours side by side, expected side by side
+    assert legends == 2
+    assert info_colour == "rgb(110, 119, 129)"
+    assert "output_characters" not in footer and "ran the notebook in" in footer
+    assert (tmp_path / "report.png").stat().st_size > 10_000
