@@ -9,9 +9,7 @@ unless --force, or unless its stored result is an error.
 """
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import itertools
 import json
 import multiprocessing
@@ -23,8 +21,10 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__, forked_kernels
-from .files import write_atomically, write_json
+from . import __version__, forked_kernels, overrides as staff_overrides
+from .exports import write_exports
+from .files import write_json
+from .gradebook import class_rows, write_grades_csv
 from .grade import grade_path, not_graded
 from .inputs import Submission, collect
 from .loader import SubmissionError, check_size, one_line
@@ -46,6 +46,7 @@ class BatchReport:
     skipped: int = 0
     duplicates: list = field(default_factory=list)
     similar: list = field(default_factory=list)
+    exports: list = field(default_factory=list)   # the gradebook files written for an LMS
 
 
 def batch_key(content: bytes, assignment, settings) -> str:
@@ -157,20 +158,6 @@ def summary_row(row: dict) -> dict:
             "errors": [{k: e.get(k) for k in ("cell", "kind", "ename", "evalue")} for e in row.get("errors", [])[:1]]}
 
 
-def write_csv(results: list[dict], path: Path) -> None:
-    names = []
-    for r in results:
-        names.extend(c["name"] for c in r["checks"] if c["name"] not in names)
-    buffer = io.StringIO()
-    out = csv.writer(buffer)
-    out.writerow(["submission", "student", "assignment", "score", "max_score", "status", *names])
-    for r in results:
-        points = {c["name"]: c["points"] for c in r["checks"]}
-        out.writerow([r["submission"], r["student"], r["assignment"], f"{r['score']:g}", f"{r['max_score']:g}",
-                      r["status"], *(f"{points[n]:g}" if n in points else "" for n in names)])
-    write_atomically(path, buffer.getvalue())
-
-
 class Progress:
     """done/total, rate and ETA on one line (a terminal) or one line per submission."""
 
@@ -280,12 +267,21 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     outdir.mkdir(parents=True, exist_ok=True)
     spec = spec_for_task(explicit)
     submissions, duplicates = collect(paths, outdir / UNPACKED)
+    if not submissions:
+        raise SubmissionError(f"nothing to grade in {', '.join(str(p) for p in paths)}: no notebook (.ipynb), "
+                              ".py file or zip archive holding one")
     report = BatchReport(duplicates=duplicates)
-    for student, files in duplicates:
-        print(f"duplicate student id {student}: {', '.join(files)} (graded separately)", file=stream)
     explicit, explicit_for = seeded(explicit, outdir)
     assignment = staff_assignment(explicit.get("assignment"))   # the same for every submission
     settings = settings_from(explicit)
+    # Checked whole before any grading, so a typo in the overrides costs no time.
+    overrides = staff_overrides.in_force(outdir, settings.overrides)
+    staff_overrides.check(overrides, {s.student for s in submissions}, assignment_max(assignment))
+    if settings.overrides is not None:
+        staff_overrides.keep(outdir, overrides)
+    for student, files in duplicates:
+        print(f"duplicate student id {student}: {', '.join(files)} (each graded; the latest counts, "
+              "see grades.csv)", file=stream)
     output = Output(outdir, assignment, settings.seed, settings.staff)
     rows: dict[str, dict] = {}   # folder -> the submission's row in grades.csv and the summary
     todo = []
@@ -312,10 +308,39 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
             progress.step(f"{s.name}: {row['score']:g}/{row['max_score']:g} {row['status']}")
     progress.close()
     report.similar = similar_pairs(fingerprints(submissions, rows, output))
-    results = [rows[s.folder] for s in submissions]
-    write_csv(results, outdir / "grades.csv")
+    functions = [f.name for f in assignment.functions]
+    students, decisions = class_rows(submissions, rows, functions, {o["student"]: o for o in overrides})
+    for student in students:
+        record_override(outdir / student.folder / "result.json", student.override)
+        for folder in student.others:
+            record_override(outdir / folder / "result.json", None)
+    write_grades_csv(students, functions, outdir / "grades.csv")
+    report.exports = write_exports(students, outdir, settings.lms_assignment or assignment.title or assignment.name,
+                                   assignment_max(assignment))
+    results = [dict(rows[s.folder], name=s.identity.name if s.identity else "", counted=decisions[s.folder][0],
+                    duplicate_note=decisions[s.folder][1]) for s in submissions]
     write_summary(results, [s.folder for s in submissions], duplicates, report.similar, outdir / "summary.html")
     return report
+
+
+def assignment_max(assignment: Assignment) -> float:
+    return float(sum(sum(f.points.values()) for f in assignment.functions))
+
+
+def record_override(path: Path, override: dict | None) -> None:
+    """The staff's override beside the grading in a result.json (which keeps its own score),
+    or none: an override taken out of the file is taken out of the result too."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(data, dict) or data.get("override") == override:
+        return
+    if override is None:
+        data.pop("override", None)
+    else:
+        data["override"] = override
+    write_json(path, data)
 
 
 def seeded(explicit: dict, outdir: Path):

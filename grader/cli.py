@@ -94,8 +94,9 @@ def grade(ns) -> int:
         raise SubmissionError("--workers must be at least 1")
     report = grade_all(ns.paths, ns.output, explicit_values(ns), workers=settings.workers, force=settings.force,
                        scheduler=settings.scheduler)
+    files = ", ".join(["grades.csv", "summary.html", *report.exports])
     print(f"{report.graded} graded, {report.skipped} unchanged and skipped, into {ns.output} "
-          f"(grades.csv, summary.html, one folder per submission)")
+          f"({files}, one folder per submission)")
     return 0
 
 

@@ -2,10 +2,12 @@
 belongs to, from the naming of LMS exports, and the output folder each gets."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import stat
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
@@ -18,9 +20,19 @@ MAX_ZIP_BYTES = 1024 * 2**20
 MAX_MEMBER_BYTES = 50 * 2**20
 MAX_LABEL_CHARS = 64
 
-CANVAS = re.compile(r"^(?P<name>[A-Za-z0-9]+)(?:_LATE)?_(?P<id>\d+)_\d+_.+$")
-MOODLE = re.compile(r"^.+_(?P<id>\d+)_assignsubmission_file_?$")
-GRADESCOPE = re.compile(r"^submission_(?P<id>\d+)$")
+# The export naming of each LMS, matched whatever the case (Canvas writes "late" or "LATE").
+CANVAS = re.compile(r"^(?P<name>[A-Za-z0-9]+)(?:_late)?_(?P<id>\d+)_(?P<submission>\d+)_.+$", re.IGNORECASE)
+MOODLE = re.compile(r"^(?P<name>.+)_(?P<id>\d+)_assignsubmission_file_?$", re.IGNORECASE)
+GRADESCOPE = re.compile(r"^submission_(?P<id>\d+)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a file belongs to, as an LMS export's naming says."""
+    student: str
+    name: str = ""            # Canvas's "lastfirst", Moodle's full name; else ""
+    lms: str = ""             # canvas | moodle | gradescope | "" (not an export's naming)
+    submission: int | None = None   # Canvas's submission id: a later submission has a larger one
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,7 @@ class Submission:
     student: str
     folder: str                # its own folder in the output (see output_name)
     problem: str | None = None  # why it cannot be graded at all, e.g. a damaged archive member
+    identity: Identity | None = None
 
     @property
     def name(self) -> str:
@@ -54,23 +67,35 @@ def output_name(label: str, source: str, digits: int = 12) -> str:
     return f"{safe}-{hashlib.sha256(os.fsencode(source)).hexdigest()[:digits]}"
 
 
-def lms_student(path: PurePath) -> str | None:
-    """The student id an LMS export's naming gives this path, if any."""
+def lms_identity(path: PurePath) -> Identity | None:
+    """Who an LMS export's naming says this path belongs to, if it does."""
     match = CANVAS.match(path.name)
     if match:
-        return match["id"]
+        return Identity(match["id"], match["name"], "canvas", int(match["submission"]))
     for parent in path.parents:
-        for pattern in (MOODLE, GRADESCOPE):
-            match = pattern.match(parent.name)
-            if match:
-                return match["id"]
+        match = MOODLE.match(parent.name)
+        if match:
+            return Identity(match["id"], match["name"].strip(), "moodle")
+        match = GRADESCOPE.match(parent.name)
+        if match:
+            return Identity(match["id"], "", "gradescope")
     return None
 
 
-def student_of(path: PurePath) -> str:
+def lms_student(path: PurePath) -> str | None:
+    """The student id an LMS export's naming gives this path, if any."""
+    identity = lms_identity(path)
+    return identity.student if identity else None
+
+
+def identity_of(path: PurePath) -> Identity:
     """Canvas: name_userid_submissionid_file; Moodle: Full Name_12345_assignsubmission_file_/...;
-    Gradescope export: submission_<id>/...; anything else: the file stem."""
-    return lms_student(path) or path.stem
+    Gradescope export: submission_<id>/...; anything else: the file stem as the id."""
+    return lms_identity(path) or Identity(path.stem)
+
+
+def student_of(path: PurePath) -> str:
+    return identity_of(path).student
 
 
 def _open_zip(archive: Path) -> zipfile.ZipFile:
@@ -108,23 +133,28 @@ def safe_extract(archive: Path, into: Path) -> list[tuple[PurePosixPath, Path, s
                     data = source.read(MAX_MEMBER_BYTES + 1)[:MAX_MEMBER_BYTES]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
+                # The member's own date, so that which of a student's files is newest survives
+                # the extraction (the duplicate rule reads it: grader/gradebook.py).
+                with contextlib.suppress(ValueError, OverflowError, OSError):
+                    stamp = time.mktime((*member.date_time, 0, 0, -1))
+                    os.utime(target, (stamp, stamp))
                 extracted.append((name, target, None))
             except Exception as exc:  # noqa: BLE001 - one damaged member is that member's error only
                 extracted.append((name, target, f"{archive.name}: {name} cannot be extracted ({one_line(exc)})"))
         return extracted
 
 
-def unpacked(archive: Path, unpack_into: Path) -> list[tuple[str, Path, str, str | None]]:
-    """(source, path, student, problem) for each notebook in the archive, extracted into a
+def unpacked(archive: Path, unpack_into: Path) -> list[tuple[str, Path, Identity, str | None]]:
+    """(source, path, identity, problem) for each notebook in the archive, extracted into a
     folder of the archive's own, so same-named archives of two students stay apart. A member
     is the student's whom its own path names, else whom the archive's path names."""
     source = os.path.abspath(archive)
     try:
         members = safe_extract(archive, unpack_into / output_name(archive.stem, source))
     except SubmissionError as exc:
-        return [(source, archive, student_of(archive), str(exc))]
-    owner = lms_student(archive)
-    return [(f"{source}/{name}", path, lms_student(archive / name) or owner or name.stem, problem)
+        return [(source, archive, identity_of(archive), str(exc))]
+    owner = lms_identity(archive)
+    return [(f"{source}/{name}", path, lms_identity(archive / name) or owner or Identity(name.stem), problem)
             for name, path, problem in sorted(members, key=lambda m: m[0])]
 
 
@@ -149,17 +179,18 @@ def collect(paths: list[Path], unpack_into: Path) -> tuple[list[Submission], lis
             if p.suffix == ".zip":
                 found.extend(unpacked(p, unpack_into))
             elif p.suffix in SUFFIXES:
-                found.append((os.path.abspath(p), p, student_of(p), None))
+                found.append((os.path.abspath(p), p, identity_of(p), None))
     submissions, sources, folders = [], set(), set()
-    for source, path, student, problem in found:
+    for source, path, identity, problem in found:
         if source in sources:  # the same file named twice, or listed twice in an archive
             continue
         sources.add(source)
-        folder = output_name(student, source)
+        folder = output_name(identity.student, source)
         if folder in folders:  # two sources whose short hashes agree: the full hash parts them
-            folder = output_name(student, source, digits=64)
+            folder = output_name(identity.student, source, digits=64)
         folders.add(folder)
-        submissions.append(Submission(path, source, printable(student), folder, problem))
+        identity = Identity(printable(identity.student), printable(identity.name), identity.lms, identity.submission)
+        submissions.append(Submission(path, source, identity.student, folder, problem, identity))
     claims: dict[str, list[str]] = {}
     for s in submissions:
         claims.setdefault(s.student, []).append(printable(s.source))

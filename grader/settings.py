@@ -100,6 +100,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("staff", bool, False, "show hidden checks' messages (teaching staff view)", ("check", "grade")),
     Setting("workers", int, None, "submissions graded at once, each in its own kernel (none: the number of cores)",
             ("grade",), shapes_result=False),
+    Setting("overrides", Path, None, "CSV of staff overrides (student, score or points, reason), applied to grades.csv "
+            "and the gradebook exports and kept in OUTDIR for later runs", ("grade",), shapes_result=False),
+    Setting("lms_assignment", str, None, "the assignment's column in the Canvas gradebook export, as Canvas names it "
+            "(e.g. 'Homework 3 (1234)'; none: the assignment's title)", ("grade",), shapes_result=False),
     Setting("force", bool, False, "regrade submissions whose results are up to date", ("grade",), shapes_result=False),
     Setting("scheduler", str, None, "tcp://HOST:PORT of an existing Dask cluster to grade on instead of local workers",
             ("grade",), shapes_result=False),

