@@ -317,9 +317,11 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     write_grades_csv(students, functions, outdir / "grades.csv")
     report.exports = write_exports(students, outdir, settings.lms_assignment or assignment.title or assignment.name,
                                    assignment_max(assignment))
-    results = [dict(rows[s.folder], name=s.identity.name if s.identity else "", counted=decisions[s.folder][0],
-                    duplicate_note=decisions[s.folder][1]) for s in submissions]
-    write_summary(results, [s.folder for s in submissions], duplicates, report.similar, outdir / "summary.html")
+    people = {s.folder: {"student": s.student, "name": s.identity.name if s.identity else "",
+                         "submission": s.name, "counts": decisions[s.folder][0]} for s in submissions}
+    header = {"assignment": assignment.title or assignment.name, "seed": settings.seed, "version": __version__,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    write_summary(students, rows, people, report.similar, outdir / "summary.html", header)
     return report
 
 
@@ -353,7 +355,7 @@ def seeded(explicit: dict, outdir: Path):
     return batch, lambda s: dict(batch, seed=submission_seed(batch["seed"], s.folder))
 
 
-def fingerprints(submissions: list[Submission], rows: dict, output: Output) -> list[tuple[str, str]]:
+def fingerprints(submissions: list[Submission], rows: dict, output: Output) -> list[tuple[str, dict]]:
     """(folder, fingerprint) per submission; one whose source defeats the fingerprint (too
     deeply nested to parse, say) becomes an error row instead."""
     found = []

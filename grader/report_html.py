@@ -55,26 +55,55 @@ def write_html(result: GradeResult, path: Path, staff: bool = False) -> None:
 def histogram(percentages: list[float], bins: int = 10) -> list[dict]:
     counts = [0] * bins
     for p in percentages:
-        counts[min(int(p / (100 / bins)), bins - 1)] += 1
+        counts[min(max(int(p / (100 / bins)), 0), bins - 1)] += 1
     return [{"low": i * 100 // bins, "high": (i + 1) * 100 // bins, "count": c} for i, c in enumerate(counts)]
 
 
-def write_summary(results: list[dict], folders: list[str], duplicates: list, similar: list, path: Path) -> None:
-    """The class dashboard: score histogram, pass rate per check, common diagnoses, failures."""
+def class_summary(students: list, rows: dict[str, dict], people: dict[str, dict], similar: list,
+                  header: dict) -> dict:
+    """What the class summary shows, from one row per student (grader/gradebook.py) and the
+    staff's view of each result: every figure is counted per student, from the file that counts."""
     from collections import Counter
-    rows = [dict(r, folder=f) for r, f in zip(results, folders)]
-    # Every student's scores are on this page: it is only ever for the staff, who see all.
-    views = [result_view(GradeResult.from_json(r), staff=True) for r in results]
-    percentages = [100 * r["score"] / r["max_score"] for r in rows if r.get("max_score")]
-    checks: dict[str, list[int]] = {}
-    for view in views:
-        for c in view.checks:
-            if c.status != "info":   # informational checks have no pass rate
-                checks.setdefault(c.name, []).append(c.status == "passed")
-    pass_rates = [{"name": n, "rate": 100 * sum(v) / len(v), "count": len(v)} for n, v in checks.items()]
-    diagnoses = Counter((c.function, c.likely_mistake) for view in views for c in view.failures if c.likely_mistake)
+    views = {s.folder: result_view(GradeResult.from_json(rows[s.folder]), staff=True) for s in students}
+    scored = [s for s in students if s.final_score is not None and s.max_score]
+    functions: dict[str, dict] = {}
+    mistakes: Counter = Counter()
+    who: dict[tuple, list] = {}
+    for s in students:
+        if s.status == "error":
+            continue
+        for fn in views[s.folder].by_function:
+            entry = functions.setdefault(fn.name, {"name": fn.name, "passed": 0, "count": 0, "points": 0.0,
+                                                   "max_points": fn.max_points})
+            entry["count"] += 1
+            entry["passed"] += fn.passed
+            entry["points"] += fn.points
+            for mistake, _, informational in fn.mistakes:
+                if not informational:
+                    mistakes[(fn.name, mistake)] += 1
+                    who.setdefault((fn.name, mistake), []).append(s)
+    status = Counter(s.status for s in students)
+    return {
+        "header": header, "students": students, "people": people, "similar": similar,
+        "counts": {"students": len(students), "submissions": len(rows), "graded": status["graded"],
+                   "errors": status["error"], "timeouts": status["timeout"],
+                   "duplicates": sum(1 for s in students if s.others),
+                   "overrides": sum(1 for s in students if s.override)},
+        "bins": histogram([100 * s.final_score / s.max_score for s in scored]),
+        "mean": sum(100 * s.final_score / s.max_score for s in scored) / len(scored) if scored else 0.0,
+        "functions": [dict(f, rate=100 * f["passed"] / f["count"], mean=f["points"] / f["count"])
+                      for f in functions.values()],
+        "mistakes": [{"function": fn, "mistake": m, "count": n, "students": who[(fn, m)]}
+                     for (fn, m), n in mistakes.most_common(15)],
+        "main": {s.folder: "; ".join(f"{f['name']}: {f['mistake']}" for f in s.functions if f["mistake"])
+                 for s in students},
+        "problems": [s for s in students if s.status != "graded"],
+    }
+
+
+def write_summary(students: list, rows: dict[str, dict], people: dict[str, dict], similar: list, path: Path,
+                  header: dict) -> None:
+    """The class dashboard, for the staff alone (every student's score is on it)."""
     page = _environment().get_template("summary.html.j2").render(
-        rows=rows, bins=histogram(percentages), pass_rates=pass_rates, diagnoses=diagnoses.most_common(12),
-        failures=[r for r in rows if r["status"] != "graded"], duplicates=duplicates, similar=similar,
-        mean=sum(percentages) / len(percentages) if percentages else 0.0)
+        **class_summary(students, rows, people, similar, header))
     write_atomically(path, page)

@@ -38,12 +38,12 @@ def _without_docstring(fn: ast.FunctionDef) -> ast.FunctionDef:
         ast.FunctionDef(name="f", args=fn.args, body=body, decorator_list=[], returns=None, type_comment=None)
 
 
-def fingerprint(path, names: set[str]) -> str:
-    """The normalised source of the graded functions a submission defines ('' if none)."""
+def fingerprint(path, names: set[str]) -> dict[str, str]:
+    """The normalised source of each graded function a submission defines (none: {})."""
     try:
         cells = code_cells(load_submission(path))
     except SubmissionError:
-        return ""
+        return {}
     found: dict[str, str] = {}
     for _, source in cells:
         try:
@@ -54,25 +54,32 @@ def fingerprint(path, names: set[str]) -> str:
             if isinstance(node, ast.FunctionDef) and node.name in names and not is_stub(node):
                 normal = _Renamer().visit(_without_docstring(node))
                 found[node.name] = ast.unparse(ast.fix_missing_locations(normal))
-    return "\n".join(found[n] for n in sorted(found))
+    return found
 
 
-def similar_pairs(items: list[tuple[str, str]], threshold: float = THRESHOLD) -> list[dict]:
-    """items: (label, fingerprint). Groups of submissions at or above the threshold, most
-    similar first: {"a": labels, "b": [], "similarity": 1.0} for submissions identical to one
-    another, {"a": labels, "b": labels, "similarity": r} for two such groups (of one or more)
+def similar_pairs(items: list[tuple[str, dict | str]], threshold: float = THRESHOLD) -> list[dict]:
+    """items: (label, fingerprint: per function, or the text of all). Groups of submissions at
+    or above the threshold, most similar first: {"a": labels, "b": [], "similarity": 1.0,
+    "shared": functions} for submissions identical to one another, {"a": labels, "b": labels,
+    "similarity": r, "shared": functions identical in both} for two such groups (of one or more)
     similar to each other. Each distinct fingerprint is compared once with each other one, and
     a group is named once, not as every pair in it: a class where many hand in the same code
     costs what its distinct submissions cost, in time and in memory."""
     labels: dict[str, list[str]] = {}
+    parts: dict[str, dict] = {}
     for label, fp in items:
-        if fp:
-            labels.setdefault(fp, []).append(label)
-    found = [{"a": group, "b": [], "similarity": 1.0} for group in labels.values() if len(group) > 1]
+        functions = fp if isinstance(fp, dict) else {}
+        text = "\n".join(functions[n] for n in sorted(functions)) if isinstance(fp, dict) else fp
+        if text:
+            labels.setdefault(text, []).append(label)
+            parts[text] = functions
+    found = [{"a": group, "b": [], "similarity": 1.0, "shared": sorted(parts[text])}
+             for text, group in labels.items() if len(group) > 1]
     for fa, fb in itertools.combinations(labels, 2):
         matcher = difflib.SequenceMatcher(None, fa, fb, autojunk=False)
         if matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold:
             ratio = matcher.ratio()
             if ratio >= threshold:
-                found.append({"a": labels[fa], "b": labels[fb], "similarity": round(ratio, 3)})
+                shared = sorted(n for n in parts[fa] if parts[fb].get(n) == parts[fa][n])
+                found.append({"a": labels[fa], "b": labels[fb], "similarity": round(ratio, 3), "shared": shared})
     return sorted(found, key=lambda p: -p["similarity"])

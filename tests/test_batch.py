@@ -70,7 +70,7 @@ def test_batch_of_an_lms_export(tmp_path):
     assert by_file["attention.ipynb"]["status"] == "error" and by_file["attention.ipynb"]["name"] == "Ann Lee"
     assert by_file["hw.ipynb"]["score"] == by_file["hw.ipynb"]["max_score"]
     summary = (out / "summary.html").read_text()
-    assert "<svg" in summary and "Duplicate student ids" in summary and "scores not scaled" in summary
+    assert "<svg" in summary and "1</b> with several files" in summary and "scores not scaled" in summary
     assert len(list(out.glob("111-*/report.html"))) == 2 and len(list(out.glob("111-*/result.json"))) == 2
     assert sandbox_processes(grader_pid=pid) == []
 
@@ -106,7 +106,7 @@ def test_similarity_sees_through_renaming_and_comments(tmp_path):
         nbformat.write(notebook_from_python(source), paths[name])
     prints = [(n, fingerprint(p, {"self_attention"})) for n, p in paths.items()]
     pairs = similar_pairs(prints)
-    assert pairs == [{"a": ["a", "b"], "b": [], "similarity": 1.0}]
+    assert pairs == [{"a": ["a", "b"], "b": [], "similarity": 1.0, "shared": ["self_attention"]}]
 
 
 def test_similarity_compares_each_distinct_submission_once_and_names_each_group_once():
@@ -115,6 +115,6 @@ def test_similarity_compares_each_distinct_submission_once_and_names_each_group_
     near = base.replace("softmax", "soft_max")
     items = [(f"same{i}", base) for i in range(3)] + [("near", near), ("blank", ""), ("other", "x = 1\n" * 40)]
     groups = similar_pairs(items)
-    assert groups[0] == {"a": ["same0", "same1", "same2"], "b": [], "similarity": 1.0}
+    assert groups[0] == {"a": ["same0", "same1", "same2"], "b": [], "similarity": 1.0, "shared": []}
     assert [(g["a"], g["b"]) for g in groups[1:]] == [(["same0", "same1", "same2"], ["near"])]
     assert 0.9 <= groups[1]["similarity"] < 1.0

@@ -44,25 +44,89 @@ def test_report_renders_without_console_errors_or_fetches(tmp_path, name, assign
         assert heatmaps >= 2
 
 
-def test_class_summary_renders_without_console_errors(tmp_path):
+HOSTILE_NAMES = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>']
+
+
+def a_class(tmp_path):
+    """About thirty students from a few really graded notebooks, two with hostile names, one
+    with a second file that does not count, one overridden and one not graded."""
+    from grader.gradebook import class_rows
+    from grader.inputs import Identity, Submission
+    from grader.grade import not_graded
+    from grader.spec import load_assignment
+    names = ("worked_solution.ipynb", "mistake_softmax_axis.ipynb", "mistake_global_D.ipynb",
+             "mistake_no_scaling.ipynb")
+    graded = [grade(SUBMISSIONS / n, "rows").to_json() for n in names]
+    broken = not_graded("broken.ipynb", load_assignment("rows"), 1, "unreadable", "SubmissionError",
+                        "not valid JSON").to_json()
+    submissions, rows = [], {}
+    for i in range(30):
+        name = HOSTILE_NAMES[i] if i < len(HOSTILE_NAMES) else f"Student {i}"
+        student = "7" if i >= 28 else str(1000 + i)   # two files of student 7
+        folder = f"s{i}"
+        path = tmp_path / f"{folder}.ipynb"
+        path.write_text("{}")
+        submissions.append(Submission(path, str(path), student, folder,
+                                      identity=Identity(student, name, "canvas", i)))
+        rows[folder] = broken if i == 5 else graded[i % len(graded)]
+    overrides = {"1003": {"student": "1003", "score": 20.0, "reason": "late penalty waived", "file": "o.csv"}}
+    students, decisions = class_rows(submissions, rows, ["self_attention", "multi_head_attention"], overrides)
+    people = {s.folder: {"student": s.student, "name": s.identity.name, "submission": s.name,
+                         "counts": decisions[s.folder][0]} for s in submissions}
+    similar = [{"a": ["s0", "s4"], "b": [], "similarity": 1.0, "shared": ["self_attention"]},
+               {"a": ["s1"], "b": ["s2"], "similarity": 0.95, "shared": []}]
+    return students, rows, people, similar
+
+
+def test_class_summary_reads_in_a_minute_in_a_real_browser(tmp_path):
+    """Header, histogram, per-function pass rates, mistakes counted per student with links, a
+    sortable student table, similar groups with names; no console errors, no fetches, no
+    horizontal scroll at 1280 px, and hostile names shown as text."""
     if not chromium_path():
         pytest.fail("Chromium is not installed (apt-get install chromium)")
     from grader.report_html import write_summary
-    results = [dict(grade(SUBMISSIONS / n, a).to_json(), student=n) for n, a in
-               [("worked_solution.ipynb", "rows"), ("mistake_softmax_axis.ipynb", "rows")]]
+    students, rows, people, similar = a_class(tmp_path)
     page_path = tmp_path / "summary.html"
-    write_summary(results, ["a", "b"], [("x", ["1.ipynb", "2.ipynb"])], [{"a": ["a"], "b": ["b"], "similarity": 0.95}],
-                  page_path)
-    problems = []
+    write_summary(students, rows, people, similar, page_path,
+                  {"assignment": "Homework 3", "seed": 42, "version": "9.9", "date": "2026-11-23 10:00 UTC"})
+    problems, requests, dialogs = [], [], []
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS)
-        page = browser.new_page()
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.on("console", lambda m: m.type in ("error", "warning") and problems.append(m.text))
         page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         page.goto(page_path.as_uri())
+        header = page.inner_text("p.meta") + page.inner_text("ul.counts")
         bars = page.locator("svg rect").count()
+        functions = page.locator("section h2:has-text('Functions') + table tr").count()
+        width = page.evaluate("document.documentElement.scrollWidth")
+        score_cells = "[...document.querySelectorAll('table.students tbody tr')].map(r => r.cells[2].dataset.value)"
+        before = page.evaluate(score_cells)
+        page.click("table.students th:has-text('Score')")
+        ascending = page.evaluate(score_cells)
+        page.click("table.students th:has-text('Score')")
+        descending = page.evaluate(score_cells)
+        names = page.inner_text("table.students")
+        mistakes = page.inner_text("h2:has-text('Most common mistakes') + table")
+        page.screenshot(path=str(tmp_path / "summary.png"), full_page=True)
         browser.close()
-    assert problems == [] and bars == 10
+    assert problems == [] and dialogs == []
+    assert all(url.startswith("file://") for url in requests), requests
+    assert width <= 1280
+    for words in ("2026-11-23", "seed 42", "grader 9.9", "29 students", "30 files", "1 errors", "1 overrides",
+                  "1 with several files"):
+        assert words in header, words
+    assert bars == 10 and functions == 3
+    assert len(before) == 29   # one row per student
+    numbers = [float(v) for v in ascending]
+    assert numbers == sorted(numbers) and [float(v) for v in descending] == sorted(numbers, reverse=True)
+    assert HOSTILE_NAMES[0] in names and HOSTILE_NAMES[1] in names
+    # Per student: the wrong-axis notebook was given to 7 students (every fourth of 29, less the broken one).
+    axis = next(line for line in mistakes.splitlines() if "softmax over the wrong axis" in line)
+    assert "\t7\t" in axis
+    assert (tmp_path / "summary.png").stat().st_size > 20_000
 
 
 def test_a_two_mistake_multi_head_report_is_compact(tmp_path):
