@@ -68,10 +68,9 @@ def output_name(label: str, source: str, digits: int = 12) -> str:
 
 
 def lms_identity(path: PurePath) -> Identity | None:
-    """Who an LMS export's naming says this path belongs to, if it does."""
-    match = CANVAS.match(path.name)
-    if match:
-        return Identity(match["id"], match["name"], "canvas", int(match["submission"]))
+    """Who an LMS export's naming says this path belongs to, if it does. The folder an LMS
+    made for a student decides before any file name inside it, which the student chose: a
+    file named like another student's Canvas download stays its uploader's."""
     for parent in path.parents:
         match = MOODLE.match(parent.name)
         if match:
@@ -79,6 +78,9 @@ def lms_identity(path: PurePath) -> Identity | None:
         match = GRADESCOPE.match(parent.name)
         if match:
             return Identity(match["id"], "", "gradescope")
+    match = CANVAS.match(path.name)
+    if match:
+        return Identity(match["id"], match["name"], "canvas", int(match["submission"]))
     return None
 
 

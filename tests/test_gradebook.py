@@ -44,6 +44,21 @@ def test_the_latest_of_a_students_files_counts(tmp_path):
                                         "c.ipynb")
 
 
+def test_a_file_named_like_another_students_download_stays_its_uploaders(tmp_path):
+    """Ann (Moodle participant 222) names her file as Canvas would name Bob's (333), with a
+    large submission id, hoping to count as Bob's latest: the LMS's folder decides."""
+    from grader.inputs import collect
+    archive = tmp_path / "moodle.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("Ann Lee_222_assignsubmission_file_/bobsmith_333_999999_hw.ipynb", b"{}")
+        zf.writestr("Bob Smith_333_assignsubmission_file_/hw.ipynb", b"{}")
+        zf.writestr("submission_444/carol_333_999999_hw.ipynb", b"{}")
+    submissions, duplicates = collect([archive], tmp_path / "unpacked")
+    assert sorted((s.student, s.identity.lms) for s in submissions) == [
+        ("222", "moodle"), ("333", "moodle"), ("444", "gradescope")]
+    assert duplicates == []
+
+
 @pytest.mark.parametrize("text, words", [
     ("student,reason\n1,x\n", "either score"),
     ("student,score,points,reason\n1,2,3,x\n", "either score"),
