@@ -315,7 +315,7 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
         for folder in student.others:
             record_override(outdir / folder / "result.json", None)
     write_grades_csv(students, functions, outdir / "grades.csv")
-    report.exports = write_exports(students, outdir, settings.lms_assignment or assignment.title or assignment.name,
+    report.exports = write_exports(students, outdir, lms_column(outdir, settings.lms_assignment, assignment),
                                    assignment_max(assignment))
     people = {s.folder: {"student": s.student, "name": s.identity.name if s.identity else "",
                          "submission": s.name, "counts": decisions[s.folder][0]} for s in submissions}
@@ -323,6 +323,23 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     write_summary(students, rows, people, report.similar, outdir / "summary.html", header)
     return report
+
+
+LMS_COLUMN = "lms_assignment.json"   # in OUTDIR: the gradebook column given once, for later runs
+
+
+def lms_column(outdir: Path, given: str | None, assignment: Assignment) -> str:
+    """The assignment's column in the LMS gradebook: --lms-assignment, kept in OUTDIR so that a
+    later run (to apply overrides, say) writes the same column; else the assignment's title."""
+    stored = outdir / LMS_COLUMN
+    if given:
+        write_json(stored, {"lms_assignment": given})
+        return given
+    try:
+        kept = json.loads(stored.read_text(encoding="utf-8")).get("lms_assignment")
+    except (OSError, ValueError, AttributeError):
+        kept = None
+    return kept if isinstance(kept, str) and kept else assignment.title or assignment.name
 
 
 def assignment_max(assignment: Assignment) -> float:

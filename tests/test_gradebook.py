@@ -125,6 +125,7 @@ def test_exports_overrides_and_one_row_per_student(tmp_path):
     code, stdout, stderr, _ = run_grader(["grade", canvas, moodle, "-o", out, "--force", *FAST])
     assert code == 0, stderr
     assert {r["student"]: r for r in read_csv(out / "grades.csv")}["222"]["score"] == "10"
+    assert (out / CANVAS_FILE).read_text() == (GOLDEN / CANVAS_FILE).read_text()   # the same column, too
     assert json.loads(next(out.glob("222-*/result.json")).read_text())["override"]["score"] == 10
 
     # An override for a student the batch does not have stops before any grading.
