@@ -22,6 +22,7 @@ SHAPES = ((1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 2, 2), (2, 2, 2), (3, 
           (2, 4, 2), (3, 4, 2), (3, 6, 3))
 DRAWS = 2
 LABEL = "smallest case"
+FIRST = 6   # candidates in the first request; most mistakes show on one of them
 
 
 def wanted(checks: list[CheckResult]) -> bool:
@@ -121,10 +122,11 @@ async def find(prober, fn, ctx, checks: list[CheckResult], name: str) -> dict | 
         return None   # a function that hangs or kills its kernel would only spend more time doing so
     conv = fn.convention
     probes = [Probe(case) for case in candidates(conv, ctx.seed)]
-    await prober.run(probes)
-    for probe in probes:
-        outcome = prober.outcomes.get(probe.key)
-        if outcome is not None and fails(conv, probe, outcome, ctx):
-            return cell(name, fn.params, probe, outcome, conv, prober.by_keyword)
+    for batch in (probes[:FIRST], probes[FIRST:]):
+        await prober.run(batch)
+        for probe in batch:
+            outcome = prober.outcomes.get(probe.key)
+            if outcome is not None and fails(conv, probe, outcome, ctx):
+                return cell(name, fn.params, probe, outcome, conv, prober.by_keyword)
     return None
 
