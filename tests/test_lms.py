@@ -96,10 +96,14 @@ def test_grader_fault_is_a_staff_visible_entry(platform, tmp_path):
 
 @pytest.mark.parametrize("platform", ["gradescope", "prairielearn"])
 def test_hostile_submissions(platform, tmp_path):
-    """A fake results file, a dead kernel, a hung cell: the results are the grader's."""
-    for name in ("sandbox_fake_results.ipynb", "hostile_os_exit.ipynb", "hostile_infinite_loop_cell.ipynb"):
-        root = tmp_path / name
-        _, results = run_entrypoint(platform, root, {"hw.ipynb": FIXTURES / name})
+    """A fake results file, a dead kernel, a hung cell: the results are the grader's. The three
+    gradings run at once, each its own entrypoint process, as on an LMS's separate machines."""
+    from concurrent.futures import ThreadPoolExecutor
+    names = ("sandbox_fake_results.ipynb", "hostile_os_exit.ipynb", "hostile_infinite_loop_cell.ipynb")
+    with ThreadPoolExecutor(len(names)) as pool:
+        runs = list(pool.map(lambda name: run_entrypoint(platform, tmp_path / name, {"hw.ipynb": FIXTURES / name}),
+                             names))
+    for name, (_, results) in zip(names, runs):
         if platform == "gradescope":
             assert results["score"] == 25 and results["tests"], name
         else:
