@@ -15,6 +15,7 @@ import os
 import re
 import stat
 import time
+import unicodedata
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
@@ -30,11 +31,11 @@ MAX_LABEL_CHARS = 64
 
 # The export naming of each LMS, matched whatever the case (Canvas writes "LATE", older
 # downloads "late"). Canvas (lib/content_zipper.rb): the student's sortable name, lower-cased
-# and cut to word characters (letters of any script, digits, "_"), "LATE" for a late
-# submission, the user id (or "anon_" and the anonymous id when the assignment hides names),
-# then the attachment id and the file's own name. Like Canvas's own upload of marked files,
-# the first two numbers are the ids.
-CANVAS = re.compile(r"^(?P<name>[\w\u0300-\u036f]+?)_(?:late_)?(?P<id>\d+)_(?P<attachment>\d+)_.+$", re.IGNORECASE)
+# and cut to word characters (letters and marks of any script, digits, "_": is_canvas_name),
+# "LATE" for a late submission, the user id (or "anon_" and the anonymous id when the
+# assignment hides names), then the attachment id and the file's own name. Like Canvas's own
+# upload of marked files, the first two numbers are the ids.
+CANVAS = re.compile(r"^(?P<name>[^\s/\\]+?)_(?:late_)?(?P<id>\d+)_(?P<attachment>\d+)_.+$", re.IGNORECASE)
 CANVAS_ANONYMOUS = re.compile(r"^(?:late_)?(?P<id>anon_[A-Za-z0-9]+)_(?P<attachment>\d+)_.+$", re.IGNORECASE)
 # Moodle (mod/assign): a folder "Full Name_N_assignsubmission_file" (with a trailing "_" before
 # Moodle 4), or, when the teacher turned folders off, "Full Name_N_assignsubmission_file_NAME".
@@ -95,9 +96,15 @@ def named_file(name: str) -> Identity | None:
     if match:
         return Identity(match["id"], "", "canvas", int(match["attachment"]))
     match = CANVAS.match(name)
-    if match:
-        return Identity(match["id"], match["name"], "canvas", int(match["attachment"]))
+    if match and is_canvas_name(match["name"]):
+        # NFC: a name extracted on macOS arrives decomposed (e and a combining mark for é).
+        return Identity(match["id"], unicodedata.normalize("NFC", match["name"]), "canvas", int(match["attachment"]))
     return None
+
+
+def is_canvas_name(name: str) -> bool:
+    """Canvas keeps only word characters of a name: letters and marks of any script, digits, "_"."""
+    return all(c == "_" or unicodedata.category(c)[0] in "LMN" for c in name)
 
 
 def named_folder(name: str) -> Identity | None:

@@ -6,6 +6,9 @@ import csv
 import io
 import json
 import os
+import shutil
+import subprocess
+import unicodedata
 import zipfile
 from pathlib import Path
 
@@ -14,7 +17,7 @@ import pytest
 from conftest import FIXTURES, ROOT, SUBMISSIONS, run_grader
 from grader.errors import SubmissionError
 from grader.exports import CANVAS_FILE, MOODLE_FILE
-from grader.inputs import collect, student_of
+from grader.inputs import collect, identity_of, student_of
 from grader.lms import find_submission
 
 FAST = ["--cell-timeout", "4", "--call-timeout", "2", "--workers", "2", "--seed", "7"]
@@ -96,6 +99,9 @@ def test_ta_named_archives_and_folders_are_one_student_each(tmp_path):
 
 def test_canvas_names_in_any_script_anonymous_and_late():
     assert student_of(Path("müllerzoë_12345_67890_hw.ipynb")) == "12345"
+    assert identity_of(Path(unicodedata.normalize("NFD", "müllerzoë_12345_67890_hw.ipynb"))).name == "müllerzoë"
+    assert identity_of(Path("शर्माअनु_12345_67890_hw.ipynb")).student == "12345"   # marks of any script
+    assert student_of(Path("hw-1_2_3_notes.ipynb")) == "hw-1_2_3_notes"   # Canvas keeps no "-": not its name
     assert student_of(Path("o_brienann_LATE_12345_67890_my_hw_2.ipynb")) == "12345"
     assert student_of(Path("anon_Xb3kP_67890_hw.ipynb")) == "anon_Xb3kP"
     assert student_of(Path("LATE_anon_Xb3kP_67890_hw.ipynb")) == "anon_Xb3kP"
@@ -116,6 +122,14 @@ def test_zip_names_written_without_the_utf8_flag_are_read_as_utf8(tmp_path):
         assert member_name(info) == name
     submissions, _ = collect([archive], tmp_path / "unpacked")
     assert [(s.student, s.identity.name) for s in submissions] == [("4242", "Jörg Müller")]
+    if shutil.which("zip"):   # and Info-ZIP's own output, where the machine has it
+        folder = tmp_path / "download" / "Jörg Müller_4242_assignsubmission_file"
+        folder.mkdir(parents=True)
+        (folder / "hw.ipynb").write_text("{}")
+        subprocess.run(["zip", "-qr", tmp_path / "rezipped.zip", "."], cwd=tmp_path / "download", check=True,
+                       env={**os.environ, "LC_ALL": "C.UTF-8"})
+        submissions, _ = collect([tmp_path / "rezipped.zip"], tmp_path / "unpacked")
+        assert [(s.student, s.identity.name) for s in submissions] == [("4242", "Jörg Müller")]
 
 
 @pytest.mark.slow
