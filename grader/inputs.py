@@ -236,7 +236,7 @@ def safe_extract(archive: Path, into: Path) -> list[tuple[PurePosixPath, Path, s
 
 
 # (source, the file to read, whose it is, why it cannot be graded or None)
-Found = tuple[str, Path, Identity, "str | None"]
+Found = tuple[str, Path, Identity, str | None]
 
 
 def unpacked(archive: Path, unpack_into: Path, owner: Identity | None, source: str | None = None) -> list[Found]:
@@ -271,12 +271,13 @@ def files_under(entry: Path, skip: Path) -> list[Path]:
     folder; checkpoints and the archives this batch unpacked (when OUTDIR sits inside an
     input folder) left out. A linked file is listed: whether it is read is resolved's to say."""
     wanted = (*SUFFIXES, ARCHIVE)
-    if not entry.is_dir() or entry.is_symlink():
+    if not is_folder(entry):
         return [entry] if entry.suffix in wanted else []
     found = []
     for folder, subfolders, files in os.walk(entry):   # followlinks=False: a linked folder is not entered
         here = Path(folder)
-        subfolders[:] = sorted(d for d in subfolders if d != ".ipynb_checkpoints" and here / d != skip)
+        subfolders[:] = sorted(d for d in subfolders
+                               if d != ".ipynb_checkpoints" and os.path.realpath(here / d) != str(skip))
         found += [here / f for f in sorted(files) if PurePath(f).suffix in wanted]
     return found
 
@@ -285,29 +286,34 @@ def in_folder(folder: Path, unpack_into: Path) -> list[Found]:
     """A folder the staff gave: one student's when its own name or a folder above it is an
     LMS's folder for one student; else each top-level entry is one student's (an LMS's name
     for it, else its own name)."""
-    root = Path(os.path.realpath(folder))   # a folder the staff named may be a link; nothing inside it is followed out
+    root = Path(os.path.abspath(folder))   # a folder the staff named may be a link; nothing inside it is followed out
     skip = Path(os.path.realpath(unpack_into))
     owner = given_identity(folder, is_folder=True)
     entries = []
     for entry in sorted(root.iterdir()):
-        if entry == skip or entry.name == ".ipynb_checkpoints":
+        if os.path.realpath(entry) == str(skip) or entry.name == ".ipynb_checkpoints":
             continue
-        if GRADESCOPE_EXPORT.match(entry.name) and entry.is_dir() and not entry.is_symlink():
+        if GRADESCOPE_EXPORT.match(entry.name) and is_folder(entry):
             entries += sorted(entry.iterdir())
         else:
             entries.append(entry)
     found: list[Found] = []
     for entry in entries:
-        identity = owner or entry_identity(entry.name, not entry.is_dir() or entry.is_symlink())
+        identity = owner or entry_identity(entry.name, not is_folder(entry))
         # A link may point anywhere inside what is this student's, never further.
-        boundary = root if owner else (entry if entry.is_dir() and not entry.is_symlink() else None)
+        boundary = Path(os.path.realpath(root if owner else entry)) if owner or is_folder(entry) else None
         for path in files_under(entry, skip):
             found.append(one_file(path, boundary, identity))
             if path.suffix == ARCHIVE and found[-1][3] is None:
                 found[-1:] = unpacked(found[-1][1], unpack_into, identity, found[-1][0])
     # A link to a file of the submission is that file, graded once under its own name.
-    files = {path for source, path, _, _ in found if source == str(path)}
-    return [f for f in found if f[0] == str(f[1]) or f[1] not in files]
+    files = {os.path.realpath(path) for source, path, _, _ in found if source == str(path)}
+    return [f for f in found if f[0] == str(f[1]) or str(f[1]) not in files]
+
+
+def is_folder(path: Path) -> bool:
+    """A folder itself, not a link to one."""
+    return path.is_dir() and not path.is_symlink()
 
 
 def one_file(path: Path, boundary: Path | None, identity: Identity) -> Found:

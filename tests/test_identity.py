@@ -95,6 +95,9 @@ def test_ta_named_archives_and_folders_are_one_student_each(tmp_path):
     assert [s for s, _ in _found([folder / "alice.zip", folder / "bob.zip"], tmp_path)] == ["alice", "bob", "bob"]
     forged = _zip(tmp_path / "eve.zip", {"attention.ipynb": "{}", "bobsmith_333_9_hw.ipynb": "{}"})
     assert [s for s, _ in _found([forged], tmp_path)] == ["eve", "eve"]
+    # A folder the staff name may be a link of theirs: it is followed, and the students are the same.
+    os.symlink(folder, tmp_path / "current")
+    assert [s for s, _ in _found([tmp_path / "current"], tmp_path)] == ["alice", "bob", "bob", "carol", "dave"]
 
 
 def test_canvas_names_in_any_script_anonymous_and_late():
@@ -206,6 +209,20 @@ def course(outside_tmp):
 def _outputs(folder: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file()
                      and p.suffix in (".json", ".html", ".csv"))
+
+
+def test_a_link_in_a_folder_is_followed_only_within_its_students_entry(tmp_path):
+    batch = tmp_path / "batch"
+    (batch / "ann" / "src").mkdir(parents=True)
+    (batch / "ann" / "src" / "hw.ipynb").write_text("{}")
+    os.symlink("src/hw.ipynb", batch / "ann" / "link.ipynb")               # hers: graded once, as hw.ipynb
+    (batch / "bo").mkdir()
+    os.symlink(batch / "ann" / "src" / "hw.ipynb", batch / "bo" / "copy.ipynb")   # Ann's: not Bo's to submit
+    os.symlink(batch / "ann" / "src" / "hw.ipynb", batch / "top.ipynb")    # a top-level link is a submission alone
+    submissions, _ = collect([batch], tmp_path / "unpacked")
+    found = sorted((s.student, s.name, s.problem or "") for s in submissions)
+    assert found == [("ann", "hw.ipynb", ""), ("bo", "copy.ipynb", f"copy.ipynb {OUTSIDE}"),
+                     ("top", "top.ipynb", f"top.ipynb {OUTSIDE}")]
 
 
 @pytest.mark.slow
