@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__, forked_kernels, overrides as staff_overrides
-from .exports import write_exports
+from .exports import CANVAS_FILE, canvas_left_out, write_exports
 from .files import write_json
 from .gradebook import class_rows, write_grades_csv
 from .grade import grade_path, not_graded
 from .inputs import Submission, collect
-from .loader import SubmissionError, check_size, one_line
+from .loader import SubmissionError, one_line, read_submission
 from .report_html import write_html, write_summary
 from .result import GradeResult
 from .sandbox import Sandbox, run_id
@@ -205,8 +205,7 @@ def planned_key(s: Submission, assignment, explicit: dict) -> str:
     """The submission's resume key; raises when it cannot even be read."""
     if s.problem:
         raise SubmissionError(s.problem)
-    check_size(s.path)
-    return batch_key(s.path.read_bytes(), assignment, settings_from(explicit, assignment.limits))
+    return batch_key(read_submission(s.path), assignment, settings_from(explicit, assignment.limits))
 
 
 def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, scheduler: str | None,
@@ -225,7 +224,7 @@ def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, 
 
         def submit(s, key, executor, function):
             try:
-                pending[executor.submit(function, s.name, s.path.read_bytes(), spec, explicit_for(s))] = \
+                pending[executor.submit(function, s.name, read_submission(s.path), spec, explicit_for(s))] = \
                     (s, key, executor)
             except BrokenProcessPool:
                 submit(s, key, alone, grade_alone)
@@ -317,6 +316,9 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     write_grades_csv(students, functions, outdir / "grades.csv")
     report.exports = write_exports(students, outdir, lms_column(outdir, settings.lms_assignment, assignment),
                                    assignment_max(assignment))
+    for student in students:   # said, so that no one drops out of the LMS's gradebook unnoticed
+        if student.lms == "canvas" and canvas_left_out(student):
+            print(f"{CANVAS_FILE} leaves out {student.student}: {canvas_left_out(student)}", file=stream)
     people = {s.folder: {"student": s.student, "name": s.identity.name if s.identity else "",
                          "submission": s.name, "counts": decisions[s.folder][0]} for s in submissions}
     header = {"assignment": assignment.title or assignment.name, "seed": settings.seed, "version": __version__,

@@ -5,15 +5,19 @@ Canvas (Grades > Import): the columns of Canvas's own gradebook export, "Student
 names it ("Homework 3 (1234)" matches the existing assignment with id 1234; a new name makes a
 new assignment), and the "Points Possible" row Canvas's export carries under the header.
 Canvas matches a row by "ID", its user id, which is the number a Canvas submissions download
-puts after the student's name (name_userid_submissionid_file).
+puts after the student's name (name_userid_attachmentid_file). Canvas's importer
+(app/models/gradebook_importer.rb) reads an empty cell as a change that clears the grade, and
+a row whose ID it does not know as a new student: so the file leaves out a student who could
+not be graded (Canvas keeps their grade) and an anonymous one ("anon_<id>": the download of
+an assignment that hides names carries no user id to match).
 
 Moodle (assignment > Upload grading worksheet): the offline grading worksheet, matched on
 "Identifier", "Participant N", where N is the number Moodle's "Download all submissions" puts
 in each folder name (Full Name_N_assignsubmission_file_); "Grade" is read as the new grade.
 Full name, Maximum Grade and Feedback comments are there for the person importing.
 
-A student whose file could not be graded, and has no override, gets an empty cell: Canvas
-and Moodle then leave that grade as it is.
+A Moodle student whose file could not be graded, and has no override, gets an empty cell:
+Moodle then leaves that grade as it is.
 """
 from __future__ import annotations
 
@@ -34,10 +38,20 @@ def _csv(rows: list[list[str]]) -> str:
     return buffer.getvalue()
 
 
+def canvas_left_out(s: StudentRow) -> str:
+    """Why Canvas's gradebook file leaves this student out, or "" (see the module docstring)."""
+    if s.student.lower().startswith("anon_"):
+        return "anonymous (the download carries no user id)"
+    if s.final_score is None:
+        return "not graded (Canvas keeps the grade it has)"
+    return ""
+
+
 def canvas(students: list[StudentRow], column: str, max_score: float) -> str:
     rows = [["Student", "ID", "SIS User ID", "SIS Login ID", "Section", cell(column)],
             ["Points Possible", "", "", "", "", number(max_score)]]
-    rows += [[cell(s.name), cell(s.student), "", "", "", number(s.final_score)] for s in students]
+    rows += [[cell(s.name), cell(s.student), "", "", "", number(s.final_score)] for s in students
+             if not canvas_left_out(s)]
     return _csv(rows)
 
 

@@ -60,14 +60,17 @@ class StudentRow:
 
 
 def _newness(s: Submission) -> tuple:
-    """Later submissions compare larger: Canvas's submission id where the name carries one,
-    then the file's modification time (an archive member's own date), then its name."""
+    """Later files compare larger: Canvas's attachment id where the name carries one, then the
+    file's modification time (an archive member's own date), then its name. Canvas's download
+    holds only each student's latest attempt, so a student's several Canvas files are files of
+    that attempt; its ids are database keys that grow, so the larger id is the file Canvas
+    stored last."""
     try:
         modified = os.stat(s.path).st_mtime
     except OSError:
         modified = 0.0
-    submission = s.identity.submission if s.identity and s.identity.submission is not None else -1
-    return submission, modified, s.source
+    attachment = s.identity.attachment if s.identity and s.identity.attachment is not None else -1
+    return attachment, modified, s.source
 
 
 def counted(submissions: list[Submission]) -> dict[str, tuple[bool, str]]:
@@ -77,7 +80,7 @@ def counted(submissions: list[Submission]) -> dict[str, tuple[bool, str]]:
         return {submissions[0].folder: (True, "")}
     ordered = sorted(submissions, key=_newness, reverse=True)
     winner = ordered[0]
-    by = "Canvas submission id" if winner.identity and winner.identity.submission is not None else "file date"
+    by = "Canvas attachment id" if winner.identity and winner.identity.attachment is not None else "file date"
     others = ", ".join(s.name for s in ordered[1:])
     notes = {winner.folder: (True, f"counted: {winner.name}, the latest of {len(ordered)} files "
                                    f"(by {by}); not counted: {others}")}

@@ -5,6 +5,7 @@ results file is written, by the grader's own process, after the student's code h
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 import traceback
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from .files import write_json
 from .grade import grade_path, not_graded
+from .inputs import resolved
 from .loader import SubmissionError
 from .report_html import write_html
 from .result import NOT_GRADED, ErrorRecord, GradeResult
@@ -81,16 +83,35 @@ PLATFORMS = {p.name: p for p in (Gradescope(), PrairieLearn())}
 
 
 def find_submission(folder: Path) -> Path:
+    """The one notebook (or .py file) the student submitted. Submissions from GitHub or
+    Bitbucket keep their symbolic links: a link to a file inside the submission counts as that
+    file, a link out of it (to the course's solution, say) is never followed, and linked
+    folders are not entered."""
     if not folder.is_dir():
         raise SubmissionError(f"the submission folder {folder} does not exist")
-    found = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in SUFFIXES
-                   and ".ipynb_checkpoints" not in p.parts and not p.name.startswith("."))
-    notebooks = [p for p in found if p.suffix == ".ipynb"]
-    if len(notebooks) == 1 or len(found) == 1:
-        return (notebooks or found)[0]
-    if not found:
+    root = Path(os.path.realpath(folder))
+    found: dict[Path, Path] = {}   # the file to read -> the name the student gave it
+    outside = []
+    for here, subfolders, files in os.walk(root):   # followlinks=False
+        subfolders[:] = sorted(d for d in subfolders if d != ".ipynb_checkpoints")
+        for name in sorted(files):
+            path = Path(here) / name
+            if path.suffix not in SUFFIXES or name.startswith("."):
+                continue
+            real, problem = resolved(path, root)
+            if problem:
+                outside.append(problem)
+            else:
+                found.setdefault(real, path)
+    if not found and outside:
+        raise SubmissionError(outside[0])
+    candidates = sorted(found.items(), key=lambda item: item[1])
+    notebooks = [c for c in candidates if c[0].suffix == ".ipynb"]
+    if len(notebooks) == 1 or len(candidates) == 1:
+        return (notebooks or candidates)[0][0]
+    if not candidates:
         raise SubmissionError("no notebook (.ipynb) or Python file (.py) was found in the submission")
-    names = ", ".join(str(p.relative_to(folder)) for p in found[:6])
+    names = ", ".join(str(shown.relative_to(root)) for _, shown in candidates[:6])
     raise SubmissionError(f"several candidate files were submitted ({names}); submit exactly one notebook")
 
 

@@ -1,8 +1,11 @@
 """Read a submission file into a current-format notebook, or say in one line why not."""
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import stat
 from pathlib import Path
 
 import nbformat
@@ -49,22 +52,42 @@ def notebook_from_json(text: str, name: str):
     return nb
 
 
-def check_size(path: Path) -> None:
-    """Before anything reads the file whole: it exists, is a file, and is not too large."""
+def link_outside(name: str) -> str:
+    return f"{name} is a symbolic link to a file outside the submission"
+
+
+def read_submission(path: Path) -> bytes:
+    """The file's bytes, never through a symbolic link: a link inside a submission was
+    resolved, within it, when the submission was found (grader/inputs.py, grader/lms.py), so
+    a link here leaves the submission (a student's own, or one put in the file's place since).
+    The opened file itself must be a regular file within the size limit (open, then fstat:
+    nothing can be swapped in between), and nothing else is read."""
     path = Path(path)
-    if not path.exists():
-        raise SubmissionError(f"no such file: {path}")
-    if not path.is_file():
-        raise SubmissionError(f"not a file: {path}")
-    if path.stat().st_size > MAX_SUBMISSION_BYTES:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC   # O_NONBLOCK: a FIFO never blocks the grader
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise SubmissionError(f"no such file: {path}") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SubmissionError(link_outside(path.name)) from None
+        raise SubmissionError(f"{path.name} cannot be read: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise SubmissionError(f"not a file: {path}")
+        if info.st_size > MAX_SUBMISSION_BYTES:
+            raise SubmissionError(f"{path.name} is larger than {MAX_SUBMISSION_BYTES // 2**20} MiB")
+        data = file.read(MAX_SUBMISSION_BYTES + 1)
+    if len(data) > MAX_SUBMISSION_BYTES:   # it grew after the check
         raise SubmissionError(f"{path.name} is larger than {MAX_SUBMISSION_BYTES // 2**20} MiB")
+    return data
 
 
 def load_submission(path: Path):
     path = Path(path)
-    check_size(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_submission(path).decode("utf-8")
     except UnicodeDecodeError:
         raise SubmissionError(f"{path.name} is not text (not UTF-8)") from None
     if path.suffix == ".py":

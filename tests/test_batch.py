@@ -39,7 +39,8 @@ def test_zip_extraction_is_safe(tmp_path):
     _zip(archive, {"../escape.ipynb": good, "/abs/escape.py": "x = 1", "ok/doejane_1_2_hw.ipynb": good,
                    "notes.txt": "ignored"}, links=["ok/link.ipynb"])
     submissions, duplicates = collect([archive], tmp_path / "unpacked")
-    assert [s.student for s in submissions] == ["1"]
+    # Its entries carry no LMS's naming, so the archive is one student's, named after it.
+    assert [s.student for s in submissions] == ["export"]
     assert not (tmp_path / "escape.ipynb").exists()
     assert all((tmp_path / "unpacked") in s.path.parents for s in submissions)
     assert duplicates == []
@@ -65,7 +66,7 @@ def test_batch_of_an_lms_export(tmp_path):
     by_file = {r["submission"]: r for r in rows}
     # Canvas's later submission (id 2) counts, whatever it scores; the note says so.
     assert by_file["doejane_111_2_hw_resubmitted.ipynb"]["score"] == "8"
-    assert "latest of 2 files (by Canvas submission id)" in by_file["doejane_111_2_hw_resubmitted.ipynb"]["duplicates"]
+    assert "latest of 2 files (by Canvas attachment id)" in by_file["doejane_111_2_hw_resubmitted.ipynb"]["duplicates"]
     assert "doejane_111_1_hw.ipynb" in by_file["doejane_111_2_hw_resubmitted.ipynb"]["duplicates"]
     assert by_file["attention.ipynb"]["status"] == "error" and by_file["attention.ipynb"]["name"] == "Ann Lee"
     assert by_file["hw.ipynb"]["score"] == by_file["hw.ipynb"]["max_score"]

@@ -37,8 +37,8 @@ def test_the_latest_of_a_students_files_counts(tmp_path):
         os.utime(path, (1_700_000_000 - age, 1_700_000_000 - age))
         return Submission(path, str(path), "111", name, identity=Identity("111", "doejane", "canvas", canvas_id))
     by_canvas = counted([submission("a.ipynb", 5, age=0), submission("b.ipynb", 9, age=100)])
-    assert by_canvas["b.ipynb"][0] and not by_canvas["a.ipynb"][0]   # the larger submission id, though older
-    assert "by Canvas submission id" in by_canvas["b.ipynb"][1] and "not counted: a.ipynb" in by_canvas["b.ipynb"][1]
+    assert by_canvas["b.ipynb"][0] and not by_canvas["a.ipynb"][0]   # the larger attachment id, though older
+    assert "by Canvas attachment id" in by_canvas["b.ipynb"][1] and "not counted: a.ipynb" in by_canvas["b.ipynb"][1]
     by_date = counted([submission("c.ipynb", age=50), submission("d.ipynb", age=10)])
     assert by_date["d.ipynb"] == (True, "counted: d.ipynb, the latest of 2 files (by file date); not counted: "
                                         "c.ipynb")
@@ -46,7 +46,7 @@ def test_the_latest_of_a_students_files_counts(tmp_path):
 
 def test_a_file_named_like_another_students_download_stays_its_uploaders(tmp_path):
     """Ann (Moodle participant 222) names her file as Canvas would name Bob's (333), with a
-    large submission id, hoping to count as Bob's latest: the LMS's folder decides."""
+    large attachment id, hoping to count as Bob's latest: the LMS's folder decides."""
     from grader.inputs import collect
     archive = tmp_path / "moodle.zip"
     with zipfile.ZipFile(archive, "w") as zf:
@@ -110,7 +110,7 @@ def test_exports_overrides_and_one_row_per_student(tmp_path):
     rows = {r["student"]: r for r in read_csv(out / "grades.csv")}
     assert sorted(rows) == ["111", "222", "31", "32"]
     assert rows["111"]["submission"] == "doejane_111_1002_hw.ipynb" and rows["111"]["score"] == "6"
-    assert "latest of 2 files (by Canvas submission id)" in rows["111"]["duplicates"]
+    assert "latest of 2 files (by Canvas attachment id)" in rows["111"]["duplicates"]
     assert rows["222"]["name"] == "leeann" and rows["222"]["graded_score"] == "8" and rows["222"]["score"] == "10"
     assert rows["32"]["name"].startswith("'=") and rows["32"]["status"] == "error" and rows["32"]["score"] == ""
     assert "self_attention.fixed" not in (out / "grades.csv").read_text()   # per function, not per check
