@@ -5,7 +5,8 @@ PrairieLearn results are all rendered from a ResultView, never from the checks t
 so no rendering can show a student what another withholds. A hidden check shows a student
 its name, title, status and points; its message, diagnosis and figures (which on the
 randomized inputs give the hidden cases away) are withheld, and so is everything made from
-them: the "Likely mistakes", the lists of checks not passed. The staff see everything.
+them: the "Likely mistakes", the lists of checks not passed. A student sees no seed but the
+public one: a grading seed would tell the inputs of the grading. The staff see everything.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import re
 from dataclasses import dataclass, fields
 
 from .result import CheckResult, GradeResult
+from .settings import PUBLIC_SEED
 
 HIDDEN_NOTE = "Hidden check: its details are not shown to students."
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -99,7 +101,7 @@ class ResultView:
     staff: bool
     submission: str
     assignment: str
-    seed: int
+    seed: int | None         # None when withheld: only the public seed is shown to students
     status: str
     score: float
     max_score: float
@@ -165,6 +167,7 @@ def check_view(check: CheckResult, staff: bool) -> CheckView:
 def result_view(result: GradeResult, staff: bool = False) -> ResultView:
     """What may be shown of `result`: to a student, or with `staff` to the teaching staff."""
     shared = {f.name: getattr(result, f.name) for f in fields(GradeResult) if f.name != "checks"}
+    shared["seed"] = result.seed if staff or result.seed == PUBLIC_SEED else None
     return ResultView(staff=staff, checks=tuple(check_view(c, staff) for c in result.checks), **shared)
 
 

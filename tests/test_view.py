@@ -138,3 +138,20 @@ def test_the_lms_texts_name_the_mistake_per_function_and_no_file_a_student_canno
         assert "report.html" not in text and "results.json" not in text, name
         assert text.count("Your weights are normalised down each column.") >= 1, name
         assert "cell 5 (y = Q @ K)" in shown["output"], name
+
+
+def test_a_student_sees_no_seed_but_the_public_one():
+    from grader.settings import PUBLIC_SEED
+    grading = example()
+    grading.seed = 2 ** 127 + 12345   # a grading seed: it would tell the grading's inputs
+    documents = {"terminal": summary(grading), "html": render(grading),
+                 "json": json.dumps(result_view(grading).to_json())}
+    for name, platform in PLATFORMS.items():
+        documents[name] = json.dumps(platform.render(grading, "", 1.0, None))
+    for where, text in documents.items():
+        assert str(grading.seed) not in text, f"{where} shows the grading seed"
+    assert result_view(grading).seed is None
+    assert str(grading.seed) in summary(grading, staff=True) and str(grading.seed) in render(grading, staff=True)
+    checking = example()
+    checking.seed = PUBLIC_SEED   # `grader check`: students may replay what they see
+    assert f"seed {PUBLIC_SEED}" in summary(checking) and f"--seed {PUBLIC_SEED}" in render(checking)
