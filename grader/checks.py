@@ -2,10 +2,13 @@
 
 A check never talks to the kernel. It names its probes (a canonical case plus a variant);
 the grader runs them once each, and the check judges the canonical parts that came back.
+Checks share cases (the base case serves most of them), except across the line between
+hidden and visible checks: a hidden check draws its own cases (check_context, check_probes),
+so what a visible check shows a student never belongs to a hidden one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Callable
 
@@ -18,6 +21,8 @@ from . import cases as make
 from .conventions import PART_WORDS, TOKEN_AXES, Convention
 from .explain import CORRECT, Predictions, agrees, differs_from_reference, overflow
 from .returns import Parts, Tolerance, compare
+from .seeds import hidden_cases_seed
+from .view import HIDDEN_CASE_MARK
 from .wire import Layout
 
 FLOAT32_LOOSENING = 1e3
@@ -90,6 +95,7 @@ class Context:
     tolerance: Tolerance
     forbidden_uses: dict = field(default_factory=dict)   # function name -> [module, ...]
     predictions: Predictions = field(default_factory=Predictions, compare=False)
+    hidden: bool = False   # the context of a hidden check (check_context)
 
 
 @dataclass(frozen=True)
@@ -361,6 +367,24 @@ CHECKS: dict[str, CheckKind] = {c.name: c for c in [
     CheckKind("forbidden_libraries", "No neural-network or softmax libraries", 0, _always,
               lambda fn, ctx: [], judge_forbidden, policy=True),
 ]}
+
+
+def check_context(ctx: Context, hidden: bool) -> Context:
+    """The context a check draws its cases from and is judged in. A hidden check's seed is
+    derived apart from the visible checks' one, so no case of a hidden check is ever a visible
+    check's (a visible check that failed on a shared case would show a student that case's
+    expected weights)."""
+    return replace(ctx, seed=hidden_cases_seed(ctx.seed), hidden=True) if hidden else ctx
+
+
+def check_probes(kind: str, fn, ctx: Context) -> list[Probe]:
+    """The calls the check `kind` of `fn` needs. A hidden check's cases carry HIDDEN_CASE_MARK
+    in their label: they are called apart from any visible case (a probe is known by its label),
+    and a rendering for students can tell (grader/view.py)."""
+    probes = CHECKS[kind].probes(fn, ctx)
+    if not ctx.hidden:
+        return probes
+    return [replace(p, case=replace(p.case, label=f"{p.case.label} {HIDDEN_CASE_MARK}")) for p in probes]
 
 
 def evidence_probes(fn, ctx: Context) -> list[Probe]:
