@@ -19,7 +19,7 @@ from grader.reference.sheets import FIXED_DATA
 
 from . import cases as make
 from .conventions import PART_WORDS, TOKEN_AXES, Convention
-from .explain import CORRECT, Predictions, agrees, differs_from_reference, overflow
+from .explain import CORRECT, Predictions, agrees, differs_from_reference, explanations, overflow
 from .returns import Parts, Tolerance, compare
 from .seeds import hidden_cases_seed
 from .view import HIDDEN_CASE_MARK
@@ -194,6 +194,37 @@ def judge_against_reference(fn, ctx: Context, results) -> Verdict:
     return _judge_reference(fn, ctx, results, overflow_allowed=True)
 
 
+SHEET_ONLY = ("Returns the answers printed on the assignment sheet for its data, but computes something else "
+              "on new values in the same shapes, so they earn nothing here: the sheet's answers count only "
+              "when the function computes them, not when it recognises the sheet's data.")
+
+
+def judge_sheet(fn, ctx: Context, results) -> Verdict:
+    """The sheet's data, whose answers are printed, then random values in exactly its shapes
+    (see _fixed). The printed answers earn the points only when one computation explains what
+    the function returns on both, inputs it cannot have seen included: the reference, or a known
+    mistake that the sheet's data cannot tell from it (the other checks judge that one). A
+    function that returns the printed answers only for the sheet's data (compared, hashed or
+    told apart by shape) has memorised them."""
+    sheet, twins = results[:len(results) // 2], results[len(results) // 2:]
+    verdict = judge_against_reference(fn, ctx, sheet)
+    if verdict.status != "passed":
+        return verdict
+    for probe, outcome in twins:
+        failed = _failed_call(probe, outcome)
+        if failed:
+            return Verdict("failed", f"{SHEET_ONLY} {failed.message}")
+    conv = fn.convention
+    observed = [(p.case, o.parts.values, probe_tolerance(p, ctx.tolerance)) for p, o in results]
+    if any(agrees(conv, e, observed, ctx.predictions) for e in (CORRECT, *explanations(conv.name))):
+        return verdict
+    for probe, outcome in twins:
+        mismatch = _reference_mismatch(conv, probe, outcome.parts, ctx, overflow_allowed=True)
+        if mismatch:
+            return Verdict("failed", f"{SHEET_ONLY} {mismatch.message}", mismatch.figures)
+    return verdict
+
+
 def judge_stability(fn, ctx: Context, results) -> Verdict:
     return _judge_reference(fn, ctx, results, overflow_allowed=False)
 
@@ -310,7 +341,10 @@ def judge_forbidden(fn, ctx: Context, results) -> Verdict:
 
 
 def _fixed(fn, ctx):
-    return [Probe(c) for c in FIXED_DATA[fn.fixed_data]()]
+    """The sheet's data, then its twins: random values in exactly the same shapes, in the same
+    order (judge_sheet pairs them up)."""
+    sheet = FIXED_DATA[fn.fixed_data]()
+    return [Probe(c) for c in sheet] + [Probe(c) for c in make.shaped_like(sheet, ctx.seed)]
 
 
 def _random(fn, ctx):
@@ -343,7 +377,7 @@ def _always(conv, has_fixed):
 
 CHECKS: dict[str, CheckKind] = {c.name: c for c in [
     CheckKind("fixed", "Data from the assignment sheet", 3, lambda conv, has_fixed: has_fixed,
-              _fixed, judge_against_reference),
+              _fixed, judge_sheet),
     CheckKind("random_shapes", "Randomized shapes (N != D, N = 1, N = 64, several H)", 3, _always,
               _random, judge_against_reference),
     CheckKind("single_head", "H = 1 gives single-head attention", 1, lambda conv, f: conv.heads == "many",
