@@ -18,7 +18,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import run_grader
+from conftest import _current, run_grader
 from test_lms import run_entrypoint
 
 pytestmark = pytest.mark.slow
@@ -91,6 +91,7 @@ def plain(document) -> str:
 
 @pytest.fixture(scope="module")
 def renderings(tmp_path_factory):
+    _current["slow"] = True   # only slow tests request it, and it runs before their own set-up
     folder = tmp_path_factory.mktemp("hidden-cases")
     notebook, course = folder / "attention.ipynb", folder / "assignment.toml"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROBING)]), notebook)

@@ -11,7 +11,7 @@ them (the other checks judge the mistake).
 import nbformat
 import pytest
 
-from conftest import grade
+from conftest import _current, grade
 from grader.checks import SHEET_ONLY
 from grader.reference.sheets import FIXED_DATA
 from grader.spec import load_assignment
@@ -86,6 +86,7 @@ def notebook(path, source: str):
 
 @pytest.fixture(scope="module")
 def honest(tmp_path_factory):
+    _current["slow"] = True   # only slow tests request it, and it runs before their own set-up
     return grade(notebook(tmp_path_factory.mktemp("honest") / "honest.ipynb", HONEST), "rows")
 
 
