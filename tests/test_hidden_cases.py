@@ -133,8 +133,9 @@ def test_no_student_rendering_shows_a_hidden_cases_expected_weights(renderings, 
 
 def test_no_student_rendering_names_what_only_hidden_checks_say(renderings):
     staff = renderings["staff"]["json"]["checks"]
-    said_openly = {c["message"] for c in staff if not c["hidden"]}
-    secrets = {c["message"] for c in staff if c["hidden"] and c["status"] != "passed"} - said_openly
+    said_openly = {text for c in staff if not c["hidden"] for text in (c["message"], c["diagnosis"])}
+    secrets = {text for c in staff if c["hidden"] and c["status"] != "passed"
+               for text in (c["message"], c["diagnosis"]) if text} - said_openly
     assert secrets
     for where in ("student", "gradescope", "prairielearn"):
         for kind, document in renderings[where].items():
