@@ -33,7 +33,7 @@ from .result import GradeResult
 from .sandbox import Sandbox, run_id
 from .settings import SETTINGS, settings_from
 from .similarity import fingerprint, similar_pairs
-from .seeds import run_seed, submission_seed
+from .seeds import run_secret, submission_seed
 from .spec import Assignment, SpecError, builtin_names, load_assignment, parse, spec_text, staff_assignment
 from .watchdog import temporary_folder
 
@@ -201,11 +201,12 @@ def dask_pool(scheduler: str, timeout: float):
         raise SubmissionError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
 
 
-def planned_key(s: Submission, assignment, explicit: dict) -> str:
+def planned_key(s: Submission, assignment, explicit_for) -> str:
     """The submission's resume key; raises when it cannot even be read."""
     if s.problem:
         raise SubmissionError(s.problem)
-    return batch_key(read_submission(s.path), assignment, settings_from(explicit, assignment.limits))
+    content = read_submission(s.path)
+    return batch_key(content, assignment, settings_from(explicit_for(s, content), assignment.limits))
 
 
 def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, scheduler: str | None,
@@ -224,7 +225,8 @@ def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, 
 
         def submit(s, key, executor, function):
             try:
-                pending[executor.submit(function, s.name, read_submission(s.path), spec, explicit_for(s))] = \
+                content = read_submission(s.path)
+                pending[executor.submit(function, s.name, content, spec, explicit_for(s, content))] = \
                     (s, key, executor)
             except BrokenProcessPool:
                 submit(s, key, alone, grade_alone)
@@ -270,7 +272,7 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
         raise SubmissionError(f"nothing to grade in {', '.join(str(p) for p in paths)}: no notebook (.ipynb), "
                               ".py file or zip archive holding one")
     report = BatchReport(duplicates=duplicates)
-    explicit, explicit_for = seeded(explicit, outdir)
+    explicit_for = seeded(explicit, outdir)
     assignment = staff_assignment(explicit.get("assignment"))   # the same for every submission
     settings = settings_from(explicit)
     # Checked whole before any grading, so a typo in the overrides costs no time.
@@ -281,12 +283,13 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     for student, files in duplicates:
         print(f"duplicate student id {student}: {', '.join(files)} (each graded; the latest counts, "
               "see grades.csv)", file=stream)
-    output = Output(outdir, assignment, settings.seed, settings.staff)
+    # An error row drew no inputs: it records the staff's seed, if any, else 0.
+    output = Output(outdir, assignment, explicit.get("seed", 0), settings.staff)
     rows: dict[str, dict] = {}   # folder -> the submission's row in grades.csv and the summary
     todo = []
     for s in submissions:
         try:
-            key = planned_key(s, assignment, explicit_for(s))
+            key = planned_key(s, assignment, explicit_for)
         except Exception as exc:  # noqa: BLE001 - unreadable or unzippable
             rows[s.folder] = output.keep(s, output.error_row(s, reason(exc)), "")
             report.graded += 1
@@ -321,7 +324,8 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
             print(f"{CANVAS_FILE} leaves out {student.student}: {canvas_left_out(student)}", file=stream)
     people = {s.folder: {"student": s.student, "name": s.identity.name if s.identity else "",
                          "submission": s.name, "counts": decisions[s.folder][0]} for s in submissions}
-    header = {"assignment": assignment.title or assignment.name, "seed": settings.seed, "version": __version__,
+    header = {"assignment": assignment.title or assignment.name, "version": __version__,
+              "seed": explicit.get("seed", "secret, one per submission (in its result.json)"),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     write_summary(students, rows, people, report.similar, outdir / "summary.html", header)
     return report
@@ -365,13 +369,13 @@ def record_override(path: Path, override: dict | None) -> None:
 
 
 def seeded(explicit: dict, outdir: Path):
-    """(the batch's settings, the settings of each submission). A seed the staff give replays a
-    run: every submission gets it. Otherwise the batch's secret seed (kept in OUTDIR) gives
-    every submission a seed of its own."""
+    """The settings of a submission given its bytes. A seed the staff give replays a run: every
+    submission gets it. Otherwise the batch's secret (kept in OUTDIR) gives every submission a
+    seed of its own, which other bytes change (grader/seeds.py)."""
     if "seed" in explicit:
-        return explicit, lambda s: explicit
-    batch = dict(explicit, seed=run_seed(outdir))
-    return batch, lambda s: dict(batch, seed=submission_seed(batch["seed"], s.folder))
+        return lambda s, content: explicit
+    secret = run_secret(outdir)
+    return lambda s, content: dict(explicit, seed=submission_seed(secret, s.folder, content))
 
 
 def fingerprints(submissions: list[Submission], rows: dict, output: Output) -> list[tuple[str, dict]]:

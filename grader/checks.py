@@ -2,10 +2,13 @@
 
 A check never talks to the kernel. It names its probes (a canonical case plus a variant);
 the grader runs them once each, and the check judges the canonical parts that came back.
+Checks share cases (the base case serves most of them), except across the line between
+hidden and visible checks: a hidden check draws its own cases (check_context, check_probes),
+so what a visible check shows a student never belongs to a hidden one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Callable
 
@@ -16,8 +19,10 @@ from grader.reference.sheets import FIXED_DATA
 
 from . import cases as make
 from .conventions import PART_WORDS, TOKEN_AXES, Convention
-from .explain import CORRECT, Predictions, agrees, differs_from_reference, overflow
+from .explain import CORRECT, Predictions, agrees, differs_from_reference, explanations, overflow
 from .returns import Parts, Tolerance, compare
+from .seeds import hidden_cases_seed
+from .view import HIDDEN_CASE_MARK
 from .wire import Layout
 
 FLOAT32_LOOSENING = 1e3
@@ -90,6 +95,7 @@ class Context:
     tolerance: Tolerance
     forbidden_uses: dict = field(default_factory=dict)   # function name -> [module, ...]
     predictions: Predictions = field(default_factory=Predictions, compare=False)
+    hidden: bool = False   # the context of a hidden check (check_context)
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,37 @@ def _judge_reference(fn, ctx: Context, results, overflow_allowed: bool) -> Verdi
 
 def judge_against_reference(fn, ctx: Context, results) -> Verdict:
     return _judge_reference(fn, ctx, results, overflow_allowed=True)
+
+
+SHEET_ONLY = ("Returns the answers printed on the assignment sheet for its data, but computes something else "
+              "on new values in the same shapes, so they earn nothing here: the sheet's answers count only "
+              "when the function computes them, not when it recognises the sheet's data.")
+
+
+def judge_sheet(fn, ctx: Context, results) -> Verdict:
+    """The sheet's data, whose answers are printed, then random values in exactly its shapes
+    (see _fixed). The printed answers earn the points only when one computation explains what
+    the function returns on both, inputs it cannot have seen included: the reference, or a known
+    mistake that the sheet's data cannot tell from it (the other checks judge that one). A
+    function that returns the printed answers only for the sheet's data (compared, hashed or
+    told apart by shape) has memorised them."""
+    sheet, twins = results[:len(results) // 2], results[len(results) // 2:]
+    verdict = judge_against_reference(fn, ctx, sheet)
+    if verdict.status != "passed":
+        return verdict
+    for probe, outcome in twins:
+        failed = _failed_call(probe, outcome)
+        if failed:
+            return Verdict("failed", f"{SHEET_ONLY} {failed.message}")
+    conv = fn.convention
+    observed = [(p.case, o.parts.values, probe_tolerance(p, ctx.tolerance)) for p, o in results]
+    if any(agrees(conv, e, observed, ctx.predictions) for e in (CORRECT, *explanations(conv.name))):
+        return verdict
+    for probe, outcome in twins:
+        mismatch = _reference_mismatch(conv, probe, outcome.parts, ctx, overflow_allowed=True)
+        if mismatch:
+            return Verdict("failed", f"{SHEET_ONLY} {mismatch.message}", mismatch.figures)
+    return verdict
 
 
 def judge_stability(fn, ctx: Context, results) -> Verdict:
@@ -304,7 +341,10 @@ def judge_forbidden(fn, ctx: Context, results) -> Verdict:
 
 
 def _fixed(fn, ctx):
-    return [Probe(c) for c in FIXED_DATA[fn.fixed_data]()]
+    """The sheet's data, then its twins: random values in exactly the same shapes, in the same
+    order (judge_sheet pairs them up)."""
+    sheet = FIXED_DATA[fn.fixed_data]()
+    return [Probe(c) for c in sheet] + [Probe(c) for c in make.shaped_like(sheet, ctx.seed)]
 
 
 def _random(fn, ctx):
@@ -337,7 +377,7 @@ def _always(conv, has_fixed):
 
 CHECKS: dict[str, CheckKind] = {c.name: c for c in [
     CheckKind("fixed", "Data from the assignment sheet", 3, lambda conv, has_fixed: has_fixed,
-              _fixed, judge_against_reference),
+              _fixed, judge_sheet),
     CheckKind("random_shapes", "Randomized shapes (N != D, N = 1, N = 64, several H)", 3, _always,
               _random, judge_against_reference),
     CheckKind("single_head", "H = 1 gives single-head attention", 1, lambda conv, f: conv.heads == "many",
@@ -361,6 +401,24 @@ CHECKS: dict[str, CheckKind] = {c.name: c for c in [
     CheckKind("forbidden_libraries", "No neural-network or softmax libraries", 0, _always,
               lambda fn, ctx: [], judge_forbidden, policy=True),
 ]}
+
+
+def check_context(ctx: Context, hidden: bool) -> Context:
+    """The context a check draws its cases from and is judged in. A hidden check's seed is
+    derived apart from the visible checks' one, so no case of a hidden check is ever a visible
+    check's (a visible check that failed on a shared case would show a student that case's
+    expected weights)."""
+    return replace(ctx, seed=hidden_cases_seed(ctx.seed), hidden=True) if hidden else ctx
+
+
+def check_probes(kind: str, fn, ctx: Context) -> list[Probe]:
+    """The calls the check `kind` of `fn` needs. A hidden check's cases carry HIDDEN_CASE_MARK
+    in their label: they are called apart from any visible case (a probe is known by its label),
+    and a rendering for students can tell (grader/view.py)."""
+    probes = CHECKS[kind].probes(fn, ctx)
+    if not ctx.hidden:
+        return probes
+    return [replace(p, case=replace(p.case, label=f"{p.case.label} {HIDDEN_CASE_MARK}")) for p in probes]
 
 
 def evidence_probes(fn, ctx: Context) -> list[Probe]:

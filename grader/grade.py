@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from . import answers, payloads, smallest, static_scan, wire
-from .checks import CHECKS, Context, Outcome, Probe, Verdict, evidence_probes
+from .checks import CHECKS, Context, Outcome, Probe, Verdict, check_context, check_probes, evidence_probes
 from .diagnosis import diagnose
 from .kernel import HARNESS, HARNESS_MODULE, CallsEnd, Kernel
 from .kernel_client import default_kernel_manager
@@ -174,7 +174,8 @@ async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Cont
         return _not_implemented(fn, f"`{name}` still has the template's placeholder body")
     prober = FunctionProber(session, fn, call_timeout, deadline)
     evidence_for = evidence_probes(fn, ctx)
-    probes_of = {kind: CHECKS[kind].probes(fn, ctx) for kind in fn.points}
+    contexts = {kind: check_context(ctx, kind in fn.hidden) for kind in fn.points}
+    probes_of = {kind: check_probes(kind, fn, contexts[kind]) for kind in fn.points}
     # The evidence for the non-answer rule is called for first, so that a slow function which
     # runs out of probing time is still judged on what it computes.
     await prober.run([*evidence_for, *(p for probes in probes_of.values() for p in probes)])
@@ -185,7 +186,7 @@ async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Cont
         outcomes = [(p, prober.outcome(p)) for p in probes_of[kind]]
         diagnosis, advice = None, ""
         try:
-            verdict = check.judge(fn, ctx, outcomes)
+            verdict = check.judge(fn, contexts[kind], outcomes)
             if verdict.status == "failed":
                 diagnosis, note = diagnose(fn, kind, outcomes, ctx.tolerance, info, ctx.predictions,
                                            verdict.message)

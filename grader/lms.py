@@ -181,7 +181,8 @@ def summary_html(view: ResultView, problem: str) -> str:
     from html import escape
     if problem:
         return f"<p><b>Not graded.</b> {escape(problem)}</p>"
-    parts = [f"<p><b>Score {view.score:g} / {view.max_score:g}</b> (seed {view.seed}, "
+    seed = "" if view.seed is None else f"seed {view.seed}, "
+    parts = [f"<p><b>Score {view.score:g} / {view.max_score:g}</b> ({seed}"
              f"isolation {escape(view.isolation.get('level', 'none'))}).</p>"]
     for fn in view.by_function:
         parts.append(f"<h3>{escape(fn.name)}: {fn.points:g} / {fn.max_points:g}</h3>")
@@ -224,6 +225,9 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
         assignment = choose_assignment(requested, root, platform)
         if submission is not None:
             result = grade_path(submission, assignment, settings_for(assignment))
+            # The seed goes to the grading job's log, which only the staff read (students see no
+            # seed but the public one): `grader check --seed N` replays this grading.
+            print(f"grading seed: {result.seed}", file=sys.stderr, flush=True)
             write_html(result, root / "results" / "report.html")
     except SubmissionError as exc:
         problem = str(exc)

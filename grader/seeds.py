@@ -1,43 +1,66 @@
-"""Which seed draws a submission's randomized inputs.
+"""Which seed draws a submission's randomized inputs, and who may know it.
 
 Students know the public seed: `grader check` uses it, so what they see can be reproduced.
-Grading draws from seeds they cannot know, so a table of answers for the public inputs is
-worth nothing there: `grade` draws one secret seed per output folder (kept, readable by root
-only, so a rerun into the same folder resumes with the same inputs) and gives each
-submission its own seed derived from it; `lms` draws a fresh one for every run. Every
-result records the seed it was graded with, so `grader check --seed N` replays it.
+Grading draws from seeds they cannot know or guess, so a table of answers is worth nothing
+there: `grade` draws one secret per output folder (kept, readable by root only) and derives
+each submission's seed from it, the submission's folder and the bytes of its file, so that a
+resubmission (other bytes, even at the same path) never gets the inputs of an earlier
+grading, while a rerun of the same bytes resumes with the same ones; `lms` draws a fresh
+seed for every run. Seeds have SEED_BITS bits, far too many to find by trying them against
+what a report shows. Every result records its seed for the staff (`grader check --seed N`
+replays it); the student view shows only the public one (grader/view.py).
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 from pathlib import Path
 
 from .settings import PUBLIC_SEED
 
-__all__ = ["PUBLIC_SEED", "fresh_seed", "run_seed", "submission_seed"]
+__all__ = ["PUBLIC_SEED", "SEED_BITS", "fresh_seed", "hidden_cases_seed", "run_secret", "submission_seed"]
 
-SEED_FILE = ".grading-seed"
+SEED_BITS = 128
+SECRET_FILE = ".grading-secret"
+SECRET_FORMAT = re.compile(rf"[0-9a-f]{{{SEED_BITS // 4}}}")
 
 
 def fresh_seed() -> int:
-    return secrets.randbits(31)
+    return secrets.randbits(SEED_BITS)
 
 
-def run_seed(outdir: Path) -> int:
-    """The batch's secret seed, kept in OUTDIR so that a rerun grades the same inputs."""
-    path = Path(outdir) / SEED_FILE
+def _derived(*parts: bytes) -> int:
+    """SEED_BITS bits of a hash of `parts`, each length-prefixed so no two lists collide."""
+    digest = hashlib.sha256(b"".join(len(p).to_bytes(8, "big") + p for p in parts)).digest()
+    return int.from_bytes(digest[:SEED_BITS // 8], "big")
+
+
+def run_secret(outdir: Path) -> int:
+    """The batch's secret, kept in OUTDIR (root only) so that a rerun grades the same inputs.
+    A kept value of another form (such as an older, shorter seed) is replaced by a new one."""
+    path = Path(outdir) / SECRET_FILE
     try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        seed = fresh_seed()
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as f:
-            f.write(f"{seed}\n")
-        return seed
+        text = path.read_text().strip()
+    except OSError:
+        text = ""
+    if SECRET_FORMAT.fullmatch(text):
+        return int(text, 16)
+    secret = fresh_seed()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as f:
+        f.write(f"{secret:0{SEED_BITS // 4}x}\n")
+    return secret
 
 
-def submission_seed(run: int, folder: str) -> int:
-    """Each submission's own seed, so that no two students are given the same inputs."""
-    return int.from_bytes(hashlib.sha256(f"{run}:{folder}".encode()).digest()[:4], "big") >> 1
+def submission_seed(secret: int, folder: str, content: bytes) -> int:
+    """A submission's own seed: no two students share inputs, and a file with other bytes gets
+    other inputs, whatever its name."""
+    return _derived(b"submission", str(secret).encode(), folder.encode(), hashlib.sha256(content).digest())
+
+
+def hidden_cases_seed(seed: int) -> int:
+    """The seed a hidden check draws its cases from: apart from the visible checks' seed, so
+    that no visible check is ever given (and shows) a hidden check's case."""
+    return _derived(b"hidden", str(seed).encode())

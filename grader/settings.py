@@ -23,6 +23,8 @@ class Setting:
     # kernel and the sandbox; `in_spec` ones may also be set in a spec's [limits] table.
     limit: bool = False
     in_spec: bool = True
+    # The smallest value accepted, for a number that must not be negative but may be 0.
+    minimum: float | None = None
 
     @property
     def flag(self) -> str:
@@ -35,8 +37,10 @@ class Setting:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                     (self.type is int and not isinstance(value, int)):
                 raise ValueError(f"must be {'an integer' if self.type is int else 'a number'}, not {value!r}"[:120])
-            if not math.isfinite(value) or (self.limit and value <= 0):
+            if isinstance(value, float) and not math.isfinite(value) or (self.limit and value <= 0):
                 raise ValueError(f"must be a positive number, not {value!r}")
+            if self.minimum is not None and value < self.minimum:
+                raise ValueError(f"must be at least {self.minimum:g}, not {value!r}")
             return self.type(value)
         if self.type is bool and not isinstance(value, bool):
             raise ValueError(f"must be true or false, not {value!r}"[:120])
@@ -62,10 +66,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("assignment", str, None,
             "built-in assignment name (see `grader assignments`) or path to a TOML spec; when omitted, "
             "`rows` (`check` alone follows a notebook's metadata `grader.assignment` naming a built-in)"),
-    Setting("seed", int, PUBLIC_SEED, "seed of the randomized inputs, recorded in every result so a run can be "
-            "replayed; "
-            "when omitted, `check` uses this public one while `grade` draws a secret one per output folder (and per "
-            "student) and `lms` one per run"),
+    Setting("seed", int, PUBLIC_SEED, "seed of the randomized inputs (any size, such as the 128-bit seeds of "
+            "grading), recorded in the staff's result so a run can be replayed and shown to students only when it "
+            "is this public one; when omitted, `check` uses it while `grade` derives a secret one for each "
+            "submission from a secret kept in the output folder and the submission's bytes, and `lms` draws one "
+            "per run", minimum=0),
     Setting("cell_timeout", float, 30.0, "seconds one notebook cell may run before it is interrupted", limit=True),
     Setting("interrupt_grace", float, 5.0, "seconds a cell or call may go on after its interrupt before the kernel "
             "is stopped; the notebook then runs again in a new kernel without that cell", limit=True),

@@ -136,7 +136,7 @@ def summary(result: GradeResult, staff: bool = False, colour: bool = False, widt
     width = width or min(shutil.get_terminal_size((100, 24)).columns, MAX_WIDTH)
     out = _Writer(colour, width)
     out.line(out.paint(f"{view.submission}: {view.score:g} / {plural(view.max_score, 'point')}", "bold")
-             + f" ({view.assignment}, seed {view.seed}, {view.status})")
+             + f" ({view.assignment}{'' if view.seed is None else f', seed {view.seed}'}, {view.status})")
     functions = view.by_function
     advised: dict = {}
     for fn in functions:

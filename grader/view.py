@@ -5,16 +5,23 @@ PrairieLearn results are all rendered from a ResultView, never from the checks t
 so no rendering can show a student what another withholds. A hidden check shows a student
 its name, title, status and points; its message, diagnosis and figures (which on the
 randomized inputs give the hidden cases away) are withheld, and so is everything made from
-them: the "Likely mistakes", the lists of checks not passed. The staff see everything.
+them: the "Likely mistakes", the lists of checks not passed; so are the details of any check
+that came from a hidden check's case (a guard: checks never share such cases). A student sees
+no seed but the public one: a grading seed would tell the inputs of the grading. The staff see
+everything.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
 
-from .result import CheckResult, GradeResult
+from .result import NOT_GRADED, CheckResult, GradeResult
+from .settings import PUBLIC_SEED
 
 HIDDEN_NOTE = "Hidden check: its details are not shown to students."
+# In the label of every case a hidden check draws (grader/checks.py): the details of any check
+# that name such a case, or show its figures, are withheld from students like a hidden check's.
+HIDDEN_CASE_MARK = "[hidden case]"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -99,7 +106,7 @@ class ResultView:
     staff: bool
     submission: str
     assignment: str
-    seed: int
+    seed: int | None         # None when withheld: only the public seed is shown to students
     status: str
     score: float
     max_score: float
@@ -154,8 +161,14 @@ class ResultView:
         return data
 
 
+def shows_hidden_case(check: CheckResult) -> bool:
+    """The check's message, advice or figures come from a case of a hidden check."""
+    return any(HIDDEN_CASE_MARK in str(text) for text in
+               (check.message, check.advice, *(f.get("case", "") for f in check.figures)))
+
+
 def check_view(check: CheckResult, staff: bool) -> CheckView:
-    withheld = check.hidden and not staff
+    withheld = not staff and (check.hidden or shows_hidden_case(check))
     shared = {f.name: getattr(check, f.name) for f in fields(CheckResult)}
     if withheld:
         shared.update(message=HIDDEN_NOTE, diagnosis=None, figures=[], advice="")
@@ -165,7 +178,25 @@ def check_view(check: CheckResult, staff: bool) -> CheckView:
 def result_view(result: GradeResult, staff: bool = False) -> ResultView:
     """What may be shown of `result`: to a student, or with `staff` to the teaching staff."""
     shared = {f.name: getattr(result, f.name) for f in fields(GradeResult) if f.name != "checks"}
+    shared["seed"] = result.seed if staff or result.seed == PUBLIC_SEED else None
     return ResultView(staff=staff, checks=tuple(check_view(c, staff) for c in result.checks), **shared)
+
+
+def student_feedback_line(result: GradeResult | dict) -> str:
+    """One line a student may read about a result (a GradeResult, or its JSON as result.json
+    and a batch's rows hold it), for feedback an LMS shows beside the grade: the score and the
+    likely mistakes of the student view, or why it was not graded. Nothing a hidden check
+    found, and no seed."""
+    if isinstance(result, dict):
+        result = GradeResult.from_json(result)
+    view = result_view(result, staff=False)
+    if view.status == "error":
+        why = next((e.get("evalue", "") for e in view.errors if e.get("kind") in NOT_GRADED), "")
+        return f"Not graded: {why.strip().splitlines()[0]}" if why.strip() else "Not graded."
+    mistakes = "; ".join(f"{fn}: {mistake}" for fn, mistake in view.likely_mistakes)
+    status = " (the notebook ran out of time)" if view.status == "timeout" else ""
+    return f"Autograded {view.score:g} / {view.max_score:g}{status}." + (f" Likely mistakes: {mistakes}." if mistakes
+                                                                        else "")
 
 
 def failing_line(error: dict) -> str:

@@ -204,7 +204,7 @@ def test_an_oversized_file_is_refused_before_it_is_read(tmp_path):
         from grader.spec import load_assignment
         (submission,), _ = collect([Path({str(big)!r})], Path({str(tmp_path / "unpacked")!r}))
         try:
-            planned_key(submission, load_assignment('rows'), {{}})
+            planned_key(submission, load_assignment('rows'), lambda s, content: {{}})
         except SubmissionError as exc:
             print(exc)
         print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)

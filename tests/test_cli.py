@@ -160,3 +160,13 @@ def test_the_command_line_answers_without_importing_the_grading_modules():
     from grader.cli import PLATFORM_NAMES
     from grader.lms import PLATFORMS
     assert set(PLATFORM_NAMES) == set(PLATFORMS)
+
+
+def test_a_seed_of_any_size_is_accepted_and_a_negative_one_refused():
+    """Grading seeds have 128 bits, and `--seed` replays them; NumPy refuses a negative seed."""
+    import argparse
+    from grader.settings import BY_NAME
+    seed = BY_NAME["seed"]
+    assert seed.from_text(str(2 ** 200 + 1)) == 2 ** 200 + 1
+    with pytest.raises(argparse.ArgumentTypeError, match="--seed must be at least 0, not -1"):
+        seed.from_text("-1")

@@ -1,8 +1,11 @@
 """Grading seeds students cannot know: a table of answers for the public seed's inputs scores
-in `grader check` (where students may use it on themselves) and nothing in `grader grade`."""
+in `grader check` (where students may use it on themselves) and nothing in `grader grade`; no
+student-facing file shows a grading seed; a resubmission never gets the inputs of an earlier
+grading; seeds have 128 bits."""
 import csv
 import hashlib
 import json
+import re
 import stat
 
 import nbformat
@@ -11,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, SUBMISSIONS, run_grader
+from test_lms import run_entrypoint
 from grader.checks import CHECKS, Context, evidence_probes
 from grader.returns import Tolerance
 from grader.settings import PUBLIC_SEED
@@ -85,10 +89,16 @@ def test_grade_draws_a_secret_seed_per_student_and_keeps_it_for_reruns(tmp_path)
     assert code == 0, err
     seeds = [json.loads(p.read_text())["seed"] for p in sorted(out.glob("*/result.json"))]
     assert len(set(seeds)) == 2 and PUBLIC_SEED not in seeds
-    kept = out / ".grading-seed"
+    # 128 bits: not to be found by trying seeds against what a report shows (a 31-bit one was).
+    assert all(seed.bit_length() > 100 for seed in seeds), seeds
+    kept = out / ".grading-secret"
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert not any(str(seed) in kept.read_text() for seed in seeds)
     code, stdout, _, _ = run_grader(["grade", inbox, "-o", out, *FAST], cwd=tmp_path)
     assert "0 graded, 2 unchanged" in stdout
+    code, stdout, _, _ = run_grader(["grade", inbox, "-o", out, "--force", *FAST], cwd=tmp_path)
+    assert "2 graded" in stdout   # the same bytes, graded again, resume with the same inputs
+    assert sorted(json.loads(p.read_text())["seed"] for p in out.glob("*/result.json")) == sorted(seeds)
     code, stdout, _, _ = run_grader(["grade", inbox, "-o", out, "--seed", "7", *FAST], cwd=tmp_path)
     assert "2 graded" in stdout
     assert {json.loads(p.read_text())["seed"] for p in out.glob("*/result.json")} == {7}
@@ -104,3 +114,47 @@ def test_a_recorded_seed_replays_the_grading(tmp_path):
     replay = json.loads((tmp_path / "replay.json").read_text())
     assert [(c["name"], c["status"], c["message"]) for c in replay["checks"]] == \
         [(c["name"], c["status"], c["message"]) for c in graded["checks"]]
+
+
+REPLAY_HINT = re.compile(r"--seed\s*(?:<[^>]*>\s*)?(\d+)")
+
+
+def test_a_lookup_built_from_a_report_earns_nothing_when_resubmitted(tmp_path):
+    """The attack: grade a first attempt, take the seed its report.html shows ("run with --seed N
+    to replay"), put every answer for that seed's inputs into the notebook, and submit it again
+    at the same path. It scored 25/25 when a resubmission got the seed of its path. Now the
+    report shows no seed, and even the seed itself (from the staff's result.json, as if it had
+    leaked) is worth nothing: the resubmission's other bytes get other inputs."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    submitted = inbox / "mallory_7_7_hw.ipynb"
+    submitted.write_bytes((FIXTURES / "mistake_heads_reversed.ipynb").read_bytes())
+    out = tmp_path / "out"
+    code, _, err, _ = run_grader(["grade", inbox, "-o", out, *FAST], cwd=tmp_path)
+    assert code == 0, err
+    (folder,) = [p.parent for p in out.glob("*/result.json")]
+    report = (folder / "report.html").read_text()
+    seed = json.loads((folder / "result.json").read_text())["seed"]   # the staff's file
+    shown = REPLAY_HINT.findall(report)
+    assert not shown and str(seed) not in report, f"the student's report shows the grading seed {shown}"
+
+    lookup_notebook(submitted, seed)
+    code, _, err, _ = run_grader(["grade", inbox, "-o", out, *FAST], cwd=tmp_path)
+    assert code == 0, err
+    resubmitted = json.loads((folder / "result.json").read_text())
+    assert resubmitted["score"] == 0, [(c["name"], c["status"]) for c in resubmitted["checks"] if c["points"]]
+    assert resubmitted["seed"] != seed
+
+
+def test_the_lms_results_show_students_no_seed_and_the_staff_log_has_it(tmp_path):
+    """Gradescope's and PrairieLearn's results files are what students read: a seed there (it
+    was in Gradescope's summary) would let a student replay the grading's inputs. The seed
+    goes to the grading job's log instead, which the staff read."""
+    for platform in ("gradescope", "prairielearn"):
+        root = tmp_path / platform
+        done, results = run_entrypoint(platform, root, {"attention.ipynb": FIXTURES / "mistake_heads_reversed.ipynb"})
+        assert done.returncode == 0, done.stderr
+        shown = json.dumps(results) + (root / "results" / "report.html").read_text()
+        assert not re.search(r"seed \d{4,}", shown), f"{platform} shows a seed: {re.search(r'seed [0-9]+', shown)}"
+        (logged,) = re.findall(r"grading seed: (\d+)", done.stderr)
+        assert int(logged).bit_length() > 100 and logged not in shown

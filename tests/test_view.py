@@ -138,3 +138,49 @@ def test_the_lms_texts_name_the_mistake_per_function_and_no_file_a_student_canno
         assert "report.html" not in text and "results.json" not in text, name
         assert text.count("Your weights are normalised down each column.") >= 1, name
         assert "cell 5 (y = Q @ K)" in shown["output"], name
+
+
+def test_a_student_sees_no_seed_but_the_public_one():
+    from grader.settings import PUBLIC_SEED
+    grading = example()
+    grading.seed = 2 ** 127 + 12345   # a grading seed: it would tell the grading's inputs
+    documents = {"terminal": summary(grading), "html": render(grading),
+                 "json": json.dumps(result_view(grading).to_json())}
+    for name, platform in PLATFORMS.items():
+        documents[name] = json.dumps(platform.render(grading, "", 1.0, None))
+    for where, text in documents.items():
+        assert str(grading.seed) not in text, f"{where} shows the grading seed"
+    assert result_view(grading).seed is None
+    assert str(grading.seed) in summary(grading, staff=True) and str(grading.seed) in render(grading, staff=True)
+    checking = example()
+    checking.seed = PUBLIC_SEED   # `grader check`: students may replay what they see
+    assert f"seed {PUBLIC_SEED}" in summary(checking) and f"--seed {PUBLIC_SEED}" in render(checking)
+
+
+def test_a_visible_check_showing_a_hidden_case_is_withheld_from_students():
+    """The guard behind the rule that checks share no case across the hidden line
+    (tests/test_hidden_cases.py): were a visible check ever given a hidden check's case, its
+    label's mark would withhold what it says from students."""
+    from grader.view import HIDDEN_CASE_MARK
+    result = example()
+    leaked = dict(SECRET_FIGURE, case=f"random N = 4 {HIDDEN_CASE_MARK}")
+    result.checks.append(CheckResult("f.weights_distribution", "f", "weights_distribution", "Weights", "failed", 0, 1,
+                                     f"On random N = 4 {HIDDEN_CASE_MARK}: row 0 sums to 2.", figures=[leaked]))
+    student = {c.name: c for c in result_view(result).checks}["f.weights_distribution"]
+    assert student.withheld and student.figures == [] and student.message == HIDDEN_NOTE
+    assert "0.65" not in render(result) and "sums to 2" not in summary(result)
+    assert "sums to 2" in summary(result, staff=True)
+
+
+def test_the_feedback_line_for_an_lms_says_only_what_a_student_may_see():
+    from grader.grade import not_graded
+    from grader.view import student_feedback_line
+    result = example()
+    result.seed = 2 ** 127 + 12345
+    line = student_feedback_line(result)
+    assert line == "Autograded 1 / 7. Likely mistakes: f: softmax over the wrong axis."
+    assert student_feedback_line(result.to_json()) == line   # a batch's row, as result.json holds it
+    for secret in (SECRET_DIAGNOSIS, SECRET_MESSAGE, SECRET_ADVICE, str(result.seed)):
+        assert secret not in line
+    broken = not_graded("hw.ipynb", "rows", 5, "unreadable", "SubmissionError", "hw.ipynb is not a notebook: no cells")
+    assert student_feedback_line(broken) == "Not graded: hw.ipynb is not a notebook: no cells"
