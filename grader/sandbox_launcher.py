@@ -1,16 +1,19 @@
 """Runs as process 1 of the kernel's new PID, mount and network namespaces, still as root,
-just before the kernel starts. Never imported by the grader: a fresh kernel is started as
-`python -I -S sandbox_launcher.py POLICY COMMAND...`, and the fork server (fork_server.py)
-loads this file by its path and calls the same steps in a forked child.
+just before the kernel starts (without namespaces, as the kernel's parent). Never imported
+by the grader: a fresh kernel is started as `python -I -S sandbox_launcher.py POLICY
+COMMAND...`, and the fork server (fork_server.py) loads this file by its path and calls the
+same steps in a forked child.
 
 argv: policy JSON, then the kernel command. It builds the kernel's filesystem from an
 allowlist (the system's programs and libraries, the interpreter and its packages, a few
 files of /etc, and the kernel's own folder, the only thing writable), puts stubs over the
-grader's files and the forbidden libraries, drops to the unprivileged user, starts the kernel
-as its child and reaps every orphan until the kernel exits; when it exits, the kernel
-namespace and everything left in it are killed.
+grader's files and the forbidden libraries (without namespaces, Landlock allows the same
+paths and no others: landlock.py), drops to the unprivileged user, gives itself keyrings of
+its own (keyrings.py), starts the kernel as its child and reaps every orphan until the
+kernel exits; when it exits, the kernel namespace and everything left in it are killed.
 """
 import ctypes
+import importlib.util
 import json
 import os
 import signal
@@ -33,6 +36,20 @@ TEMPORARY = ("/tmp", "/var/tmp", "/dev/shm")
 SCRATCH = "/tmp"   # where the new root is assembled, in this mount namespace only
 STUBS = "/.stubs"
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _sibling(name):
+    """A module of this folder, by its path: the launcher runs with -I, and the fork server
+    never imports the grader's package."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_grader_sandbox_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+keyrings = _sibling("keyrings")
+landlock = _sibling("landlock")
 
 
 def mount(source, target, fstype=None, flags=0, data=None):
@@ -168,6 +185,22 @@ def build_root(policy):
     root.enter(workdir)
 
 
+def landlock_ruleset(policy):
+    """Without namespaces: the same allowlist as build_root's, as a Landlock ruleset, made
+    while every path can still be opened."""
+    readable = [*SYSTEM, *policy["expose"], *(os.path.join("/etc", n) for n in ETC)]
+    denied = [*policy["hide"], *(p for paths in policy["forbidden"].values() for p in paths)]
+    return landlock.ruleset(readable, [policy["workdir"]], denied, devices=[f"/dev/{d}" for d in DEVICES])
+
+
+def confine(policy, ruleset=None):
+    """Once running as the kernel's user: keyrings of its own, then the Landlock ruleset."""
+    if policy.get("keyrings"):
+        keyrings.isolate()
+    if ruleset is not None:
+        landlock.restrict(ruleset)
+
+
 def give_connection_file(uid, gid, connection_file):
     """The kernel, once unprivileged, must still read the file naming its sockets."""
     if connection_file and os.path.exists(connection_file):
@@ -204,9 +237,11 @@ def main():
     command = sys.argv[2:]
     if policy.get("mount"):
         build_root(policy)
+    ruleset = landlock_ruleset(policy) if policy.get("landlock") else None
     if policy.get("uid") is not None:
         give_connection_file(policy["uid"], policy["gid"], policy.get("connection_file"))
         drop_privileges(policy["uid"], policy["gid"])
+    confine(policy, ruleset)
     # Interrupts reach the kernel through its process group; this reaper must not die of them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The kernel's parent is this process, PID 1 here, so it cannot watch the grader's PID.
