@@ -206,3 +206,20 @@ def test_the_filter_covers_every_abi_of_the_machine():
             refused.add(k)
     assert refused == {n for _, numbers in abis for n in numbers} and native in refused
     assert program[-1][3] == keyrings.SECCOMP_RET_ERRNO | keyrings.EPERM
+
+
+def test_keyring_calls_already_refused_do_not_stop_the_kernel():
+    """Docker's default seccomp profile refuses keyring calls: joining a new session keyring
+    fails there with EPERM, and the kernel must start all the same (it reaches no keyring).
+    A filter installed first stands in for the container's profile."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            keyrings.isolate()   # the container's profile
+            keyrings.isolate()   # the launcher's
+            code = 0 if keyctl(0, KEY_SPEC_SESSION_KEYRING, 0) == -1 and ctypes.get_errno() == 1 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
