@@ -249,6 +249,8 @@ def main():
     kernel = os.fork()
     if kernel == 0:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # Without a PID namespace, nothing takes the kernel with this process: it dies with it.
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         os.execv(command[0], command)
     sys.exit(supervise(kernel))
 

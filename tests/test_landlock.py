@@ -195,3 +195,36 @@ def test_without_namespaces_landlock_confines_the_kernel(way, outside_tmp):
     # Root without CAP_SYS_ADMIN still switches the kernel to the unprivileged user.
     expected = "active" if way == "without CAP_SYS_ADMIN" else "missing"
     assert "unprivileged user" in isolation[expected], isolation
+
+
+@pytest.mark.slow
+@needs_landlock
+def test_without_a_pid_namespace_the_kernel_dies_with_its_launcher(monkeypatch):
+    """Nothing else takes the kernel with its launcher there (the grader's watchdog acts only
+    when the grader dies): killing the launcher kills the kernel."""
+    import asyncio
+    import signal
+    import time
+
+    from grader.kernel import Kernel
+    from grader.settings import Limits
+    monkeypatch.setattr(sandbox, "namespaces_available", lambda: False)   # as in a container
+
+    async def run():
+        async with Kernel(Limits(fork_server=False)) as kernel:
+            assert "landlock" in kernel.isolation()["active"]
+            launcher = kernel.km.provisioner.pid
+            (child,) = [p for p in kernel.sandbox._running() if sandbox._parent(p) == launcher]
+            os.kill(launcher, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and _alive(child):
+                await asyncio.sleep(0.05)
+            return _alive(child)
+    assert asyncio.run(run()) is False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
