@@ -29,7 +29,10 @@ FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) 
 FILE_ACCESS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV   # what a rule on a file may grant
 READ = EXECUTE | READ_FILE | READ_DIR
 DEVICE = READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV
-WRITE = (1 << 16) - 1   # every kind of access: in the kernel's own folder
+MAKE_CHAR, MAKE_BLOCK = 1 << 6, 1 << 11
+# In the kernel's own folder, every kind of access but making device nodes, which no kernel
+# needs and which would open devices past every rule.
+WRITE = (1 << 16) - 1 & ~(MAKE_CHAR | MAKE_BLOCK)
 NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1                         # ABI 4
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1              # ABI 6
 O_PATH, O_CLOEXEC = 0o10000000, 0o2000000

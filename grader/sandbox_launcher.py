@@ -22,6 +22,7 @@ import sys
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
 MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP, CAPABILITY_VERSION_3 = 24, 0x20080522
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "i686": 217, "armv7l": 218}
 # The system's programs and libraries; on merged-/usr systems most are links into /usr.
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -36,6 +37,14 @@ TEMPORARY = ("/tmp", "/var/tmp", "/dev/shm")
 SCRATCH = "/tmp"   # where the new root is assembled, in this mount namespace only
 STUBS = "/.stubs"
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+class CapabilityHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapabilitySet(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
 def _sibling(name):
@@ -193,8 +202,24 @@ def landlock_ruleset(policy):
     return landlock.ruleset(readable, [policy["workdir"]], denied, devices=[f"/dev/{d}" for d in DEVICES])
 
 
+def drop_capabilities():
+    """Where the kernel keeps the grader's user (root, when `nobody` cannot read the
+    interpreter and there are no namespaces), it keeps none of its capabilities: root without
+    CAP_SYS_ADMIN could still make device nodes, sniff the network, load modules or reboot.
+    Emptied from the bounding set too, and with no_new_privs set after this, no program the
+    kernel starts regains them. For any other user there is nothing to drop."""
+    for capability in range(64):
+        _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)   # fails without CAP_SETPCAP: none to drop
+    header = CapabilityHeader(CAPABILITY_VERSION_3, 0)
+    if _libc.capset(ctypes.byref(header), (CapabilitySet * 2)()) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"dropping capabilities: {os.strerror(errno)}")
+
+
 def confine(policy, ruleset=None):
-    """Once running as the kernel's user: keyrings of its own, then the Landlock ruleset."""
+    """Once running as the kernel's user: no capabilities, keyrings of its own, then the
+    Landlock ruleset."""
+    drop_capabilities()
     if policy.get("keyrings"):
         keyrings.isolate()
     if ruleset is not None:

@@ -228,3 +228,31 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.slow
+@needs_landlock
+def test_a_kernel_left_as_root_has_no_capabilities(monkeypatch):
+    """Where `nobody` cannot read the interpreter, a kernel without namespaces stays root:
+    Landlock holds its files, and it keeps none of root's capabilities, which Landlock does
+    not hold (a raw socket sees the machine's traffic; a device node reads its disk)."""
+    import asyncio
+
+    from grader.kernel import Kernel
+    from grader.settings import Limits
+    if os.geteuid() != 0:
+        pytest.skip("only a grader running as root leaves a kernel as root")
+    monkeypatch.setattr(sandbox, "namespaces_available", lambda: False)   # as in a container
+    monkeypatch.setattr(sandbox, "unprivileged_ids", lambda: None)        # nobody cannot read the interpreter
+
+    async def run():
+        async with Kernel(Limits(fork_server=False)) as kernel:
+            assert "unprivileged user" in kernel.isolation()["missing"]
+            return [await kernel.run_cell(cell, 30) for cell in (
+                "import os\nassert os.getuid() == 0",
+                "import socket\nsocket.socket(socket.AF_PACKET, socket.SOCK_RAW)",
+                "import os, stat\nos.mknod('disk', stat.S_IFBLK | 0o600, os.makedev(7, 0))")]
+    still_root, sniff, device = asyncio.run(run())
+    assert still_root is None
+    assert sniff is not None and sniff.ename == "PermissionError", sniff
+    assert device is not None and device.ename == "PermissionError", device
