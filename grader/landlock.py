@@ -77,28 +77,44 @@ def plan(readable, writable, denied) -> list[tuple[str, int]]:
     """The rules, as (path, access): `readable` read and executable, `writable` fully open,
     nothing at or under a `denied` path."""
     denied = with_compiled_copies(denied)
+    # The folders with something denied inside: only these are opened entry by entry.
+    holding = {parent for d in denied for parent in _parents(d)}
     rules: list[tuple[str, int]] = []
 
     def allow(path: str, access: int) -> None:
-        if any(_inside(path, d) for d in denied):
+        """`path` is real and not inside a denied path."""
+        if path in denied:
             return
-        if not any(_inside(d, path) for d in denied) or not os.path.isdir(path):
+        if path not in holding:
             rules.append((path, access))
             return
         try:
-            entries = sorted(os.listdir(path))
+            entries = sorted(os.scandir(path), key=lambda e: e.name)
         except OSError:
             return   # not readable by the grader's user, so not by the kernel either
         rules.append((path, READ_DIR))   # listed, but read only through its entries' own rules
         for entry in entries:
-            allow(os.path.realpath(os.path.join(path, entry)), access)
+            if not entry.is_symlink():
+                allow(entry.path, access)
+            elif not _within(real := os.path.realpath(entry.path), denied):
+                allow(real, access)
 
     for path in readable:
-        if os.path.exists(path):
-            allow(os.path.realpath(path), READ)
+        if os.path.exists(path) and not _within(real := os.path.realpath(path), denied):
+            allow(real, READ)
     for path in writable:
         rules.append((os.path.realpath(path), WRITE))
     return rules
+
+
+def _parents(path: str):
+    while (parent := os.path.dirname(path)) != path:
+        yield parent
+        path = parent
+
+
+def _within(path: str, folders) -> bool:
+    return any(_inside(path, folder) for folder in folders)
 
 
 def ruleset(readable, writable, denied, devices=()) -> int:
