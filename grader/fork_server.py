@@ -15,7 +15,8 @@ open, one connection per kernel:
   group (interrupts and kills go there);
 - the handler joins the cgroups, sets the limits, enters new namespaces and forks the
   launcher (process 1 of the new PID namespace), which builds the allowlisted root as for a
-  fresh kernel and forks the kernel itself;
+  fresh kernel and forks the kernel itself; both drop to the unprivileged user and leave
+  this server's keyrings (those of whoever started it) for keyrings of their own;
 - when the launcher exits, the handler answers {"exit": CODE} and exits.
 Children are always forked from this pristine parent, never from one another.
 """
@@ -192,6 +193,7 @@ def run_launcher(request) -> None:
         _child(run_kernel, request)
     if uid is not None:
         launcher.drop_privileges(uid, gid)
+    launcher.confine(policy)   # this server's keyrings are those of whoever started it
     raise SystemExit(launcher.supervise(kernel))
 
 
@@ -201,6 +203,7 @@ def run_kernel(request) -> None:
         launcher.drop_privileges(policy["uid"], policy["gid"])
     else:
         _die_with_parent()
+    launcher.confine(policy)
     os.closerange(3, min(os.sysconf("SC_OPEN_MAX"), 65536))
     os.environ.clear()
     os.environ.update(request["env"])

@@ -27,6 +27,8 @@ from pathlib import Path
 from .sandbox import Sandbox, interpreter_paths, namespaces_available, scrubbed_environment
 
 SERVER_START_SECONDS = 60
+# The files the server runs: the launcher loads the other two by their paths.
+SERVER_CODE = ("fork_server.py", "sandbox_launcher.py", "keyrings.py", "landlock.py")
 REPLY_SECONDS = 10
 # How long a server stays without a kernel to fork: long enough for a student's next check or
 # a TA's next batch to find it warm.
@@ -83,7 +85,7 @@ def server_folder() -> Path:
     folder's time), so a server never hands out kernels from code that has since changed.
     Private to this user: whoever can connect gets kernels started as root."""
     key = hashlib.sha256(sys.executable.encode())
-    for name in ("fork_server.py", "sandbox_launcher.py"):
+    for name in SERVER_CODE:
         key.update(resources.files("grader").joinpath(name).read_bytes())
     for entry in interpreter_paths():   # what the server imports from (it runs with -I)
         key.update(f"{entry}:{os.stat(entry).st_mtime_ns}".encode())

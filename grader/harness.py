@@ -95,6 +95,27 @@ def install(cell_budget, notebook_budget):
     get_ipython().events.register("post_run_cell", _snapshot_definitions)
 
 
+class _Unavailable:
+    """Names why an import fails. Under Landlock (no namespaces) a forbidden library and the
+    grader are unreadable rather than replaced by stubs, and importing one would fail with a
+    PermissionError naming a file. Only the message comes from here: what stops the import is
+    the kernel's filesystem view, which nothing in the kernel can change."""
+
+    def __init__(self, messages):
+        self.messages = dict(messages)
+
+    def find_spec(self, name, path=None, target=None):
+        for module, message in self.messages.items():
+            if name == module or name.startswith(module + "."):
+                raise ImportError(message, name=name)
+        return None
+
+
+def explain_unavailable(messages):
+    """`messages`: module -> why it is not available (the stubs' messages under namespaces)."""
+    sys.meta_path.insert(0, _Unavailable(messages))
+
+
 def reap():
     """Collect the notebook's finished child processes: until reaped, they hold process slots."""
     import os

@@ -173,7 +173,16 @@ class Kernel:
                     f"exec(compile({harness_source()!r}, '<grader-harness>', 'exec'), _m.__dict__)\n"
                     f"_s.modules[_m.__name__] = _m\n"
                     f"_m.install({int(self.limits.cell_output_limit)}, {int(self.limits.output_limit)})\n"
+                    f"_m.explain_unavailable({self._unavailable()!r})\n"
                     "del _t, _s, _m\n")
+
+    def _unavailable(self) -> dict:
+        """Why each library the kernel cannot read is not there, where no stub says it (Landlock);
+        the messages of the stubs sandbox_launcher.build_root puts there under namespaces."""
+        if not self.sandbox.landlock:
+            return {}
+        return {"grader": "the grader is not available to submissions",
+                **{m: f"{m} is not available: this assignment forbids it" for m in self.forbidden}}
 
     async def __aexit__(self, *exc) -> None:
         self.alive = False

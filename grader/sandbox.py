@@ -1,6 +1,7 @@
-"""Isolation of one submission's kernel: resource limits, namespaces, cgroups, a size-limited
-folder, an unprivileged user, and afterwards the removal of every process it started, by the
-grader or, should the grader be killed first, by its watchdog.
+"""Isolation of one submission's kernel: resource limits, namespaces (or, without them,
+Landlock), cgroups, a size-limited folder, an unprivileged user, keyrings of its own, and
+afterwards the removal of every process it started, by the grader or, should the grader be
+killed first, by its watchdog.
 
 Each mechanism is used where the machine allows it; the result records which were active,
 and grading goes on with "isolation: partial" where some are missing.
@@ -24,6 +25,7 @@ from importlib import resources
 from importlib.machinery import all_suffixes
 from pathlib import Path
 
+from . import keyrings, landlock
 from .watchdog import Watchdog
 
 MARKER = "SANDBOX_ID"
@@ -36,13 +38,17 @@ UNPRIVILEGED_USER = "nobody"
 UNSHARE = ("unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--net", "--ipc", "--uts")
 # What "isolation: full" means; anything missing from it makes the isolation partial.
 REQUIRED = ("memory limit", "process limit", "cpu limit", "cpu share", "folder quota", "pid namespace",
-            "network namespace", "filesystem allowlist", "unprivileged user", "scrubbed environment")
-# With the filesystem allowlist, the forbidden libraries are not there for the kernel to
-# import: the policy is enforced. Without it, it rests on a scan of the notebook and on what
-# the kernel reports, which a submission can hide: the policy is partial.
+            "network namespace", "filesystem allowlist", "unprivileged user", "scrubbed environment",
+            "private keyring")
+# With the filesystem allowlist (namespaces or Landlock), the forbidden libraries are not
+# there for the kernel to import: the policy is enforced. Without it, it rests on a scan of
+# the notebook and on what the kernel reports, which a submission can hide: the policy is partial.
 ENFORCES_POLICY = "filesystem allowlist"
 CPU_PERIOD_MICROSECONDS = 100_000   # the kernel's default period of CPU quotas
 MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
+# Switching to the unprivileged user takes these capabilities (bits of CapEff), and handing it
+# the kernel's folder CAP_CHOWN; root has them unless a container dropped them.
+CAP_CHOWN, CAP_SETGID, CAP_SETUID = 0, 6, 7
 # Of the grader's environment, only what programs need to run (and OpenBLAS's CPU settings,
 # read when numpy is imported) reaches a kernel or the fork server.
 KEPT_VARIABLES = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "SYSTEMROOT")
@@ -69,9 +75,21 @@ def namespaces_available() -> bool:
     return done.returncode == 0
 
 
+def _capabilities() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
 @functools.lru_cache(maxsize=1)
 def unprivileged_ids() -> tuple[int, int] | None:
-    if os.geteuid() != 0:
+    """The unprivileged user's ids, where this process may switch a kernel to them: not only
+    as full root, but wherever it holds CAP_SETUID, CAP_SETGID and CAP_CHOWN (root in a
+    container without CAP_SYS_ADMIN)."""
+    held = _capabilities()
+    if not all(held >> cap & 1 for cap in (CAP_CHOWN, CAP_SETGID, CAP_SETUID)):
         return None
     try:
         entry = pwd.getpwnam(UNPRIVILEGED_USER)
@@ -247,6 +265,11 @@ def marked_processes(marker: str) -> list[int]:
     return found
 
 
+@functools.lru_cache(maxsize=1)
+def landlock_abi() -> int:
+    return landlock.abi()
+
+
 def interpreter_paths() -> list[str]:
     """What the kernel's interpreter reads: its executable, standard library and packages."""
     paths = {os.path.dirname(os.path.realpath(sys.executable)), sys.prefix, sys.base_prefix,
@@ -324,6 +347,9 @@ class Sandbox:
         # How the kernel was started: "forked" from the warm parent, or "fresh", and why.
         self.kernel_start = ("fresh", "")
         self.namespaces = self.enabled and namespaces_available()
+        # Where namespaces are not available, Landlock gives the kernel the same allowlist.
+        self.landlock = self.enabled and not self.namespaces and landlock_abi() >= 1
+        self.keyrings = self.enabled and keyrings.supported()
         self.ids = unprivileged_ids() if self.enabled else None
         if self.ids and not self.namespaces and not all(map(reachable_by_others, interpreter_paths())):
             self.ids = None
@@ -353,8 +379,15 @@ class Sandbox:
             self.active.append("folder quota")
         if self.namespaces:
             self.active += ["pid namespace", "network namespace", "filesystem allowlist"]
+        elif self.landlock:
+            # The mechanism is named: it holds the filesystem, and TCP only, not the whole network.
+            self.active += ["filesystem allowlist", "landlock"]
+            if landlock.denies_tcp(landlock_abi()):
+                self.active.append("no tcp")
         if self.ids:
             self.active.append("unprivileged user")
+        if self.keyrings:
+            self.active.append("private keyring")
 
     def give_workdir(self) -> None:
         """Once the grader has written its files there: the kernel's folder to the unprivileged user."""
@@ -377,11 +410,15 @@ class Sandbox:
         """What the launcher (sandbox_launcher.py) builds the kernel's process and filesystem from."""
         return {"workdir": self.workdir, "hide": self.hidden, "expose": interpreter_paths(),
                 "forbidden": {m: library_paths(m) for m in self.forbidden},
-                "mount": self.namespaces, "connection_file": connection_file,
+                "mount": self.namespaces, "landlock": self.landlock, "keyrings": self.keyrings,
+                "connection_file": connection_file,
                 "uid": self.ids[0] if self.ids else None, "gid": self.ids[1] if self.ids else None}
 
+    def launched_through_launcher(self) -> bool:
+        return self.enabled and bool(self.namespaces or self.ids or self.landlock or self.keyrings)
+
     def wrap(self, command: list[str], connection_file: str) -> list[str]:
-        if not self.enabled or not (self.namespaces or self.ids):
+        if not self.launched_through_launcher():
             return command
         launcher = str(resources.files("grader").joinpath("sandbox_launcher.py"))
         prefix = list(UNSHARE) + ["--"] if self.namespaces else []
@@ -449,7 +486,8 @@ class Sandbox:
         if not launched_pid:
             return 0
         keep = {launched_pid}
-        for _ in range(2 if self.namespaces else 0):  # unshare -> launcher -> kernel
+        # unshare -> launcher -> kernel, or launcher -> kernel
+        for _ in range(int(self.namespaces) + int(self.launched_through_launcher())):
             # The oldest child: orphans adopted by the launcher, even forks of the kernel
             # itself, started later.
             children = [p for p in self._running() if _parent(p) in keep and p not in keep]

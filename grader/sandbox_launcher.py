@@ -1,16 +1,19 @@
 """Runs as process 1 of the kernel's new PID, mount and network namespaces, still as root,
-just before the kernel starts. Never imported by the grader: a fresh kernel is started as
-`python -I -S sandbox_launcher.py POLICY COMMAND...`, and the fork server (fork_server.py)
-loads this file by its path and calls the same steps in a forked child.
+just before the kernel starts (without namespaces, as the kernel's parent). Never imported
+by the grader: a fresh kernel is started as `python -I -S sandbox_launcher.py POLICY
+COMMAND...`, and the fork server (fork_server.py) loads this file by its path and calls the
+same steps in a forked child.
 
 argv: policy JSON, then the kernel command. It builds the kernel's filesystem from an
 allowlist (the system's programs and libraries, the interpreter and its packages, a few
 files of /etc, and the kernel's own folder, the only thing writable), puts stubs over the
-grader's files and the forbidden libraries, drops to the unprivileged user, starts the kernel
-as its child and reaps every orphan until the kernel exits; when it exits, the kernel
-namespace and everything left in it are killed.
+grader's files and the forbidden libraries (without namespaces, Landlock allows the same
+paths and no others: landlock.py), drops to the unprivileged user, gives itself keyrings of
+its own (keyrings.py), starts the kernel as its child and reaps every orphan until the
+kernel exits; when it exits, the kernel namespace and everything left in it are killed.
 """
 import ctypes
+import importlib.util
 import json
 import os
 import signal
@@ -19,6 +22,7 @@ import sys
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
 MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP, CAPABILITY_VERSION_3 = 24, 0x20080522
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "i686": 217, "armv7l": 218}
 # The system's programs and libraries; on merged-/usr systems most are links into /usr.
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -33,6 +37,28 @@ TEMPORARY = ("/tmp", "/var/tmp", "/dev/shm")
 SCRATCH = "/tmp"   # where the new root is assembled, in this mount namespace only
 STUBS = "/.stubs"
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+class CapabilityHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapabilitySet(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _sibling(name):
+    """A module of this folder, by its path: the launcher runs with -I, and the fork server
+    never imports the grader's package."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_grader_sandbox_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+keyrings = _sibling("keyrings")
+landlock = _sibling("landlock")
 
 
 def mount(source, target, fstype=None, flags=0, data=None):
@@ -168,6 +194,38 @@ def build_root(policy):
     root.enter(workdir)
 
 
+def landlock_ruleset(policy):
+    """Without namespaces: the same allowlist as build_root's, as a Landlock ruleset, made
+    while every path can still be opened."""
+    readable = [*SYSTEM, *policy["expose"], *(os.path.join("/etc", n) for n in ETC)]
+    denied = [*policy["hide"], *(p for paths in policy["forbidden"].values() for p in paths)]
+    return landlock.ruleset(readable, [policy["workdir"]], denied, devices=[f"/dev/{d}" for d in DEVICES])
+
+
+def drop_capabilities():
+    """Where the kernel keeps the grader's user (root, when `nobody` cannot read the
+    interpreter and there are no namespaces), it keeps none of its capabilities: root without
+    CAP_SYS_ADMIN could still make device nodes, sniff the network, load modules or reboot.
+    Emptied from the bounding set too, and with no_new_privs set after this, no program the
+    kernel starts regains them. For any other user there is nothing to drop."""
+    for capability in range(64):
+        _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)   # fails without CAP_SETPCAP: none to drop
+    header = CapabilityHeader(CAPABILITY_VERSION_3, 0)
+    if _libc.capset(ctypes.byref(header), (CapabilitySet * 2)()) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"dropping capabilities: {os.strerror(errno)}")
+
+
+def confine(policy, ruleset=None):
+    """Once running as the kernel's user: no capabilities, keyrings of its own, then the
+    Landlock ruleset."""
+    drop_capabilities()
+    if policy.get("keyrings"):
+        keyrings.isolate()
+    if ruleset is not None:
+        landlock.restrict(ruleset)
+
+
 def give_connection_file(uid, gid, connection_file):
     """The kernel, once unprivileged, must still read the file naming its sockets."""
     if connection_file and os.path.exists(connection_file):
@@ -204,9 +262,11 @@ def main():
     command = sys.argv[2:]
     if policy.get("mount"):
         build_root(policy)
+    ruleset = landlock_ruleset(policy) if policy.get("landlock") else None
     if policy.get("uid") is not None:
         give_connection_file(policy["uid"], policy["gid"], policy.get("connection_file"))
         drop_privileges(policy["uid"], policy["gid"])
+    confine(policy, ruleset)
     # Interrupts reach the kernel through its process group; this reaper must not die of them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The kernel's parent is this process, PID 1 here, so it cannot watch the grader's PID.
@@ -214,6 +274,8 @@ def main():
     kernel = os.fork()
     if kernel == 0:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # Without a PID namespace, nothing takes the kernel with this process: it dies with it.
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         os.execv(command[0], command)
     sys.exit(supervise(kernel))
 

@@ -207,3 +207,14 @@ def test_the_fork_server_answers_only_its_own_user(tmp_path):
             os._exit(2)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_server_is_replaced_when_any_file_it_runs_changes():
+    """A server runs the launcher and what the launcher loads by path; a change to any of them
+    (an upgrade) gets a new server, never kernels from the code before it."""
+    import re
+    from importlib import resources
+    launcher = resources.files("grader").joinpath("sandbox_launcher.py").read_text()
+    loaded = set(re.findall(r'_sibling\("(\w+)"\)', launcher))
+    assert loaded and {f"{name}.py" for name in loaded} | {"fork_server.py", "sandbox_launcher.py"} == set(
+        forked_kernels.SERVER_CODE)

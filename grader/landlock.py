@@ -1,0 +1,153 @@
+"""The kernel's filesystem allowlist and its network, with Landlock, where the grader cannot
+create namespaces (not root, or root without CAP_SYS_ADMIN, as in many LMS containers).
+
+Landlock needs no privilege: a process restricts itself and everything it starts, for good.
+The kernel may read and execute what the allowlist names, write in its own folder only, and
+neither connect nor bind a TCP socket; from ABI 6 on it can neither signal a process outside
+its domain (the grader, when both run as the same user) nor reach an abstract Unix socket
+outside it. Landlock is an allowlist with rules on whole folders, so a folder holding
+something the kernel must not read (a forbidden library, the grader) gets no rule of its own:
+each entry beside it does, and the folder itself may only be listed.
+
+Loaded by path, never as part of the grader, by sandbox_launcher.py; the standard library only.
+"""
+import ctypes
+import glob
+import os
+import stat
+import struct
+
+SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446   # the same on every architecture
+CREATE_RULESET_VERSION = 1
+RULE_PATH_BENEATH = 1
+PR_SET_NO_NEW_PRIVS = 38
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+# What each ABI can restrict of the filesystem: 13 kinds of access in ABI 1, then moving files
+# between folders (2), truncating (3) and device ioctls (5).
+FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
+FILE_ACCESS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV   # what a rule on a file may grant
+READ = EXECUTE | READ_FILE | READ_DIR
+DEVICE = READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV
+MAKE_CHAR, MAKE_BLOCK = 1 << 6, 1 << 11
+# In the kernel's own folder, every kind of access but making device nodes, which no kernel
+# needs and which would open devices past every rule.
+WRITE = (1 << 16) - 1 & ~(MAKE_CHAR | MAKE_BLOCK)
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1                         # ABI 4
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1              # ABI 6
+O_PATH, O_CLOEXEC = 0o10000000, 0o2000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def abi() -> int:
+    """The Landlock ABI this machine's kernel offers, 0 where it has none (or it is disabled,
+    or a container's seccomp profile forbids it)."""
+    version = _libc.syscall(SYS_CREATE_RULESET, None, 0, CREATE_RULESET_VERSION)
+    return max(version, 0)
+
+
+def denies_tcp(version: int) -> bool:
+    return version >= 4
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+    return result
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def with_compiled_copies(denied) -> set[str]:
+    """The denied paths and, for a module file, its compiled copies in __pycache__: Python
+    imports those after checking only that the source exists, which a rule cannot prevent."""
+    found = {os.path.realpath(p) for p in denied}
+    for path in list(found):
+        folder, name = os.path.split(path)
+        if name.endswith(".py"):
+            found |= {os.path.realpath(p) for p in glob.glob(os.path.join(glob.escape(folder), "__pycache__",
+                                                                           glob.escape(name[:-3]) + ".*.pyc"))}
+    return found
+
+
+def plan(readable, writable, denied) -> list[tuple[str, int]]:
+    """The rules, as (path, access): `readable` read and executable, `writable` fully open,
+    nothing at or under a `denied` path."""
+    denied = with_compiled_copies(denied)
+    # The folders with something denied inside: only these are opened entry by entry.
+    holding = {parent for d in denied for parent in _parents(d)}
+    rules: list[tuple[str, int]] = []
+
+    def allow(path: str, access: int) -> None:
+        """`path` is real and not inside a denied path."""
+        if path in denied:
+            return
+        if path not in holding:
+            rules.append((path, access))
+            return
+        try:
+            entries = sorted(os.scandir(path), key=lambda e: e.name)
+        except OSError:
+            return   # not readable by the grader's user, so not by the kernel either
+        rules.append((path, READ_DIR))   # listed, but read only through its entries' own rules
+        for entry in entries:
+            if not entry.is_symlink():
+                allow(entry.path, access)
+            elif not _within(real := os.path.realpath(entry.path), denied):
+                allow(real, access)
+
+    for path in readable:
+        if os.path.exists(path) and not _within(real := os.path.realpath(path), denied):
+            allow(real, READ)
+    for path in writable:
+        rules.append((os.path.realpath(path), WRITE))
+    return rules
+
+
+def _parents(path: str):
+    while (parent := os.path.dirname(path)) != path:
+        yield parent
+        path = parent
+
+
+def _within(path: str, folders) -> bool:
+    return any(_inside(path, folder) for folder in folders)
+
+
+def ruleset(readable, writable, denied, devices=()) -> int:
+    """A ruleset for the kernel, as a file descriptor; made before the privileges are dropped,
+    so that every path can be opened. `devices` may be read and written."""
+    version = abi()
+    if version < 1:
+        raise OSError("Landlock is not available")
+    handled_fs = FS_BY_ABI[max(v for v in FS_BY_ABI if v <= version)]
+    handled_net = NET_BIND_TCP | NET_CONNECT_TCP if denies_tcp(version) else 0
+    scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if version >= 6 else 0
+    attr = struct.pack("QQQ", handled_fs, handled_net, scoped)[:8 if version < 4 else 16 if version < 6 else 24]
+    fd = _check(_libc.syscall(SYS_CREATE_RULESET, attr, len(attr), 0), "landlock_create_ruleset")
+    rules = plan(readable, writable, denied) + [(os.path.realpath(d), DEVICE) for d in devices if os.path.exists(d)]
+    for path, access in rules:
+        try:
+            target = os.open(path, O_PATH | O_CLOEXEC)
+        except OSError:
+            continue   # gone, or out of the grader's own reach: then out of the kernel's too
+        try:
+            grant = access & handled_fs
+            if not stat.S_ISDIR(os.fstat(target).st_mode):
+                grant &= FILE_ACCESS
+            rule = struct.pack("=Qi", grant, target)
+            _check(_libc.syscall(SYS_ADD_RULE, fd, RULE_PATH_BENEATH, rule, 0), f"landlock rule for {path}")
+        finally:
+            os.close(target)
+    return fd
+
+
+def restrict(fd: int) -> None:
+    """Confine this process, and everything it starts, to the ruleset."""
+    # Lets an unprivileged process restrict itself; no program it starts gains privileges.
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _check(_libc.syscall(SYS_RESTRICT_SELF, fd, 0), "landlock_restrict_self")
+    os.close(fd)
