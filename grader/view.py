@@ -168,6 +168,14 @@ def result_view(result: GradeResult, staff: bool = False) -> ResultView:
     return ResultView(staff=staff, checks=tuple(check_view(c, staff) for c in result.checks), **shared)
 
 
+def student_feedback_line(result: GradeResult) -> str:
+    """One line a student may read about a result (an LMS's feedback comment): the score and
+    the likely mistakes of the student view, so nothing a hidden check found."""
+    view = result_view(result, staff=False)
+    mistakes = "; ".join(f"{function}: {mistake}" for function, mistake in view.likely_mistakes)
+    return f"Autograded {view.score:g} / {view.max_score:g}." + (f" {mistakes}." if mistakes else "")
+
+
 def failing_line(error: dict) -> str:
     """The line of the cell that raised, from IPython's traceback (its "---->" marker), else
     the cell's first line."""
