@@ -58,6 +58,12 @@ def test_the_zip_installs_and_grades_in_a_fresh_gradescope_layout(tmp_path, outs
                                capture_output=True, text=True, env=env, cwd=root)
     assert installed.stdout.startswith(str(home)), "the grader is not the one installed from the zip's wheel"
     assert os.stat(root / "source" / "assignment.toml").st_mode & 0o077 == 0, "the course's spec is readable by all"
+    # Installed from a wheel, the grader has no source to build another from, and says so.
+    again = subprocess.run([str(home / "bin" / "grader"), "lms", "package", "gradescope", "-o", str(tmp_path / "x")],
+                           capture_output=True, text=True, env=env, cwd=root)
+    assert again.returncode == 2 and again.stderr.strip().splitlines() == [
+        "grader: error: grader lms package builds the grader's wheel from the project's source: run it from a "
+        "checkout of attention-grader (pip install -e .)"]
 
     graded = subprocess.run([str(root / "run_autograder"), "--root", str(root), *FAST], capture_output=True,
                             text=True, env=env, cwd=root, timeout=600)
