@@ -139,26 +139,39 @@ def test_a_worksheet_time_is_what_moodle_reads():
     assert moodle_time(1793696700) == "Tuesday, 3 November 2026, 9:05 AM UTC"
 
 
-@pytest.mark.slow
-def test_a_diagnosis_only_a_hidden_check_found_never_reaches_the_worksheet(tmp_path):
-    """Every check of the course is hidden: the staff's grades.csv names the mistake, the
-    worksheet, whose feedback students read in Moodle, does not."""
+def every_check_hidden(tmp_path: Path) -> Path:
     spec = tmp_path / "course.toml"
     base = (ROOT / "reference" / "assignments" / "rows.toml").read_text()
     kinds = '"fixed", "random_shapes", "single_head", "weights_distribution", "permutation_equivariance", ' \
             '"memory_layout", "dtypes", "inputs_unmodified", "return_structure", "numerical_stability"'
     spec.write_text(re.sub(r"(\[\[functions\]\]\n)", f"\\1hidden = [{kinds}]\n", base))
+    return spec
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("course, notebook, mistake, visible", [
+    # Every check hidden: the mistake is found by hidden checks only.
+    (every_check_hidden, "mistake_softmax_axis.ipynb", "softmax over the wrong axis", ""),
+    # Some checks hidden: the visible ones find one mistake, the hidden ones another of their own.
+    (lambda tmp_path: FIXTURES / "lms" / "assignment.toml", "mistake_global_D.ipynb", "reads notebook globals",
+     " self_attention: scaled by sqrt(D) instead of sqrt(d_k); multi_head_attention: scaled by sqrt(D) instead of "
+     "sqrt(d_k)."),
+])
+def test_a_diagnosis_only_a_hidden_check_found_never_reaches_the_worksheet(tmp_path, course, notebook, mistake,
+                                                                           visible):
+    """The staff's grades.csv names the mistake; the worksheet, whose feedback students read in
+    Moodle, does not."""
     moodle = tmp_path / "moodle.zip"
     with zipfile.ZipFile(moodle, "w") as zf:
-        zf.writestr("Ann Lee_41_assignsubmission_file_/attention.ipynb", _notebook("mistake_softmax_axis.ipynb"))
+        zf.writestr("Ann Lee_41_assignsubmission_file_/attention.ipynb", _notebook(notebook))
     out = tmp_path / "out"
-    code, _, stderr, _ = run_grader(["grade", moodle, "-o", out, "--assignment", spec, *FAST])
+    code, _, stderr, _ = run_grader(["grade", moodle, "-o", out, "--assignment", course(tmp_path), *FAST])
     assert code == 0, stderr
-    assert "softmax over the wrong axis" in (out / "grades.csv").read_text()
+    assert mistake in (out / "grades.csv").read_text()
     [row] = read_csv(out / MOODLE_FILE)
     assert row["Identifier"] == "Participant 41" and row["Grade"] not in ("", "25")
-    assert row["Feedback comments"] == f"Autograded {row['Grade']} / 25."
-    assert "axis" not in (out / MOODLE_FILE).read_text()
+    assert row["Feedback comments"] == f"Autograded {row['Grade']} / 25.{visible}"
+    assert mistake.split()[-1] not in (out / MOODLE_FILE).read_text()
 
 
 def masked_times(text: str) -> str:
