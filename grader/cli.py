@@ -163,9 +163,9 @@ def parser() -> argparse.ArgumentParser:
         platform.set_defaults(run=lms)
     packaging = platforms.add_parser("package", help="build the autograder a platform installs (Gradescope's zip)",
                                      **EXACT)
-    packaging.add_argument("target", choices=("gradescope",))
+    packaging.add_argument("target", choices=("gradescope",), help="the platform whose autograder to build")
     packaging.add_argument("--assignment", metavar="STR", help=BY_NAME["assignment"].help)
-    packaging.add_argument("-o", "--output", type=Path, required=True, metavar="ZIP")
+    packaging.add_argument("-o", "--output", type=Path, required=True, metavar="ZIP", help="the zip to write")
     packaging.set_defaults(run=package)
     sub.add_parser("assignments", help="list the built-in assignments").set_defaults(run=list_assignments)
     sub.add_parser("settings", help="print the settings table (markdown)").set_defaults(run=show_settings)
