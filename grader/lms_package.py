@@ -23,6 +23,7 @@ import tempfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from .errors import SubmissionError
 from .spec import builtin_dir, builtin_names, load_assignment, spec_text
@@ -41,8 +42,9 @@ def project_root() -> Path:
         origin = json.loads(metadata.distribution(DISTRIBUTION).read_text("direct_url.json") or "{}")
     except metadata.PackageNotFoundError:
         origin = {}
-    if str(origin.get("url", "")).startswith("file://"):
-        candidates.append(Path(origin["url"][len("file://"):]))
+    url = urlparse(str(origin.get("url", "")))
+    if url.scheme == "file":
+        candidates.append(Path(unquote(url.path)))
     for root in candidates:
         if all((root / name).exists() for name in SOURCES) and all((root / "lms" / s).is_file() for s in SCRIPTS):
             return root

@@ -82,7 +82,8 @@ def who(given: str, names: dict[str, str]) -> str:
                               "name the student by id")
     label = {}   # an id or a folded name -> how the error shows that student
     for student, name in names.items():
-        shown = f"{name} ({student})" if name else student
+        # Names come from students' LMS profiles: nothing in them may steer the TA's terminal.
+        shown = "".join(c if c.isprintable() else "?" for c in (f"{name} ({student})" if name else student))
         label[student] = shown
         if name:
             label.setdefault(_folded(name), shown)

@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from conftest import FIXTURES, ROOT, SUBMISSIONS, own_run_environment, run_grader
+from grader import __version__
 
 COURSE = FIXTURES / "lms" / "assignment.toml"   # a course that hides some checks
 FAST = ["--cell-timeout", "10", "--call-timeout", "5"]
@@ -42,7 +43,7 @@ def test_the_zip_installs_and_grades_in_a_fresh_gradescope_layout(tmp_path, outs
         assert zf.read("assignment.toml") == COURSE.read_bytes()
         assert zf.read("setup.sh") == (ROOT / "lms" / "setup.sh").read_bytes()
     assert {"setup.sh", "run_autograder", "assignment.toml"} <= set(names)
-    assert [n for n in names if n.endswith(".whl")] == ["attention_grader-0.1.0-py3-none-any.whl"]
+    assert [n for n in names if n.endswith(".whl")] == [f"attention_grader-{__version__}-py3-none-any.whl"]
 
     root = outside_tmp / "autograder"
     unpack_as_gradescope(archive, root)
