@@ -75,6 +75,18 @@ def test_the_zip_installs_and_grades_in_a_fresh_gradescope_layout(tmp_path, outs
     visibility = {t["name"]: t["visibility"] for t in results["tests"]}
     assert visibility["self_attention.random_shapes"] == "after_due_date"   # the zip's course spec was used
 
+    # The PrairieLearn image installs the grader with the same setup.sh; its entrypoint finds it.
+    grade = outside_tmp / "grade"
+    (grade / "student").mkdir(parents=True)
+    shutil.copy(SUBMISSIONS / "mistake_softmax_axis.ipynb", grade / "student" / "attention.ipynb")
+    graded = subprocess.run(["bash", str(ROOT / "lms" / "prairielearn_entrypoint"), "--root", str(grade), *FAST],
+                            capture_output=True, text=True, env=env, cwd=grade, timeout=600)
+    assert graded.returncode == 0, graded.stderr[-2000:]
+    results = json.loads((grade / "results" / "results.json").read_text())
+    jsonschema.validate(results, json.loads((ROOT / "tests" / "schemas" / "prairielearn.json").read_text()))
+    assert results["gradable"] is True and 0 < results["score"] < 1
+    assert "softmax over the wrong axis" in results["output"]
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec, words", [("nope", "unknown assignment 'nope'"), ("missing.toml", "no such")])
