@@ -1,29 +1,46 @@
-# The grader for LMS autograding: Gradescope (/autograder) and PrairieLearn (/grade).
-FROM python:3.11-slim
+# The grader's images for LMS autograding, one target each (see README, "Autograding in an LMS"):
+#   docker build --platform linux/amd64 --target prairielearn -t ACCOUNT/attention-grader:prairielearn .
+#   docker build --platform linux/amd64 --target gradescope -t ACCOUNT/attention-grader:gradescope .
+# Both install the grader as Gradescope's zip does: lms/setup.sh, from a wheel built here.
 
-ENV PIP_NO_CACHE_DIR=1 \
-    PYTHONDONTWRITEBYTECODE=1 \
-    MPLBACKEND=Agg
+# The Gradescope base image's tag (a FROM can use only an ARG declared before the first FROM).
+ARG GRADESCOPE_TAG=ubuntu-22.04
 
-WORKDIR /opt/grader
+# The grader's wheel, from this checkout.
+FROM python:3.11-slim AS wheel
+WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY grader ./grader
 COPY reference ./reference
 COPY templates ./templates
+RUN pip wheel --no-cache-dir --no-deps -w /wheel .
 
-# Installed non-editably; the grader, its reference and the specs are then made unreadable for
-# everyone but root, so the unprivileged user that runs student code cannot read them.
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-RUN pip install --no-cache-dir . \
-    && python -c "import grader, os; print(os.path.dirname(grader.__file__))" | xargs chmod -R go-rwx \
-    && rm -rf /opt/grader/grader /opt/grader/reference /opt/grader/templates
-
-COPY lms/run_autograder /autograder/run_autograder
+# PrairieLearn runs a public Docker Hub image (linux/amd64) as root, with the question's files
+# in /grade, and the image's own command unless the question names an entrypoint.
+FROM python:3.11-slim AS prairielearn
+ENV PIP_NO_CACHE_DIR=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    MPLBACKEND=Agg \
+    GRADER_HOME=/opt/attention-grader
+COPY --from=wheel /wheel /opt/attention-grader-source
+COPY lms/setup.sh /opt/attention-grader-source/setup.sh
+# setup.sh makes the grader's package readable by root only: the kernel runs student code as "nobody".
+RUN bash /opt/attention-grader-source/setup.sh && rm -rf /opt/attention-grader-source
 COPY lms/prairielearn_entrypoint /usr/local/bin/prairielearn-grade
-RUN chmod 755 /autograder/run_autograder /usr/local/bin/prairielearn-grade \
-    && mkdir -p /autograder/submission /autograder/results /grade/student /grade/results \
-    && chmod 755 /autograder/results /grade/results
+RUN chmod 755 /usr/local/bin/prairielearn-grade && mkdir -p /grade/student /grade/results
+WORKDIR /grade
+CMD ["/usr/local/bin/prairielearn-grade"]
 
-WORKDIR /autograder
-# Runs as root: the grader drops the student's kernel to the unprivileged user "nobody".
-CMD ["/autograder/run_autograder"]
+# Gradescope's "Manual Docker configuration" needs an image built from gradescope/autograder-base
+# with /autograder/run_autograder, and the base image's CMD and ENTRYPOINT (its harness) kept.
+FROM gradescope/autograder-base:${GRADESCOPE_TAG} AS gradescope
+ENV PIP_NO_CACHE_DIR=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    MPLBACKEND=Agg \
+    GRADER_HOME=/opt/attention-grader
+COPY --from=wheel /wheel /autograder/source
+COPY lms/setup.sh lms/run_autograder /autograder/source/
+# As Gradescope does with the zip: setup.sh in /autograder/source, run_autograder copied to /autograder.
+RUN bash /autograder/source/setup.sh \
+    && install -m 755 /autograder/source/run_autograder /autograder/run_autograder \
+    && apt-get clean && rm -rf /var/lib/apt/lists/*

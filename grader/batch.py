@@ -131,7 +131,8 @@ class Output:
         """Write a submission's result.json and report.html (rendered here, not on the worker)
         and return its row (summary_row). When they cannot be written, the row is the error
         saying why, on disk if that at least can be written."""
-        row = dict(data, student=s.student, batch_key=key)
+        # graded_at: when this grading was done, which Moodle's worksheet needs (grader/exports.py).
+        row = dict(data, student=s.student, batch_key=key, graded_at=time.time())
         try:
             self._write(s, row)
         except Exception as exc:  # noqa: BLE001 - one submission's report never stops the batch
@@ -277,7 +278,8 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     settings = settings_from(explicit)
     # Checked whole before any grading, so a typo in the overrides costs no time.
     overrides = staff_overrides.in_force(outdir, settings.overrides)
-    staff_overrides.check(overrides, {s.student for s in submissions}, assignment_max(assignment))
+    names = {s.student: s.identity.name if s.identity else "" for s in submissions}
+    overrides = staff_overrides.check(overrides, names, assignment_max(assignment))
     if settings.overrides is not None:
         staff_overrides.keep(outdir, overrides)
     for student, files in duplicates:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import SpecError, SubmissionError
-from .settings import add_arguments, explicit_values, from_namespace, markdown_table, settings_from
+from .settings import BY_NAME, add_arguments, explicit_values, from_namespace, markdown_table, settings_from
 
 # The grading modules import NumPy, nbclient and IPython: each command imports what it needs
 # when it runs, so that `grader --help` and a wrong argument answer at once.
@@ -114,6 +114,13 @@ def lms(ns) -> int:
     return 0 if data.get("tests") is not None else 3
 
 
+def package(ns) -> int:
+    from .lms_package import gradescope_zip
+    members = gradescope_zip(ns.output, ns.assignment)
+    print(f"wrote {ns.output} ({', '.join(members)}): upload it as the assignment's autograder on Gradescope")
+    return 0
+
+
 def list_assignments(ns) -> int:
     from .spec import builtin_names, load_assignment
     for name in builtin_names():
@@ -147,10 +154,19 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("-o", "--output", type=Path, required=True, metavar="OUTDIR")
     add_arguments(g, "grade")
     g.set_defaults(run=grade)
-    lms_parser = sub.add_parser("lms", help="grade inside an LMS container and write its results file", **EXACT)
-    lms_parser.add_argument("platform", choices=PLATFORM_NAMES)
-    add_arguments(lms_parser, "lms")
-    lms_parser.set_defaults(run=lms)
+    lms_parser = sub.add_parser("lms", help="grade inside an LMS container and write its results file, or package "
+                                "the grader for an LMS", **EXACT)
+    platforms = lms_parser.add_subparsers(dest="platform", required=True, metavar="{gradescope,prairielearn,package}")
+    for name in PLATFORM_NAMES:
+        platform = platforms.add_parser(name, help=f"grade the submission in {name}'s folders", **EXACT)
+        add_arguments(platform, "lms")
+        platform.set_defaults(run=lms)
+    packaging = platforms.add_parser("package", help="build the autograder a platform installs (Gradescope's zip)",
+                                     **EXACT)
+    packaging.add_argument("target", choices=("gradescope",), help="the platform whose autograder to build")
+    packaging.add_argument("--assignment", metavar="STR", help=BY_NAME["assignment"].help)
+    packaging.add_argument("-o", "--output", type=Path, required=True, metavar="ZIP", help="the zip to write")
+    packaging.set_defaults(run=package)
     sub.add_parser("assignments", help="list the built-in assignments").set_defaults(run=list_assignments)
     sub.add_parser("settings", help="print the settings table (markdown)").set_defaults(run=show_settings)
     return p

@@ -11,18 +11,23 @@ a row whose ID it does not know as a new student: so the file leaves out a stude
 not be graded (Canvas keeps their grade) and an anonymous one ("anon_<id>": the download of
 an assignment that hides names carries no user id to match).
 
-Moodle (assignment > Upload grading worksheet): the offline grading worksheet, matched on
-"Identifier", "Participant N", where N is the number Moodle's "Download all submissions" puts
-in each folder name (Full Name_N_assignsubmission_file_); "Grade" is read as the new grade.
-Full name, Maximum Grade and Feedback comments are there for the person importing.
-
-A Moodle student whose file could not be graded, and has no override, gets an empty cell:
-Moodle then leaves that grade as it is.
+Moodle (assignment > Upload grading worksheet), as its importer reads the offline grading
+worksheet (mod/assign/feedback/offline/importgradeslib.php and locallib.php): it finds the
+columns "Identifier", "Grade" and "Last modified (grade)" by their names (and refuses a file
+without any one of them), and the feedback columns by their plugins' names ("Feedback
+comments"). "Identifier" is "Participant N", N being the participant's unique id in that
+assignment, the number "Download all submissions" puts in each folder name (Full
+Name_N_assignsubmission_file_). A row whose "Last modified (grade)" is more than a minute older
+than the grade Moodle holds is skipped, grade and feedback, so a grade the staff changed in
+Moodle after the grading wins; the time is read with PHP's strtotime. A row with an empty Grade
+keeps its grade but still replaces its feedback, so a file that could not be graded, and has no
+override, has no row at all. Full name and Maximum Grade are there for the person importing.
 """
 from __future__ import annotations
 
 import csv
 import io
+import time
 from pathlib import Path
 
 from .files import write_atomically
@@ -55,18 +60,52 @@ def canvas(students: list[StudentRow], column: str, max_score: float) -> str:
     return _csv(rows)
 
 
+# The worksheet's columns as Moodle's English language pack names them, in the order of its own
+# download; the importer finds them by these names.
+MOODLE_COLUMNS = ("Identifier", "Full name", "Grade", "Maximum Grade", "Last modified (grade)", "Feedback comments")
+PARTICIPANT = "Participant "   # the importer strips this many characters to get the unique id
+DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
+
+
+def moodle_time(seconds: float) -> str:
+    """A time as Moodle's worksheet writes it (userdate's "Monday, 23 November 2026, 1:05 PM",
+    in English whatever the machine's locale), in UTC and saying so: PHP's strtotime then reads
+    the same moment whatever the Moodle server's time zone."""
+    t = time.gmtime(seconds)
+    hour = t.tm_hour % 12 or 12
+    return (f"{DAYS[t.tm_wday]}, {t.tm_mday} {MONTHS[t.tm_mon - 1]} {t.tm_year}, "
+            f"{hour}:{t.tm_min:02d} {'AM' if t.tm_hour < 12 else 'PM'} UTC")
+
+
 def feedback(s: StudentRow) -> str:
-    mistakes = "; ".join(f"{f['name']}: {f['mistake']}" for f in s.functions if f["mistake"])
-    parts = [f"Autograded {number(s.score)} / {number(s.max_score)}"] + ([mistakes] if mistakes else [])
-    if s.override:
-        parts.append(f"adjusted by the staff ({s.override['change']}): {s.override['reason']}")
-    return ". ".join(parts) + "."
+    """The student view's line (grader/view.py), then the staff's override. A file that could
+    not be graded has a row only through an override, and its feedback says it was not graded."""
+    said = "Not autograded: the file could not be graded." if s.status == "error" else s.feedback
+    if not s.override:
+        return said
+    return f"{said} Adjusted by the staff ({s.override['change']}): {s.override['reason']}."
 
 
-def moodle(students: list[StudentRow], max_score: float) -> str:
-    rows = [["Identifier", "Full name", "Grade", "Maximum Grade", "Feedback comments"]]
-    rows += [[f"Participant {cell(s.student)}", cell(s.name), number(s.final_score), number(max_score),
-              cell(feedback(s))] for s in students]
+def decided_at(s: StudentRow, outdir: Path) -> float:
+    """When this row's grade was decided: the grading of the file that counts (a result from
+    before the time was kept: its file's date), or the override, whichever is later."""
+    graded = s.graded_at
+    if graded is None:
+        try:
+            graded = (Path(outdir) / s.folder / "result.json").stat().st_mtime
+        except OSError:
+            graded = time.time()
+    given = (s.override or {}).get("given_at") or 0.0
+    return max(graded, given)
+
+
+def moodle(students: list[StudentRow], max_score: float, outdir: Path) -> str:
+    rows = [list(MOODLE_COLUMNS)]
+    rows += [[PARTICIPANT + cell(s.student), cell(s.name), number(s.final_score), number(max_score),
+              moodle_time(decided_at(s, outdir)), cell(feedback(s))]
+             for s in students if s.final_score is not None]
     return _csv(rows)
 
 
@@ -80,6 +119,6 @@ def write_exports(students: list[StudentRow], outdir: Path, column: str, max_sco
         written.append(CANVAS_FILE)
     from_moodle = [s for s in students if s.lms == "moodle"]
     if from_moodle:
-        write_atomically(Path(outdir) / MOODLE_FILE, moodle(from_moodle, max_score))
+        write_atomically(Path(outdir) / MOODLE_FILE, moodle(from_moodle, max_score, outdir))
         written.append(MOODLE_FILE)
     return written

