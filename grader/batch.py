@@ -28,6 +28,7 @@ from .gradebook import class_rows, write_grades_csv
 from .grade import grade_path, not_graded
 from .inputs import Submission, collect
 from .loader import SubmissionError, check_size, one_line
+from .printable import printable
 from .report_html import write_html, write_summary
 from .result import GradeResult
 from .sandbox import Sandbox, run_id
@@ -173,7 +174,7 @@ class Progress:
         width = 24
         filled = int(width * self.done / max(self.total, 1))
         line = (f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                f"{rate:.2f}/s ETA {eta:.0f} s  {label}")
+                f"{rate:.2f}/s ETA {eta:.0f} s  {printable(label, one_line=True)}")
         print(("\r" + line[:120].ljust(120)) if self.live else line, end="" if self.live else "\n",
               file=self.stream, flush=True)
 
@@ -280,8 +281,8 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     if settings.overrides is not None:
         staff_overrides.keep(outdir, overrides)
     for student, files in duplicates:
-        print(f"duplicate student id {student}: {', '.join(files)} (each graded; the latest counts, "
-              "see grades.csv)", file=stream)
+        print(printable(f"duplicate student id {student}: {', '.join(files)} (each graded; the latest counts, "
+                        "see grades.csv)", one_line=True), file=stream)
     output = Output(outdir, assignment, settings.seed, settings.staff)
     rows: dict[str, dict] = {}   # folder -> the submission's row in grades.csv and the summary
     todo = []

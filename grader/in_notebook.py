@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .printable import printable
+
 TIMEOUT = 900   # seconds for the whole check, beyond the grader's own limits
 NOT_FOUND = ("cannot tell which notebook this kernel belongs to; pass its file name, "
              "e.g. %grade my_notebook.ipynb or grader.check(\"my_notebook.ipynb\")")
@@ -100,7 +102,7 @@ class Report:
 
 def saved_note(path: Path) -> str:
     saved = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
-    return (f"Graded {path.name} as last saved, at {saved}; changes not saved since are not graded "
+    return (f"Graded {printable(path.name)} as last saved, at {saved}; changes not saved since are not graded "
             "(save first, then check again).")
 
 
@@ -111,7 +113,7 @@ def check(path: str | os.PathLike | None = None, assignment: str | None = None, 
         notebook = notebook_path(path)
         result, summary, page = run_check(notebook, assignment)
     except CheckError as exc:
-        print(f"grader: {exc}", file=sys.stderr)
+        print(f"grader: {printable(exc, one_line=True)}", file=sys.stderr)
         return None
     if show:
         from IPython.display import display
