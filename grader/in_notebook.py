@@ -70,14 +70,17 @@ def run_check(path: Path, assignment: str | None = None) -> tuple[dict, str, str
     saved file, run in a process of its own."""
     with tempfile.TemporaryDirectory(prefix="grader-check-") as folder:
         result_path, report_path = Path(folder) / "result.json", Path(folder) / "report.html"
-        command = [sys.executable, "-m", "grader.cli", "check", str(path), "--json", str(result_path),
+        command = [sys.executable, "-m", "grader.cli", "check", str(Path(path).resolve()), "--json", str(result_path),
                    "--html", str(report_path)]
         if assignment:
             command += ["--assignment", assignment]
-        environment = dict(os.environ, NO_COLOR="1")
+        # `python -m` puts its working folder first on the import path: in the notebook's folder,
+        # a grader.py there (a course's helper, a %%writefile) would run instead of the grader.
+        # The check runs in its own empty folder, and where Python has it (3.11), with the safe path.
+        environment = dict(os.environ, NO_COLOR="1", PYTHONSAFEPATH="1")
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=environment,
-                                  stdin=subprocess.DEVNULL)
+                                  stdin=subprocess.DEVNULL, cwd=folder)
         except subprocess.TimeoutExpired:
             raise CheckError(f"the check did not finish within {TIMEOUT} s") from None
         if done.returncode not in (0, 1) or not result_path.is_file():
