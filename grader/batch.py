@@ -21,7 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__, forked_kernels, overrides as staff_overrides
+from . import __version__, cluster, forked_kernels, overrides as staff_overrides
 from .exports import write_exports
 from .files import write_json
 from .gradebook import class_rows, write_grades_csv
@@ -190,16 +190,17 @@ def local_pool(workers: int, context=None):
     return ProcessPoolExecutor(max_workers=workers, initializer=Sandbox.die_with_parent, mp_context=context)
 
 
-def dask_pool(scheduler: str, timeout: float):
-    """An executor on an existing Dask cluster (distributed's Client is one)."""
+def dask_pool(scheduler: str, settings):
+    """An executor on an existing Dask cluster (distributed's Client is one), over TLS with the
+    cluster's certificates where they are given (grader/cluster.py)."""
     try:
         from distributed import Client
     except ImportError:
         raise SubmissionError("--scheduler needs Dask: pip install 'attention-grader[dask]'") from None
     try:
-        return Client(scheduler, timeout=timeout)
-    except OSError as exc:
-        raise SubmissionError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+        return Client(scheduler, timeout=settings.connect_timeout, security=cluster.security(settings))
+    except (OSError, ValueError, TypeError) as exc:   # unreachable, refused, or a certificate that does not fit
+        raise SubmissionError(f"cannot reach the Dask scheduler at {scheduler}: {one_line(exc)}") from None
 
 
 def planned_key(s: Submission, assignment, explicit: dict) -> str:
@@ -211,7 +212,7 @@ def planned_key(s: Submission, assignment, explicit: dict) -> str:
 
 
 def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, scheduler: str | None,
-           connect_timeout: float):
+           settings):
     """(submission, key, result data) for each (submission, key) in todo, as they finish.
 
     A worker lost from the local pool (killed, out of memory) breaks the whole pool, and the
@@ -219,7 +220,7 @@ def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, 
     in a worker of its own, and only a submission that loses that worker too gets the loss as
     its result."""
     width = max(1, min(workers or os.cpu_count() or 1, len(todo)))
-    pool = dask_pool(scheduler, connect_timeout) if scheduler else local_pool(width)
+    pool = dask_pool(scheduler, settings) if scheduler else local_pool(width)
     with pool, ThreadPoolExecutor(width) as alone:
         pending = {}    # future -> (submission, key, the executor it runs on)
         finished = []   # (submission, key, data) ready to hand out
@@ -265,6 +266,8 @@ def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, 
 
 def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | None = None, force: bool = False,
               scheduler: str | None = None, stream=sys.stderr) -> BatchReport:
+    if scheduler:   # refused before anything is written or unpacked
+        scheduler = cluster.checked_address(scheduler, settings_from(explicit))
     outdir.mkdir(parents=True, exist_ok=True)
     spec = spec_for_task(explicit)
     submissions, duplicates = collect(paths, outdir / UNPACKED)
@@ -303,7 +306,7 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     if todo and not scheduler and forked_kernels.worth_starting(settings):
         forked_kernels.server()   # one for the whole batch: started before the workers, which share it
     if todo:
-        for s, key, data in graded(todo, spec, explicit_for, output, workers, scheduler, settings.connect_timeout):
+        for s, key, data in graded(todo, spec, explicit_for, output, workers, scheduler, settings):
             row = rows[s.folder] = output.keep(s, data, key)
             report.graded += 1
             progress.step(f"{s.name}: {row['score']:g}/{row['max_score']:g} {row['status']}")
