@@ -20,7 +20,7 @@ from .spec import Assignment, FunctionSpec, metadata_assignment
 
 
 # Importing these from a submission is flagged: the grader and its reference are off limits.
-GRADER_MODULES = ("grader", "reference", HARNESS_MODULE, wire.KERNEL_MODULE)
+GRADER_MODULES = ("grader", "attention_grader", "reference", HARNESS_MODULE, wire.KERNEL_MODULE)
 
 
 TIME_USED_UP = "not made: the time for calling this submission's functions was used up"
