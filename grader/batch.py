@@ -21,13 +21,14 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__, forked_kernels, overrides as staff_overrides
+from . import __version__, cluster, forked_kernels, overrides as staff_overrides
 from .exports import CANVAS_FILE, canvas_left_out, write_exports
 from .files import write_json
 from .gradebook import class_rows, write_grades_csv
 from .grade import grade_path, not_graded
 from .inputs import Submission, collect
 from .loader import SubmissionError, one_line, read_submission
+from .printable import printable
 from .report_html import write_html, write_summary
 from .result import GradeResult
 from .sandbox import Sandbox, run_id
@@ -174,7 +175,7 @@ class Progress:
         width = 24
         filled = int(width * self.done / max(self.total, 1))
         line = (f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                f"{rate:.2f}/s ETA {eta:.0f} s  {label}")
+                f"{rate:.2f}/s ETA {eta:.0f} s  {printable(label, one_line=True)}")
         print(("\r" + line[:120].ljust(120)) if self.live else line, end="" if self.live else "\n",
               file=self.stream, flush=True)
 
@@ -190,16 +191,17 @@ def local_pool(workers: int, context=None):
     return ProcessPoolExecutor(max_workers=workers, initializer=Sandbox.die_with_parent, mp_context=context)
 
 
-def dask_pool(scheduler: str, timeout: float):
-    """An executor on an existing Dask cluster (distributed's Client is one)."""
+def dask_pool(scheduler: str, settings):
+    """An executor on an existing Dask cluster (distributed's Client is one), over TLS with the
+    cluster's certificates where they are given (grader/cluster.py)."""
     try:
         from distributed import Client
     except ImportError:
         raise SubmissionError("--scheduler needs Dask: pip install 'attention-grader[dask]'") from None
     try:
-        return Client(scheduler, timeout=timeout)
-    except OSError as exc:
-        raise SubmissionError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+        return Client(scheduler, timeout=settings.connect_timeout, security=cluster.security(settings))
+    except (OSError, ValueError, TypeError) as exc:   # unreachable, refused, or a certificate that does not fit
+        raise SubmissionError(f"cannot reach the Dask scheduler at {scheduler}: {one_line(exc)}") from None
 
 
 def planned_key(s: Submission, assignment, explicit_for) -> str:
@@ -211,7 +213,7 @@ def planned_key(s: Submission, assignment, explicit_for) -> str:
 
 
 def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, scheduler: str | None,
-           connect_timeout: float):
+           settings):
     """(submission, key, result data) for each (submission, key) in todo, as they finish.
 
     A worker lost from the local pool (killed, out of memory) breaks the whole pool, and the
@@ -219,7 +221,7 @@ def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, 
     in a worker of its own, and only a submission that loses that worker too gets the loss as
     its result."""
     width = max(1, min(workers or os.cpu_count() or 1, len(todo)))
-    pool = dask_pool(scheduler, connect_timeout) if scheduler else local_pool(width)
+    pool = dask_pool(scheduler, settings) if scheduler else local_pool(width)
     with pool, ThreadPoolExecutor(width) as alone:
         pending = {}    # future -> (submission, key, the executor it runs on)
         finished = []   # (submission, key, data) ready to hand out
@@ -266,6 +268,8 @@ def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, 
 
 def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | None = None, force: bool = False,
               scheduler: str | None = None, stream=sys.stderr) -> BatchReport:
+    if scheduler:   # refused before anything is written or unpacked
+        scheduler = cluster.checked_address(scheduler, settings_from(explicit))
     outdir.mkdir(parents=True, exist_ok=True)
     spec = spec_for_task(explicit)
     submissions, duplicates = collect(paths, outdir / UNPACKED)
@@ -283,8 +287,8 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     if settings.overrides is not None:
         staff_overrides.keep(outdir, overrides)
     for student, files in duplicates:
-        print(f"duplicate student id {student}: {', '.join(files)} (each graded; the latest counts, "
-              "see grades.csv)", file=stream)
+        print(printable(f"duplicate student id {student}: {', '.join(files)} (each graded; the latest counts, "
+                        "see grades.csv)", one_line=True), file=stream)
     # An error row drew no inputs: it records the staff's seed, if any, else 0.
     output = Output(outdir, assignment, explicit.get("seed", 0), settings.staff)
     rows: dict[str, dict] = {}   # folder -> the submission's row in grades.csv and the summary
@@ -306,7 +310,7 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     if todo and not scheduler and forked_kernels.worth_starting(settings):
         forked_kernels.server()   # one for the whole batch: started before the workers, which share it
     if todo:
-        for s, key, data in graded(todo, spec, explicit_for, output, workers, scheduler, settings.connect_timeout):
+        for s, key, data in graded(todo, spec, explicit_for, output, workers, scheduler, settings):
             row = rows[s.folder] = output.keep(s, data, key)
             report.graded += 1
             progress.step(f"{s.name}: {row['score']:g}/{row['max_score']:g} {row['status']}")

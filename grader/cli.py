@@ -7,6 +7,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import SpecError, SubmissionError
+from .printable import printable
 from .settings import BY_NAME, add_arguments, explicit_values, from_namespace, markdown_table, settings_from
 
 # The grading modules import NumPy, nbclient and IPython: each command imports what it needs
@@ -72,7 +73,7 @@ def watch_one(ns) -> int:
             assignment = student_assignment(load_submission(path), settings.assignment)
             result = grade_path(path, assignment, from_namespace(ns, assignment.limits))
         except (SubmissionError, SpecError) as exc:
-            print(f"grader: {exc}", file=sys.stderr, flush=True)
+            print(f"grader: {printable(exc, one_line=True)}", file=sys.stderr, flush=True)
             return None
         return result
 
@@ -95,7 +96,7 @@ def grade(ns) -> int:
     report = grade_all(ns.paths, ns.output, explicit_values(ns), workers=settings.workers, force=settings.force,
                        scheduler=settings.scheduler)
     files = ", ".join(["grades.csv", "summary.html", *report.exports])
-    print(f"{report.graded} graded, {report.skipped} unchanged and skipped, into {ns.output} "
+    print(f"{report.graded} graded, {report.skipped} unchanged and skipped, into {printable(ns.output)} "
           f"({files}, one folder per submission)")
     return 0
 
@@ -110,7 +111,7 @@ def lms(ns) -> int:
     seed = {} if ns.seed is not None else {"seed": fresh_seed()}
     data = run_lms(ns.platform, root, ns.assignment,
                    lambda assignment: settings_from({**explicit_values(ns), **seed}, assignment.limits))
-    print(f"wrote {PLATFORMS[ns.platform].results_path(root)}")
+    print(f"wrote {printable(PLATFORMS[ns.platform].results_path(root))}")
     return 0 if data.get("tests") is not None else 3
 
 
@@ -177,16 +178,18 @@ def main(argv=None) -> int:
     try:
         return ns.run(ns)
     except (SubmissionError, SpecError) as exc:
-        print(f"grader: error: {exc}", file=sys.stderr)
+        print(f"grader: error: {printable(exc, one_line=True)}", file=sys.stderr)
         return EXIT_UNUSABLE
     except KeyboardInterrupt:
         print("grader: interrupted", file=sys.stderr)
         return 130
     except OSError as exc:
-        print(f"grader: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
+        why = f"{exc.strerror or exc}: {exc.filename or ''}"
+        print(f"grader: error: {printable(why, one_line=True)}", file=sys.stderr)
         return EXIT_UNUSABLE
     except Exception as exc:  # noqa: BLE001 - users get one line, never the grader's traceback
-        print(f"grader: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        why = f"{type(exc).__name__}: {exc}"
+        print(f"grader: internal error: {printable(why, one_line=True)}", file=sys.stderr)
         return 3
 
 

@@ -20,10 +20,23 @@ from .spec import Assignment, FunctionSpec, metadata_assignment
 
 
 # Importing these from a submission is flagged: the grader and its reference are off limits.
-GRADER_MODULES = ("grader", "reference", HARNESS_MODULE, wire.KERNEL_MODULE)
+GRADER_MODULES = ("grader", "attention_grader", "reference", HARNESS_MODULE, wire.KERNEL_MODULE)
 
 
 TIME_USED_UP = "not made: the time for calling this submission's functions was used up"
+# A reply the kernel sent that never reached the grader: ZMQ drops the kernel's messages when
+# the grader's queue is full, which a notebook flooding its output channel (a thread that
+# prints on and on) brings about. The grader cannot tell what the reply said, so no verdict is
+# drawn from its absence: the description is asked for again, and a submission whose replies
+# stay lost is not graded (a grader-side error the staff see, never a 0 stored as a score).
+DESCRIBE_ATTEMPTS = 3
+REPLY_LOST = ("the kernel's replies to the grader were lost on the way ({what}): its output channel was "
+              "flooded with messages, so the submission was not graded, rather than graded on replies the grader "
+              "never received")
+
+
+class RepliesLost(Exception):
+    """What the grader asked the kernel for did not reach it: `str()` says what was lost."""
 
 
 class FunctionProber:
@@ -61,6 +74,11 @@ class FunctionProber:
                      "return_inputs": p.return_inputs} for p, args in zip(self.calls, self.sent)]
         end = await self.session.run_calls(f"{HARNESS}.call_many({requests!r})", len(requests), self.call_timeout,
                                            remaining, self._received)
+        if end.finished < len(self.calls) and end.error is None and self.session.alive:
+            # The calls' code ran to its end without an error, so the harness replied to every
+            # call: the replies that did not come were lost on the way.
+            raise RepliesLost(f"{len(self.calls) - end.finished} of the {len(self.calls)} replies to the calls of "
+                              f"{self.fn.name}")
         if end.finished < len(self.calls):
             current, later = self._stopped(end, self.calls[end.finished].label)
             self._without_reply(end.finished, current)
@@ -244,30 +262,10 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
         result.timing["execution"] = round(log.seconds, 3)
         probing_started = time.monotonic()
         functions = {f.name: f.names for f in assignment.functions}
-        described, error = await session.run_code(f"{HARNESS}.describe({functions!r}, {list(assignment.forbidden)!r})",
-                                                  settings.call_timeout)
         try:
-            described = payloads.describe_reply(described, list(functions)) if described else None
-        except payloads.BadReply as exc:
-            result.errors.append(ErrorRecord(-1, "bad_reply", "BadReply",
-                                             f"the kernel's description of the functions was malformed ({exc}); "
-                                             "was the grader's harness replaced?").to_json())
-            described = None
-        described = described or {"functions": {}, "imported": []}
-        for module in described.get("imported", []):
-            result.policy["findings"].append({"source": "runtime", "module": module})
-        uses = {}
-        for fn in assignment.functions:
-            info = dict(described["functions"].get(fn.name, {"found": False}))
-            info["stub"] = info.get("name", fn.name) in scan.stubs
-            uses[fn.name] = _forbidden_uses(fn, info, scan, assignment.forbidden)
-            result.functions[fn.name] = info
-        ctx = Context(settings.seed, assignment.tolerance, uses)
-        for fn in assignment.functions:
-            checks = await _grade_function(session, fn, result.functions[fn.name], scan, ctx, settings.call_timeout,
-                                           probing_started + settings.probe_timeout)
-            _apply_penalty(checks, fn, uses[fn.name], assignment.penalty)
-            result.checks.extend(checks)
+            await _grade_functions(session, result, assignment, scan, settings, functions, probing_started)
+        except RepliesLost as lost:
+            _not_graded_for_lost_replies(result, assignment, str(lost))
         result.timing["probing"] = round(time.monotonic() - probing_started, 3)
         result.timing["output_characters"] = log.output_bytes
     result.isolation = {**log.isolation, "leftover_processes_killed": log.leftover_processes,
@@ -275,11 +273,61 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
     result.policy["level"] = "full" if ENFORCES_POLICY in log.isolation.get("active", []) else "partial"
     if any(e["kind"] == "deadline" for e in result.errors):
         result.status = "timeout"
-    elif not log.kernel_alive or error and not described["functions"]:
+    elif not log.kernel_alive or result.status == "error":
         result.status = "error"
     result.timing["total"] = round(time.monotonic() - started, 3)
     result.total()
     return result
+
+
+async def _described(session, functions: dict, forbidden, timeout: float):
+    """The harness's description of the graded functions, as (payload or None, ErrorRecord or
+    None). Asked again while it is lost; RepliesLost when it stays lost."""
+    for _ in range(DESCRIBE_ATTEMPTS):
+        described, error = await session.run_code(f"{HARNESS}.describe({functions!r}, {list(forbidden)!r})", timeout)
+        # The code ran to its end without an error, so the harness did publish its reply.
+        if described is not None or error is not None or not session.alive:
+            return described, error
+    raise RepliesLost(f"the description of the functions, asked for {DESCRIBE_ATTEMPTS} times")
+
+
+def _not_graded_for_lost_replies(result: GradeResult, assignment: Assignment, what: str) -> None:
+    """The result of a submission whose replies were lost: what running the notebook found is
+    kept, and every check is an error saying why it was not graded (as in not_graded)."""
+    lost = not_graded(result.submission, assignment, result.seed, "grader_error", "RepliesLost",
+                      REPLY_LOST.format(what=what))
+    result.checks, result.status = lost.checks, "error"
+    result.errors.extend(lost.errors)
+
+
+async def _grade_functions(session, result: GradeResult, assignment: Assignment, scan, settings, functions: dict,
+                           probing_started: float) -> None:
+    """Describe the graded functions, then call and judge each; raises RepliesLost."""
+    described, error = await _described(session, functions, assignment.forbidden, settings.call_timeout)
+    try:
+        described = payloads.describe_reply(described, list(functions)) if described else None
+    except payloads.BadReply as exc:
+        result.errors.append(ErrorRecord(-1, "bad_reply", "BadReply",
+                                         f"the kernel's description of the functions was malformed ({exc}); "
+                                         "was the grader's harness replaced?").to_json())
+        described = None
+    described = described or {"functions": {}, "imported": []}
+    for module in described.get("imported", []):
+        result.policy["findings"].append({"source": "runtime", "module": module})
+    uses = {}
+    for fn in assignment.functions:
+        info = dict(described["functions"].get(fn.name, {"found": False}))
+        info["stub"] = info.get("name", fn.name) in scan.stubs
+        uses[fn.name] = _forbidden_uses(fn, info, scan, assignment.forbidden)
+        result.functions[fn.name] = info
+    ctx = Context(settings.seed, assignment.tolerance, uses)
+    for fn in assignment.functions:
+        checks = await _grade_function(session, fn, result.functions[fn.name], scan, ctx, settings.call_timeout,
+                                       probing_started + settings.probe_timeout)
+        _apply_penalty(checks, fn, uses[fn.name], assignment.penalty)
+        result.checks.extend(checks)
+    if error and not described["functions"]:
+        result.status = "error"
 
 
 def grade_path(path: Path, assignment: Assignment, settings, **kw) -> GradeResult:

@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .printable import printable
+
 TIMEOUT = 900   # seconds for the whole check, beyond the grader's own limits
 NOT_FOUND = ("cannot tell which notebook this kernel belongs to; pass its file name, "
              "e.g. %grade my_notebook.ipynb or grader.check(\"my_notebook.ipynb\")")
@@ -68,14 +70,17 @@ def run_check(path: Path, assignment: str | None = None) -> tuple[dict, str, str
     saved file, run in a process of its own."""
     with tempfile.TemporaryDirectory(prefix="grader-check-") as folder:
         result_path, report_path = Path(folder) / "result.json", Path(folder) / "report.html"
-        command = [sys.executable, "-m", "grader.cli", "check", str(path), "--json", str(result_path),
+        command = [sys.executable, "-m", "grader.cli", "check", str(Path(path).resolve()), "--json", str(result_path),
                    "--html", str(report_path)]
         if assignment:
             command += ["--assignment", assignment]
-        environment = dict(os.environ, NO_COLOR="1")
+        # `python -m` puts its working folder first on the import path: in the notebook's folder,
+        # a grader.py there (a course's helper, a %%writefile) would run instead of the grader.
+        # The check runs in its own empty folder, and where Python has it (3.11), with the safe path.
+        environment = dict(os.environ, NO_COLOR="1", PYTHONSAFEPATH="1")
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=environment,
-                                  stdin=subprocess.DEVNULL)
+                                  stdin=subprocess.DEVNULL, cwd=folder)
         except subprocess.TimeoutExpired:
             raise CheckError(f"the check did not finish within {TIMEOUT} s") from None
         if done.returncode not in (0, 1) or not result_path.is_file():
@@ -100,7 +105,7 @@ class Report:
 
 def saved_note(path: Path) -> str:
     saved = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
-    return (f"Graded {path.name} as last saved, at {saved}; changes not saved since are not graded "
+    return (f"Graded {printable(path.name)} as last saved, at {saved}; changes not saved since are not graded "
             "(save first, then check again).")
 
 
@@ -111,7 +116,7 @@ def check(path: str | os.PathLike | None = None, assignment: str | None = None, 
         notebook = notebook_path(path)
         result, summary, page = run_check(notebook, assignment)
     except CheckError as exc:
-        print(f"grader: {exc}", file=sys.stderr)
+        print(f"grader: {printable(exc, one_line=True)}", file=sys.stderr)
         return None
     if show:
         from IPython.display import display

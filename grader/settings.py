@@ -110,10 +110,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("lms_assignment", str, None, "the assignment's column in the Canvas gradebook export, as Canvas names it "
             "(e.g. 'Homework 3 (1234)'; none: the assignment's title)", ("grade",), shapes_result=False),
     Setting("force", bool, False, "regrade submissions whose results are up to date", ("grade",), shapes_result=False),
-    Setting("scheduler", str, None, "tcp://HOST:PORT of an existing Dask cluster to grade on instead of local workers",
+    Setting("scheduler", str, None, "the address of an existing Dask cluster's scheduler to grade on instead of local "
+            "workers: tls://HOST:PORT with the --tls-* files, or tcp://127.0.0.1:PORT on this machine",
             ("grade",), shapes_result=False),
     Setting("connect_timeout", float, 30.0, "seconds to wait for the Dask cluster given by --scheduler",
             ("grade",), shapes_result=False),
+    Setting("tls_ca_file", Path, None, "the Dask cluster's CA certificate (PEM), which every scheduler, worker and "
+            "client certificate of the cluster is signed by", ("grade",), shapes_result=False),
+    Setting("tls_cert", Path, None, "this machine's certificate (PEM) for the Dask cluster, signed by its CA",
+            ("grade",), shapes_result=False),
+    Setting("tls_key", Path, None, "the private key (PEM) of --tls-cert", ("grade",), shapes_result=False),
+    Setting("insecure_scheduler", bool, False, "send work to an unencrypted --scheduler address that is not this "
+            "machine's loopback (whoever reaches it can run code on the workers): only on a network the staff "
+            "alone reach", ("grade",), shapes_result=False),
     Setting("root", Path, None, "the platform's folder (none: /autograder for gradescope, /grade for prairielearn)",
             ("lms",), shapes_result=False),
 )

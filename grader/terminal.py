@@ -12,6 +12,7 @@ import shutil
 import sys
 import textwrap
 
+from .printable import printable_data
 from .result import GradeResult
 from .view import ANSI, CheckView, FunctionView, result_view, where
 
@@ -132,7 +133,8 @@ def _closing(out: _Writer, view, functions: list[FunctionView]) -> None:
 
 
 def summary(result: GradeResult, staff: bool = False, colour: bool = False, width: int | None = None) -> str:
-    view = result_view(result, staff)   # the only thing read below
+    # The only thing read below; every text in it made printable before the colours are added.
+    view = printable_data(result_view(result, staff))
     width = width or min(shutil.get_terminal_size((100, 24)).columns, MAX_WIDTH)
     out = _Writer(colour, width)
     out.line(out.paint(f"{view.submission}: {view.score:g} / {plural(view.max_score, 'point')}", "bold")

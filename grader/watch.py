@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .printable import printable, printable_data
 from .view import ResultView
 
 POLL_SECONDS = 0.5
@@ -33,7 +34,9 @@ def _points(before: float, after: float) -> str:
 def changes(old: ResultView, new: ResultView) -> list[str]:
     """What differs between two gradings of the same file, one line each: the score, each
     check whose status or points changed, each function whose likely mistake changed, and
-    errors that appeared or went away."""
+    errors that appeared or went away. Every text from the notebook is made printable, and an
+    error's message kept to its line."""
+    old, new = printable_data(old), printable_data(new)
     lines = [f"score {old.score:g} -> {new.score:g} / {new.max_score:g}{_points(old.score, new.score)}"
              if old.score != new.score or old.max_score != new.max_score else f"score {new.score:g} / "
              f"{new.max_score:g} (unchanged)"]
@@ -49,8 +52,10 @@ def changes(old: ResultView, new: ResultView) -> list[str]:
         if mistakes.get(fn.name) != fn.main_mistake:
             was = mistakes.get(fn.name) or "none"
             lines.append(f"  {fn.name}: likely mistake {was} -> {fn.main_mistake or 'none'}")
-    said = {(e["cell"], e["ename"], e["evalue"]) for e in old.errors}
-    now = {(e["cell"], e["ename"], e["evalue"]) for e in new.errors}
+    said = {(e["cell"], printable(e["ename"], one_line=True), printable(e["evalue"], one_line=True))
+            for e in old.errors}
+    now = {(e["cell"], printable(e["ename"], one_line=True), printable(e["evalue"], one_line=True))
+           for e in new.errors}
     lines += [f"  new problem: cell {c + 1 if c >= 0 else '?'}: {n}: {v}"[:200] for c, n, v in sorted(now - said)]
     lines += [f"  fixed: cell {c + 1 if c >= 0 else '?'}: {n}" for c, n, _ in sorted(said - now)]
     return lines
@@ -66,7 +71,7 @@ def watch(path: Path, grade_once: Callable[[], object], full: Callable[[object],
     last = grade_once()
     if last is not None:
         say(full(last))
-    say(f"watching {path.name}; save it to grade again (Ctrl-C stops)")
+    say(f"watching {printable(path.name)}; save it to grade again (Ctrl-C stops)")
     while not stop():
         time.sleep(poll)
         current = fingerprint(path)
@@ -77,6 +82,6 @@ def watch(path: Path, grade_once: Callable[[], object], full: Callable[[object],
         if result is None:
             continue
         stamp = time.strftime("%H:%M:%S")
-        say(f"{stamp} {path.name} saved: " + "\n".join(changes(view(last), view(result)) if last is not None
+        say(f"{stamp} {printable(path.name)} saved: " + "\n".join(changes(view(last), view(result)) if last is not None
                                                          else [full(result)]))
         last = result

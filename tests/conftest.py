@@ -126,3 +126,13 @@ def outside_tmp():
     folder.chmod(0o755)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def non_loopback_address() -> str:
+    """One of this machine's own addresses that is not loopback (no connection is made to it)."""
+    import subprocess
+    found = [a for a in subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+             if not a.startswith("127.") and a != "::1"]
+    if not found:
+        pytest.skip("this machine has no address but loopback")
+    return f"[{found[0]}]" if ":" in found[0] else found[0]

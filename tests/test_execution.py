@@ -311,3 +311,35 @@ def test_a_replaced_harness_with_reordered_and_extra_replies_earns_nothing(tmp_p
     assert "grader_error" not in {e["kind"] for e in result.errors}, result.errors
     assert "the kernel's reply to the grader was malformed" in {c.name: c for c in result.checks}[
         "self_attention.fixed"].message
+
+
+# A thread that outlives the notebook's cells and floods the kernel's output channel with one
+# message, signed once and sent on and on: cheap to send, not to receive, so the grader's
+# queue overflows and ZMQ drops messages, the harness's replies among them.
+FLOOD_FOREVER = '''
+import threading
+kernel = get_ipython().kernel
+message = kernel.session.msg("stream", {"name": "stdout", "text": "x" * 100}, parent=kernel.get_parent())
+frames = kernel.session.serialize(message)
+def flood():
+    while True:
+        kernel.iopub_socket.send_multipart(frames)
+threading.Thread(target=flood, daemon=True).start()
+'''
+
+
+def test_replies_lost_in_a_flood_are_no_verdict(tmp_path):
+    """The description of the functions, or their calls' replies, lost in a flood of output:
+    never "no function named self_attention is defined", never a 0 graded as a score, but a
+    submission not graded, saying that the replies were lost."""
+    path = tmp_path / "flood_forever.py"
+    path.write_text((FIXTURES / "correct_script.py").read_text() + "\n# %%\n" + FLOOD_FOREVER)
+    # Calls are timed from their replies: a call timeout longer than the wait for a finished
+    # run's last output, so the silence is read as lost replies, not as a slow call.
+    result = grade(path, "rows", call_timeout=5.0)
+    assert not any("no function named" in c.message or "did not finish" in c.message for c in result.checks)
+    assert result.status == "error" and result.score == 0
+    lost = [e for e in result.errors if e["ename"] == "RepliesLost"]
+    assert len(lost) == 1 and lost[0]["kind"] == "grader_error"
+    assert "the kernel's replies to the grader were lost on the way" in lost[0]["evalue"]
+    assert all(c.status == "error" and c.message.startswith("Not graded: ") for c in result.checks)

@@ -154,8 +154,8 @@ def every_check_hidden(tmp_path: Path) -> Path:
     (every_check_hidden, "mistake_softmax_axis.ipynb", "softmax over the wrong axis", ""),
     # Some checks hidden: the visible ones find one mistake, the hidden ones another of their own.
     (lambda tmp_path: FIXTURES / "lms" / "assignment.toml", "mistake_global_D.ipynb", "reads notebook globals",
-     " Likely mistakes: self_attention: scaled by sqrt(D) instead of sqrt(d_k); multi_head_attention: scaled by sqrt(D) instead of "
-     "sqrt(d_k)."),
+     " Likely mistakes: self_attention: scaled by sqrt(D) instead of sqrt(d_k); "
+     "multi_head_attention: scaled by sqrt(D) instead of sqrt(d_k)."),
 ])
 def test_a_diagnosis_only_a_hidden_check_found_never_reaches_the_worksheet(tmp_path, course, notebook, mistake,
                                                                            visible):

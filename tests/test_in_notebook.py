@@ -93,3 +93,34 @@ def test_check_returns_the_result_and_says_in_one_line_when_it_cannot_run(tmp_pa
     lines = errors.strip().splitlines()
     assert [float(v) for v in lines[0].split()] == [25, 25]
     assert lines[1].startswith("grader: cannot tell which notebook") and len(lines) == 2
+
+
+@pytest.mark.slow
+def test_grade_magic_is_not_hidden_by_a_grader_py_in_the_notebooks_folder(tmp_path):
+    """A course's helper or a %%writefile cell may leave a grader.py beside the notebook: the
+    check still runs the installed grader, never that file."""
+    shutil.copy(SUBMISSIONS / "mistake_softmax_axis.ipynb", tmp_path / "hw.ipynb")
+    code = ("%load_ext grader\n"
+            "open('grader.py', 'w').write('import sys\\nsys.exit(\"the folder\\'s own grader.py ran\")\\n')\n"
+            "%grade hw.ipynb\n")
+    shown, errors = run_in_kernel(tmp_path, code)
+    assert errors == ""
+    assert len(shown) == 1 and "6 / 25" in shown[0]["text/plain"]
+    assert (tmp_path / "grader.py").exists()
+
+
+@pytest.mark.slow
+def test_a_folder_whose_grader_py_hides_the_package_still_checks_with_attention_grader(tmp_path):
+    """With a grader.py beside the notebook, `import grader` is that file (the kernel's folder
+    comes first); `%load_ext attention_grader` still adds %grade, and the notebook's own
+    `import grader` stays its file."""
+    shutil.copy(SUBMISSIONS / "mistake_softmax_axis.ipynb", tmp_path / "hw.ipynb")
+    (tmp_path / "grader.py").write_text("COURSE_HELPER = 'the folder\\'s own grader.py'\n")
+    code = ("%load_ext attention_grader\n%grade\n"
+            "import grader, attention_grader\n"
+            "grader.COURSE_HELPER, attention_grader.check(show=False)['score']\n")
+    shown, errors = run_in_kernel(tmp_path, code)
+    assert errors == ""
+    assert len(shown) == 2 and "6 / 25" in shown[0]["text/plain"]
+    assert shown[1]["text/plain"] == '("the folder\'s own grader.py", 6.0)'
+

@@ -185,16 +185,57 @@ def test_no_request_to_a_kernel_that_is_gone(monkeypatch):
         ("dead", "not made: the kernel had stopped before this function was called")}
 
 
-@pytest.mark.parametrize("error, detail", [
-    (None, "no reply"),
-    (ErrorRecord(-1, "error", "AttributeError", "no call_many"), "AttributeError: no call_many"),
-])
-def test_calls_that_got_no_reply(monkeypatch, error, detail):
-    """A run whose code ended, or raised, before replying for every call (a replaced harness)."""
+def test_calls_that_got_no_reply(monkeypatch):
+    """A run whose code raised before replying for every call (a replaced harness)."""
+    error = ErrorRecord(-1, "error", "AttributeError", "no call_many")
     prober, _ = probed(monkeypatch, cut=(1, error, False))
     results = outcomes(prober)
     assert results[0].status == "ok"
-    assert {(o.status, o.error) for o in results[1:]} == {("error", f"the call could not be made ({detail})")}
+    assert {(o.status, o.error) for o in results[1:]} == {
+        ("error", "the call could not be made (AttributeError: no call_many)")}
+
+
+def test_replies_lost_on_the_way_are_no_verdict(monkeypatch):
+    """A run whose code ended without an error, so every reply was sent, but not every one
+    arrived (the kernel's output channel was flooded): no outcome is drawn from the silence."""
+    with pytest.raises(grade.RepliesLost, match="of self_attention"):
+        probed(monkeypatch, cut=(1, None, False))
+
+
+class LosingKernel(FakeKernel):
+    """A kernel whose first `lost` descriptions of the functions never reach the grader."""
+
+    def __init__(self, monkeypatch, namespace, lost: int):
+        super().__init__(monkeypatch, namespace)
+        self.lost = lost
+
+    async def run_code(self, code: str, timeout: float):
+        payload, error = await super().run_code(code, timeout)
+        self.lost -= 1
+        return (None, None) if self.lost >= 0 else (payload, error)
+
+
+@pytest.mark.parametrize("lost", [1, grade.DESCRIBE_ATTEMPTS])
+def test_a_lost_description_is_asked_again_and_never_read_as_no_functions(monkeypatch, lost):
+    kernel = LosingKernel(monkeypatch, submission_namespace(), lost)
+
+    @asynccontextmanager
+    async def executed(*args, **kwargs):
+        yield kernel, ExecutionLog()
+    monkeypatch.setattr(grade, "executed_notebook", executed)
+    nb = load_submission(FIXTURES / "correct_script.py")
+    result = asyncio.run(grade.grade_notebook(nb, ROWS, Settings(call_timeout=CALL_TIMEOUT), "correct_script.py"))
+    assert not any("no function named" in c.message for c in result.checks)
+    if lost < grade.DESCRIBE_ATTEMPTS:   # found on the next request, and graded
+        assert [r[0] for r in kernel.requests] == ["describe"] * (lost + 1) + ["call_many"] * 2
+        assert result.status == "graded" and result.score == 25
+        return
+    assert [r[0] for r in kernel.requests] == ["describe"] * lost
+    assert result.status == "error" and [e["kind"] for e in result.errors] == ["grader_error"]
+    assert "the description of the functions, asked for 3 times" in result.errors[0]["evalue"]
+    assert len(result.checks) == sum(len(f.points) for f in ROWS.functions)
+    assert all(c.status == "error" and c.message.startswith("Not graded: the kernel's replies to the grader were lost")
+               for c in result.checks)
 
 
 @pytest.mark.parametrize("tamper", [
