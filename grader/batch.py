@@ -197,7 +197,7 @@ def dask_pool(scheduler: str, settings):
     try:
         from distributed import Client
     except ImportError:
-        raise SubmissionError("--scheduler needs Dask: pip install 'attention-grader[dask]'") from None
+        raise SubmissionError("--scheduler needs Dask: pip install '.[dask]' from the grader's folder") from None
     try:
         return Client(scheduler, timeout=settings.connect_timeout, security=cluster.security(settings))
     except (OSError, ValueError, TypeError) as exc:   # unreachable, refused, or a certificate that does not fit
