@@ -89,7 +89,9 @@ def test_hidden_check_messages_are_withheld_from_students(tmp_path):
     def message_after(output, check):
         lines = output.splitlines()
         index = next(i for i, line in enumerate(lines) if check in line)
-        return " ".join([lines[index], *(line for line in lines[index + 1:index + 4] if line.startswith("     "))])
+        # The message wraps onto indented lines: joined, with the wrapping's spaces folded.
+        return " ".join(" ".join([lines[index], *(line for line in lines[index + 1:index + 6]
+                                                   if line.startswith("     "))]).split())
     assert "Hidden check: its details are not shown" in message_after(student.stdout, "FAIL  random_shapes")
     assert "differs from the reference" in message_after(staff.stdout, "FAIL  random_shapes")
 
