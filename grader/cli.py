@@ -6,13 +6,13 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .errors import SpecError, SubmissionError
+from .errors import MachineFault, SpecError, SubmissionError
 from .settings import add_arguments, explicit_values, from_namespace, markdown_table, settings_from
 
 # The grading modules import NumPy, nbclient and IPython: each command imports what it needs
 # when it runs, so that `grader --help` and a wrong argument answer at once.
 
-EXIT_FULL_MARKS, EXIT_FAILURES, EXIT_UNUSABLE = 0, 1, 2
+EXIT_FULL_MARKS, EXIT_FAILURES, EXIT_UNUSABLE, EXIT_GRADER_FAULT = 0, 1, 2, 3
 PLATFORM_NAMES = ("gradescope", "prairielearn")   # grader.lms.PLATFORMS, without importing it
 
 
@@ -163,6 +163,9 @@ def main(argv=None) -> int:
     except (SubmissionError, SpecError) as exc:
         print(f"grader: error: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
+    except MachineFault as exc:
+        print(f"grader: cannot grade on this machine: {exc}", file=sys.stderr)
+        return EXIT_GRADER_FAULT
     except KeyboardInterrupt:
         print("grader: interrupted", file=sys.stderr)
         return 130
@@ -171,7 +174,7 @@ def main(argv=None) -> int:
         return EXIT_UNUSABLE
     except Exception as exc:  # noqa: BLE001 - users get one line, never the grader's traceback
         print(f"grader: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 3
+        return EXIT_GRADER_FAULT
 
 
 if __name__ == "__main__":

@@ -304,7 +304,7 @@ class Sandbox:
     """The isolation of one kernel, which owns its folder: the sandbox removes it in cleanup()."""
 
     def __init__(self, limits, workdir: str, hidden: list[str] = (), forbidden: tuple[str, ...] = ()):
-        self.enabled = limits.sandbox
+        self.enabled = limits.sandbox is not False   # None: as far as the machine allows
         self.fork_wanted = limits.fork_server
         self.memory_bytes = int(limits.memory_limit * 2**20)
         self.max_processes = limits.max_processes
