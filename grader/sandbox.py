@@ -21,9 +21,9 @@ import sys
 import time
 import uuid
 from importlib import resources
-from importlib.machinery import all_suffixes
 from pathlib import Path
 
+from . import importable
 from .watchdog import Watchdog
 
 MARKER = "SANDBOX_ID"
@@ -255,23 +255,9 @@ def interpreter_paths() -> list[str]:
 
 
 def library_paths(module: str) -> list[str]:
-    """Where the kernel's interpreter would find `module` (a package folder or a module file,
-    in any folder of its search path), found without importing anything."""
-    return list(_library_paths(module))
-
-
-@functools.lru_cache(maxsize=None)
-def _library_paths(module: str) -> tuple[str, ...]:
-    # Looked up once per grading run, not for every kernel: the installation does not change.
-    parts = module.split(".")
-    found = set()
-    for entry in sys.path:
-        if not entry or not os.path.isdir(entry):
-            continue
-        base = os.path.join(entry, *parts)
-        candidates = [base] + [base + suffix for suffix in all_suffixes()]
-        found |= {os.path.realpath(c) for c in candidates if os.path.exists(c)}
-    return tuple(sorted(found))
+    """Where the kernel's interpreter could find `module` (a package folder or a module file),
+    in any folder it could import from (grader/importable.py), found without importing anything."""
+    return importable.module_paths(module)
 
 
 def reachable_by_others(path: str) -> bool:
@@ -283,7 +269,7 @@ def grader_paths(extra: list[str]) -> list[str]:
     """Everything of the grader's the kernel must not read: its package, the reference, the
     templates, a source checkout, and the assignment spec."""
     paths = {str(Path(resources.files(p))) for p in ("grader", "grader.reference", "grader.templates")}
-    paths |= set(library_paths("grader"))   # an installed copy beside the one running
+    paths |= set(importable.grader_copies())   # other installed copies, under any name the kernel could import
     paths |= {str(Path(p).resolve()) for p in extra if p}
     checkout = Path(__file__).resolve().parent.parent
     if (checkout / "pyproject.toml").is_file() and (checkout / "reference").is_dir():

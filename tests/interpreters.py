@@ -23,10 +23,11 @@ KERNEL_PACKAGES = ("IPython", "ipykernel", "ipykernel_launcher.py")
 
 
 def build_wheel(folder: Path) -> Path:
-    """This checkout's grader as a wheel, built from a clean copy of its tracked files (a
-    leftover build/ folder would add files the checkout no longer has)."""
+    """This checkout's grader as a wheel, built from a clean copy of the files git does not
+    ignore (a leftover build/ folder would add files the checkout no longer has)."""
     source = folder / "source"
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, check=True).stdout
     for name in tracked.decode().split("\0"):
         if name and (ROOT / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
@@ -85,3 +86,17 @@ def stop_fork_server(python: Path, env: dict | None = None) -> None:
         os.kill(int(pid), signal.SIGTERM)
     except (OSError, ValueError, KeyError):
         pass
+
+
+def make_venv_without_base(where: Path, wheel: Path, leave_out: tuple[str, ...] = ("scipy",)) -> Path:
+    """A venv made without the base's site-packages, as `python -m venv` makes one by default,
+    holding links to the base's packages but `leave_out` (and the grader, installed from
+    `wheel`): the base's folder, which the kernel still sees, is then on no search path."""
+    python = make_venv(where, wheel, own_copies=(), system_site_packages=False)
+    site_packages = site_packages_of(python)
+    skipped = (*leave_out, "grader", "attention_grader", "__pycache__", "_distutils_hack", "distutils-precedence")
+    for entry in BASE_SITE_PACKAGES.iterdir():
+        if entry.name.startswith(skipped) or entry.suffix == ".pth" or (site_packages / entry.name).exists():
+            continue
+        (site_packages / entry.name).symlink_to(entry)
+    return python
