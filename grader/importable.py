@@ -3,11 +3,11 @@ anything: the sandbox puts stubs over the forbidden libraries and every copy of 
 found there.
 
 A kernel can append any folder it can read to sys.path, so its own search path is not enough:
-the roots also hold the site folders of every Python installation the kernel sees (the base
-interpreter's, even for a venv made without them; the distribution's dist-packages and
-/usr/local's, under /usr, which the kernel always sees), the standard library folders, the
-folders .pth files add, and the folders setuptools' editable installs map module names to
-(their finder, not sys.path, names those).
+the roots also hold the grader's user site folder, the site folders of every Python
+installation the kernel sees (the base interpreter's, even for a venv made without them; the
+distribution's dist-packages and /usr/local's, under /usr, which the kernel always sees), the
+standard library folders, the folders .pth files add, and the folders setuptools' editable
+installs map module names to (their finder, not sys.path, names those).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import functools
 import glob
 import os
 import re
+import site
 import sys
 from importlib.machinery import all_suffixes
 
@@ -83,7 +84,8 @@ def interpreter_prefixes() -> list[str]:
 def search() -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
     """(every import root, editable installs' (name, locations)); looked up once per run:
     the installation does not change while it grades."""
-    roots: list[str] = [f for entry in sys.path if (f := _folder(entry))]
+    user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else ""
+    roots: list[str] = [f for entry in [*sys.path, user_site] if (f := _folder(entry))]
     for prefix in [*interpreter_prefixes(), *SYSTEM_PREFIXES]:
         for pattern in SITE_PATTERNS:
             roots += [f for found in sorted(glob.glob(os.path.join(glob.escape(prefix), pattern)))
