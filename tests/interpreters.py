@@ -76,16 +76,22 @@ def run_check(python: Path, notebook: Path, out: Path, *options: str, env: dict 
     return done.returncode, done.stdout, done.stderr, result
 
 
-def stop_fork_server(python: Path, env: dict | None = None) -> None:
-    """Stop the fork server a run of `python` left (it would wait ten minutes for more kernels)."""
-    folder = subprocess.run([str(python), "-c", "from grader.forked_kernels import server_folder; "
-                             "print(server_folder())"], capture_output=True, text=True,
-                            env=env or interpreter_environment()).stdout.strip()
-    try:
-        pid = json.loads((Path(folder) / "hello.json").read_text())["pid"]
-        os.kill(int(pid), signal.SIGTERM)
-    except (OSError, ValueError, KeyError):
-        pass
+def stop_fork_server(python: Path) -> None:
+    """Stop the fork servers runs of `python` left (each waits ten minutes for more kernels):
+    every server whose hello file names a process of that interpreter. There may be several,
+    since a server's folder changes with the state of the installed packages."""
+    base = Path(tempfile.gettempdir()) / f"attention-grader-{os.getuid()}"
+    for hello in base.glob("*/hello.json"):
+        try:
+            pid = int(json.loads(hello.read_text())["pid"])
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if command == str(python):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
 
 
 def make_venv_without_base(where: Path, wheel: Path, leave_out: tuple[str, ...] = ("scipy",)) -> Path:

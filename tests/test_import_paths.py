@@ -14,7 +14,8 @@ import pytest
 
 from conftest import FIXTURES, ROOT
 from grader import sandbox
-from interpreters import BASE_SITE_PACKAGES, build_wheel, make_venv_without_base, run_check, site_packages_of
+from interpreters import (BASE_SITE_PACKAGES, build_wheel, make_venv_without_base, run_check, site_packages_of,
+                          stop_fork_server)
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
@@ -49,7 +50,9 @@ def wheel(tmp_path_factory):
 def venv(wheel):
     folder = Path(tempfile.mkdtemp(prefix="grader-venv-"))
     folder.chmod(0o755)
-    yield make_venv_without_base(folder / "venv", wheel)
+    python = make_venv_without_base(folder / "venv", wheel)
+    yield python
+    stop_fork_server(python)
     shutil.rmtree(folder, ignore_errors=True)
 
 

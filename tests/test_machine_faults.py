@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from conftest import SUBMISSIONS, expect_slow, run_grader
-from interpreters import build_wheel, interpreter_environment, make_venv, site_packages_of
+from interpreters import build_wheel, interpreter_environment, make_venv, site_packages_of, stop_fork_server
 
 
 pytestmark = pytest.mark.slow
@@ -35,6 +35,7 @@ def broken_venv(tmp_path_factory):
     stub.mkdir()
     (stub / "__init__.py").write_text(f"raise ImportError({BROKEN!r})\n")
     yield python, stub
+    stop_fork_server(python)   # the mended venv started one
     shutil.rmtree(folder, ignore_errors=True)
 
 
