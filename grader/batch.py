@@ -3,7 +3,9 @@
 Per submission: OUTDIR/<student>-<hash>/result.json (as `grader check --json`) and report.html,
 written atomically. Over all of them: grades.csv and summary.html. Whatever goes wrong with
 one submission (an unreadable file or archive, an unusable spec, a lost worker, a report that
-cannot be written) becomes that submission's error row, and the batch goes on. A submission
+cannot be written) becomes that submission's error row, and the batch goes on; a fault of the
+machine (its kernels cannot start, MachineFault) stops the batch instead, with nothing stored
+for the submissions it did not grade. A submission
 whose content, spec, result-shaping settings and grader version are unchanged is skipped
 unless --force, or unless its stored result is an error.
 """
@@ -27,6 +29,7 @@ from .files import write_json
 from .gradebook import class_rows, write_grades_csv
 from .grade import grade_path, not_graded
 from .inputs import Submission, collect
+from .errors import MachineFault
 from .loader import SubmissionError, one_line, read_submission
 from .printable import printable
 from .report_html import write_html, write_summary
@@ -253,6 +256,13 @@ def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, 
                     s, key, executor = pending.pop(future)
                     try:
                         finished.append((s, key, future.result()))
+                    except MachineFault:
+                        # This machine cannot grade: the batch stops, and what is not graded yet
+                        # is not started, so nothing is stored for it and the next run grades it.
+                        yield from finished
+                        for queued in pending:
+                            queued.cancel()
+                        raise
                     except BrokenProcessPool:
                         if executor is pool:
                             submit(s, key, alone, grade_alone)

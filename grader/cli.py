@@ -6,14 +6,14 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .errors import SpecError, SubmissionError
+from .errors import MachineFault, SpecError, SubmissionError
 from .printable import printable
 from .settings import BY_NAME, add_arguments, explicit_values, from_namespace, markdown_table, settings_from
 
 # The grading modules import NumPy, nbclient and IPython: each command imports what it needs
 # when it runs, so that `grader --help` and a wrong argument answer at once.
 
-EXIT_FULL_MARKS, EXIT_FAILURES, EXIT_UNUSABLE = 0, 1, 2
+EXIT_FULL_MARKS, EXIT_FAILURES, EXIT_UNUSABLE, EXIT_GRADER_FAULT = 0, 1, 2, 3
 PLATFORM_NAMES = ("gradescope", "prairielearn")   # grader.lms.PLATFORMS, without importing it
 
 
@@ -180,6 +180,9 @@ def main(argv=None) -> int:
     except (SubmissionError, SpecError) as exc:
         print(f"grader: error: {printable(exc, one_line=True)}", file=sys.stderr)
         return EXIT_UNUSABLE
+    except MachineFault as exc:
+        print(f"grader: cannot grade on this machine: {printable(exc, one_line=True)}", file=sys.stderr)
+        return EXIT_GRADER_FAULT
     except KeyboardInterrupt:
         print("grader: interrupted", file=sys.stderr)
         return 130
@@ -190,7 +193,7 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001 - users get one line, never the grader's traceback
         why = f"{type(exc).__name__}: {exc}"
         print(f"grader: internal error: {printable(why, one_line=True)}", file=sys.stderr)
-        return 3
+        return EXIT_GRADER_FAULT
 
 
 if __name__ == "__main__":

@@ -124,7 +124,7 @@ def worth_starting(settings) -> bool:
     """Whether a run with these settings would fork its kernels, as far as can be told before
     the first one: then the server is started early (`grader check`) or before the batch's
     workers."""
-    return bool(settings.sandbox and settings.fork_server and os.geteuid() == 0 and namespaces_available())
+    return bool(settings.sandbox is not False and settings.fork_server and os.geteuid() == 0 and namespaces_available())
 
 
 _lock = threading.Lock()

@@ -8,6 +8,7 @@ from pathlib import Path
 from . import answers, payloads, smallest, static_scan, wire
 from .checks import CHECKS, Context, Outcome, Probe, Verdict, check_context, check_probes, evidence_probes
 from .diagnosis import diagnose
+from .errors import MachineFault
 from .kernel import HARNESS, HARNESS_MODULE, CallsEnd, Kernel
 from .kernel_client import default_kernel_manager
 from .loader import code_cells, load_submission
@@ -331,10 +332,13 @@ async def _grade_functions(session, result: GradeResult, assignment: Assignment,
 
 
 def grade_path(path: Path, assignment: Assignment, settings, **kw) -> GradeResult:
-    """Grade a file; raises SubmissionError when the file cannot be read as a submission."""
+    """Grade a file; raises SubmissionError when the file cannot be read as a submission, and
+    MachineFault when this machine cannot run its kernel."""
     nb = load_submission(path)
     try:
         return asyncio.run(grade_notebook(nb, assignment, settings, Path(path).name, **kw))
+    except MachineFault:
+        raise   # no result: the submission is not at fault, nor is it graded
     except Exception as exc:  # noqa: BLE001 - a grader fault still yields a valid result
         return not_graded(Path(path).name, assignment, settings.seed, "grader_error", type(exc).__name__,
                           f"grading could not finish: {type(exc).__name__}: {exc}")

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ import nbformat
 from nbclient.exceptions import DeadKernelError
 
 from . import wire
+from .errors import MachineFault
 from .result import ErrorRecord
 from .wire import MIME
 from .kernel_client import MAX_MESSAGE_BYTES, CappedClient, default_kernel_manager
@@ -41,6 +43,8 @@ HARNESS_MODULE = "_attention_grader_harness"
 # on different channels).
 IOPUB_TIMEOUT = 2
 HARNESS = f"__import__('sys').modules[{HARNESS_MODULE!r}]"
+# The line of a kernel's log that says why it died: the exception that ended it.
+EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit)\b")
 
 
 def clean_traceback(lines: list[str], limit: int = 4000) -> str:
@@ -95,9 +99,9 @@ class Arrivals:
 
 class Kernel:
     """One kernel in a fresh temporary folder, for one submission. `async with Kernel(...)`
-    starts it, or raises having removed whatever the start got to (RuntimeError, in one line,
-    when the kernel or the harness did not start); leaving the block stops it and counts in
-    `leftover_processes` what had to be killed."""
+    starts it, or raises having removed whatever the start got to: MachineFault, in one line,
+    when the kernel or the harness did not start, since no code of the submission has run in
+    it yet; leaving the block stops it and counts in `leftover_processes` what had to be killed."""
 
     def __init__(self, limits: Limits, kernel_manager_factory=default_kernel_manager, forbidden: tuple[str, ...] = (),
                  hidden_files: tuple[str, ...] = ()):
@@ -119,14 +123,20 @@ class Kernel:
         self.workdir = tempfile.mkdtemp(prefix=f"grader-kernel-{run_id()}-")
         try:
             await self._start()
-        except BaseException:
+        except BaseException as exc:
             await self.__aexit__(None, None, None)   # whatever the start got to, it is stopped and removed
+            if isinstance(exc, Exception) and not isinstance(exc, MachineFault):
+                raise MachineFault(f"a kernel could not start ({sys.executable}): {type(exc).__name__}: "
+                                   f"{exc}") from None
             raise
         return self
 
     async def _start(self) -> None:
         self.sandbox = Sandbox(self.limits, self.workdir, grader_paths(self.hidden_files), self.forbidden)
         self.sandbox.prepare()
+        if self.limits.sandbox is True and (missing := self.sandbox.report()["missing"]):
+            raise MachineFault(f"--sandbox asks for the whole sandbox, and this machine cannot give the kernel "
+                               f"its {', '.join(missing)}")
         self._write_startup_file()
         self.sandbox.give_workdir()
         # The kernel's own stderr goes to a file outside its reach, for when it fails to start.
@@ -146,17 +156,21 @@ class Kernel:
             # nbclient registers its exit hook before the start and removes it only when its
             # context exits, which a failed start never does: the hook would fail at exit.
             atexit.unregister(self.client._cleanup_kernel)
-            raise RuntimeError(f"the kernel did not start ({exc}): {self._kernel_log_tail()}") from None
+            raise MachineFault(f"a kernel could not start ({sys.executable}): {self._why_it_died(exc)}") from None
         self._setup = setup
         self.alive = True
         payload, error = await self.run_code(f"{HARNESS}.ready()", timeout=self.limits.startup_timeout)
         if not payload:
             detail = f"{error.ename}: {error.evalue}" if error else "it did not load"
-            raise RuntimeError(f"could not start the grading harness: {detail}")
+            raise MachineFault(f"the grading harness could not start in a kernel ({sys.executable}): {detail}")
 
-    def _kernel_log_tail(self) -> str:
+    def _why_it_died(self, exc: Exception) -> str:
+        """What the kernel's log says ended it (the exception, else its last line), or `exc`."""
         self.kernel_log.seek(0)
-        return " | ".join(self.kernel_log.read()[-600:].decode(errors="replace").strip().splitlines()[-3:])
+        lines = [line.strip() for line in self.kernel_log.read()[-4000:].decode(errors="replace").splitlines()
+                 if line.strip()]
+        said = [line for line in lines if EXCEPTION_LINE.match(line)] or lines[-1:]
+        return f"{exc}: {said[-1][:300]}" if said else str(exc)
 
     def _write_startup_file(self) -> None:
         """The harness loads as an IPython startup file: before the first cell, and outside

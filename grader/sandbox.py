@@ -22,10 +22,9 @@ import sys
 import time
 import uuid
 from importlib import resources
-from importlib.machinery import all_suffixes
 from pathlib import Path
 
-from . import keyrings, landlock
+from . import importable, keyrings, landlock
 from .watchdog import Watchdog
 
 MARKER = "SANDBOX_ID"
@@ -278,23 +277,9 @@ def interpreter_paths() -> list[str]:
 
 
 def library_paths(module: str) -> list[str]:
-    """Where the kernel's interpreter would find `module` (a package folder or a module file,
-    in any folder of its search path), found without importing anything."""
-    return list(_library_paths(module))
-
-
-@functools.lru_cache(maxsize=None)
-def _library_paths(module: str) -> tuple[str, ...]:
-    # Looked up once per grading run, not for every kernel: the installation does not change.
-    parts = module.split(".")
-    found = set()
-    for entry in sys.path:
-        if not entry or not os.path.isdir(entry):
-            continue
-        base = os.path.join(entry, *parts)
-        candidates = [base] + [base + suffix for suffix in all_suffixes()]
-        found |= {os.path.realpath(c) for c in candidates if os.path.exists(c)}
-    return tuple(sorted(found))
+    """Where the kernel's interpreter could find `module` (a package folder or a module file),
+    in any folder it could import from (grader/importable.py), found without importing anything."""
+    return importable.module_paths(module)
 
 
 def reachable_by_others(path: str) -> bool:
@@ -306,7 +291,7 @@ def grader_paths(extra: list[str]) -> list[str]:
     """Everything of the grader's the kernel must not read: its package, the reference, the
     templates, a source checkout, and the assignment spec."""
     paths = {str(Path(resources.files(p))) for p in ("grader", "grader.reference", "grader.templates")}
-    paths |= set(library_paths("grader"))   # an installed copy beside the one running
+    paths |= set(importable.grader_copies())   # other installed copies, under any name the kernel could import
     paths |= {str(Path(p).resolve()) for p in extra if p}
     checkout = Path(__file__).resolve().parent.parent
     if (checkout / "pyproject.toml").is_file() and (checkout / "reference").is_dir():
@@ -327,7 +312,7 @@ class Sandbox:
     """The isolation of one kernel, which owns its folder: the sandbox removes it in cleanup()."""
 
     def __init__(self, limits, workdir: str, hidden: list[str] = (), forbidden: tuple[str, ...] = ()):
-        self.enabled = limits.sandbox
+        self.enabled = limits.sandbox is not False   # None: as far as the machine allows
         self.fork_wanted = limits.fork_server
         self.memory_bytes = int(limits.memory_limit * 2**20)
         self.max_processes = limits.max_processes

@@ -166,8 +166,6 @@ def build_root(policy):
     root.mount()
     for path in system:
         root.link(path) if path in links else root.bind(path)
-    for path in interpreter:
-        root.bind(path)
     for path in etc:
         root.link(path) if os.path.islink(path) else root.bind(path)
     for device in DEVICES:
@@ -180,9 +178,13 @@ def build_root(policy):
     mount("devpts", root.at("/dev/pts"), "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
     os.symlink("pts/ptmx", root.at("/dev/ptmx"))
     os.symlink("/proc/self/mounts", root.at("/etc/mtab"))
-    for path in TEMPORARY:
-        root.bind(path, source=temporary, writable=True)
-    root.bind(workdir, writable=True)   # after /tmp, which it may lie in
+    # Each folder is bound after those it lies in: the kernel's private /tmp first, then an
+    # interpreter installed there (a venv in /tmp, common in CI) and the kernel's own folder,
+    # which would otherwise be hidden under it.
+    binds = [*((path, temporary, True) for path in TEMPORARY), *((path, None, False) for path in interpreter),
+             (workdir, None, True)]
+    for path, source, writable in sorted(binds, key=lambda bind: bind[0].rstrip("/").count("/")):
+        root.bind(path, source=source, writable=writable)
     os.makedirs(root.at("/proc"), mode=0o555)
     mount("proc", root.at("/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     index = 0

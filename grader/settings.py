@@ -84,8 +84,9 @@ SETTINGS: tuple[Setting, ...] = (
             limit=True),
     Setting("cell_output_limit", int, 200_000, "characters of output one cell may print; the rest is discarded",
             limit=True),
-    Setting("sandbox", bool, True, "isolate the kernel (limits, namespaces, cgroups, unprivileged user) where the "
-            "machine allows it; --no-sandbox runs it as a plain subprocess", limit=True, in_spec=False),
+    Setting("sandbox", bool, None, "isolate the kernel (limits, namespaces, cgroups, unprivileged user); when "
+            "omitted, as far as the machine allows it; --sandbox requires all of it and stops with exit 3 where the "
+            "machine cannot give it; --no-sandbox runs the kernel as a plain subprocess", limit=True, in_spec=False),
     Setting("fork_server", bool, True, "start each kernel by forking a warm parent that has already imported "
             "ipykernel, numpy and matplotlib, into the same sandbox a fresh kernel gets; where that sandbox or the "
             "server is not available, kernels start fresh and the result says why", limit=True, in_spec=False,
@@ -155,13 +156,21 @@ def validated_limits(limits: dict, where: str) -> dict:
     return checked
 
 
+def default_text(s: Setting) -> str:
+    """A default as the help and the settings table say it; an unset switch is decided by the
+    machine (only `sandbox` is one)."""
+    if s.type is bool:
+        return {True: "on", False: "off", None: "where available"}[s.default]
+    return str(s.default)
+
+
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     """Every option defaults to None on the command line, so an explicit value can be told
     from the declared default (which a spec's [limits] may replace)."""
     for s in SETTINGS:
         if command not in s.commands:
             continue
-        shown = f" (default: {'on' if s.default is True else 'off' if s.default is False else s.default})"
+        shown = f" (default: {default_text(s)})"
         if s.type is bool:
             parser.add_argument(s.flag, dest=s.name, action=argparse.BooleanOptionalAction, default=None,
                                 help=s.help + shown)
@@ -192,8 +201,7 @@ def markdown_table() -> str:
     rows = ["| option | type | default | commands | spec `[limits]` | what it does |",
             "| --- | --- | --- | --- | --- | --- |"]
     for s in SETTINGS:
-        default = ({True: "on", False: "off"}[s.default] if s.type is bool
-                   else "none" if s.default is None else f"`{s.default}`")
+        default = default_text(s) if s.type is bool else "none" if s.default is None else f"`{s.default}`"
         in_spec = f"`{s.name}`" if s.name in SPEC_SETTINGS else ""
         rows.append(f"| `{s.flag}` | {s.type.__name__} | {default} | {', '.join(s.commands)} | {in_spec} | {s.help} |")
     return "\n".join(rows)

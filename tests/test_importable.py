@@ -1,0 +1,53 @@
+"""The folders the kernel could import from, read from an installation's files without
+importing them (tests/test_import_paths.py grades through real venvs)."""
+import sys
+from pathlib import Path
+
+from grader import importable
+
+BASE_SITE = Path(sys.base_prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def test_the_base_interpreters_site_packages_are_a_root_whatever_sys_path_holds(monkeypatch):
+    importable.search.cache_clear()
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if not p.startswith(sys.base_prefix)])
+    try:
+        assert str(BASE_SITE.resolve()) in importable.import_roots()
+    finally:
+        importable.search.cache_clear()
+
+
+def test_pth_files_add_folders_and_editable_finders_map_names(tmp_path):
+    site, added, source = tmp_path / "site", tmp_path / "added", tmp_path / "src" / "fastsoftmax"
+    for folder in (site, added, source):
+        folder.mkdir(parents=True)
+    (site / "paths.pth").write_text(f"# a comment\n{added}\n../missing\n")
+    (site / "__editable__.fastsoftmax-1.0.pth").write_text("import __editable___fastsoftmax_1_0_finder; "
+                                                           "__editable___fastsoftmax_1_0_finder.install()\n")
+    (site / "__editable___fastsoftmax_1_0_finder.py").write_text(
+        f"import sys\nMAPPING: dict[str, str] = {{'fastsoftmax': {str(source)!r}}}\n"
+        "raise SystemExit('the finder must be read, never run')\n")
+    folders, mapped = importable._pth_entries(str(site))
+    assert folders == [str(added.resolve())]
+    assert mapped == {"fastsoftmax": [str(source)]}
+
+
+def test_an_installed_distribution_of_the_grader_names_its_packages(tmp_path):
+    (tmp_path / "grader_v0").mkdir()
+    (tmp_path / "unrelated").mkdir()
+    record = tmp_path / "attention_grader-0.0.9.dist-info"
+    record.mkdir()
+    (record / "RECORD").write_text("grader_v0/__init__.py,sha256=x,1\n../../../bin/grader,sha256=y,2\n"
+                                   "attention_grader-0.0.9.dist-info/METADATA,,\n__editable___finder.py,,\n")
+    assert importable._installed_packages(str(tmp_path), str(record)) == {str((tmp_path / "grader_v0").resolve())}
+
+
+def test_a_copy_of_the_reference_is_recognised_under_any_name(tmp_path):
+    package = tmp_path / "old_grader"
+    (package / "reference").mkdir(parents=True)
+    for name in importable.REFERENCE_FILES:
+        (package / "reference" / name).write_text("")
+    assert importable._holds_reference(str(package / "reference"))
+    assert not importable._holds_reference(str(package))   # no __init__.py: a plain folder, not a package
+    (package / "__init__.py").write_text("")
+    assert importable._holds_reference(str(package))

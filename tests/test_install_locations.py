@@ -1,0 +1,92 @@
+"""The grader installed where courses install it grades the worked solution to full marks:
+the kernel sees its interpreter and packages wherever they live (a venv under /tmp, whose
+folder the sandbox gives the kernel a private copy of; /home; /opt; an interpreter under
+/root, a folder only root may enter; the system's own prefix)."""
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import SUBMISSIONS
+from grader import sandbox
+from interpreters import BASE_PYTHON, build_wheel, interpreter_environment, make_venv, run_check, stop_fork_server
+
+pytestmark = pytest.mark.slow
+
+FULL = sandbox.namespaces_available() and sandbox.unprivileged_ids() is not None
+WORKED = SUBMISSIONS / "worked_solution.ipynb"
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+# What the grader needs besides itself (pyproject.toml's dependencies).
+DEPENDENCIES = ("numpy", "nbformat", "nbclient", "ipykernel", "jupyter_client", "pyzmq", "jinja2", "matplotlib")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+def folder_in(parent: str):
+    """A fresh folder in `parent` that every user may enter, as an installation's is."""
+    Path(parent).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="grader-install-", dir=parent))
+    folder.chmod(0o755)
+    return folder
+
+
+def assert_full_marks(python: Path, tmp_path: Path, *options: str, env: dict | None = None) -> dict:
+    code, out, err, result = run_check(python, WORKED, tmp_path / "r.json", *options, env=env)
+    assert code == 0, (out[-2000:], err[-2000:])
+    assert result["score"] == result["max_score"] == 25, result["errors"]
+    assert result["errors"] == []
+    if FULL:
+        assert result["isolation"]["level"] == "full", result["isolation"]
+    return result
+
+
+@pytest.mark.parametrize("parent", ["/tmp", "/var/tmp", "/home", "/opt"])
+@pytest.mark.parametrize("start", ["fresh", "forked"])
+def test_a_venv_in_each_location_grades_to_full_marks(parent, start, wheel, tmp_path):
+    folder = folder_in(parent)
+    python = folder / "venv" / "bin" / "python"
+    try:
+        python = make_venv(folder / "venv", wheel)
+        result = assert_full_marks(python, tmp_path, *(["--no-fork-server"] if start == "fresh" else []))
+        if FULL:
+            assert result["isolation"]["kernel_start"].startswith(start)
+    finally:
+        if start == "forked":
+            stop_fork_server(python)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_pyenv_interpreter_under_root_grades_to_full_marks(wheel, tmp_path):
+    """pyenv's interpreter itself, in /root (mode 0700), as the kernel's: the grader from the
+    wheel is put first on the grader's path alone (the kernel's environment is scrubbed)."""
+    if not str(BASE_PYTHON).startswith("/root/"):
+        pytest.skip(f"the suite's base interpreter is {BASE_PYTHON}, not one under /root")
+    target = tmp_path / "grader-only"
+    subprocess.run([str(BASE_PYTHON), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed",
+                    "--target", str(target), str(wheel)], check=True, capture_output=True)
+    env = interpreter_environment(PYTHONPATH=str(target))
+    assert_full_marks(BASE_PYTHON, tmp_path, "--no-fork-server", env=env)
+
+
+def test_a_venv_of_the_system_interpreter_grades_to_full_marks(wheel, tmp_path):
+    """The distribution's python3 (prefix /usr), in a venv under /opt holding every dependency."""
+    if not SYSTEM_PYTHON.exists():
+        pytest.skip("no system python3")
+    folder = folder_in("/opt")
+    try:
+        made = subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", str(folder / "venv")], capture_output=True, text=True)
+        if made.returncode != 0:
+            pytest.skip(f"the system python3 cannot make a venv: {made.stderr.strip()[-200:]}")
+        python = folder / "venv" / "bin" / "python"
+        installed = subprocess.run([str(python), "-m", "pip", "install", "-q", *DEPENDENCIES, str(wheel)],
+                                   capture_output=True, text=True, timeout=600)
+        if installed.returncode != 0:
+            pytest.skip(f"the grader's dependencies could not be installed: {installed.stderr.strip()[-300:]}")
+        assert_full_marks(python, tmp_path, "--no-fork-server")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
