@@ -14,6 +14,7 @@ from pathlib import Path
 from .files import write_json
 from .grade import grade_path, not_graded
 from .inputs import resolved
+from .errors import MachineFault
 from .loader import SubmissionError
 from .report_html import write_html
 from .result import NOT_GRADED, ErrorRecord, GradeResult
@@ -29,6 +30,11 @@ class Platform:
     default_root = ""
     submission_folder = ""
     spec_folder = ""
+    # Whether a fault of the machine (grader.errors.MachineFault) may still be written as a
+    # result: only where the platform's format says "not graded" without costing the student
+    # anything. Elsewhere no results file is written, so the platform shows the job as failed
+    # and the staff regrade it once the machine is mended.
+    fault_as_result = False
 
     def results_path(self, root: Path) -> Path:
         return root / "results" / "results.json"
@@ -64,6 +70,9 @@ class Gradescope(Platform):
 
 class PrairieLearn(Platform):
     name, default_root, submission_folder, spec_folder = "prairielearn", "/grade", "student", "tests"
+    # PrairieLearn's `gradable: false`: "no points will be awarded or lost, and the student
+    # will not be penalized an attempt" (docs/externalGrading.md).
+    fault_as_result = True
 
     def render(self, result: GradeResult, problem: str, seconds: float, assignment: Assignment | None) -> dict:
         view = students_view(result)
@@ -217,6 +226,7 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
     platform = PLATFORMS[platform_name]
     started = time.monotonic()
     result, problem, kind, assignment, submission = None, "", "unreadable", None, None
+    fault: MachineFault | None = None
     try:
         try:
             submission = find_submission(root / platform.submission_folder)
@@ -233,6 +243,12 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
         problem = str(exc)
     except SpecError as exc:
         problem, kind = str(exc), "grader_error"
+    except MachineFault as exc:
+        # Never a student's 0: Gradescope gets no results file (the job fails, the staff see
+        # the cause in its log and regrade); PrairieLearn gets `gradable: false`.
+        if not platform.fault_as_result:
+            raise
+        problem, kind, fault = f"the grading machine could not run the notebook: {exc}", "grader_error", exc
     except Exception as exc:  # noqa: BLE001 - whatever failed, a valid results file is still written
         problem, kind = f"unexpected error in the grader: {type(exc).__name__}: {exc}", "grader_error"
         # The details go to the platform's log of the grading job, which only the staff read.
@@ -245,6 +261,8 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
         result.errors.append(ErrorRecord(-1, kind, "GraderError", problem).to_json())
     data = platform.render(result, why_not_graded(result), time.monotonic() - started, assignment)
     write_results(platform.results_path(root), data)
+    if fault is not None:
+        raise fault   # written as not gradable; the command still ends with the machine's exit code
     return data
 
 

@@ -130,3 +130,23 @@ def test_a_cell_that_kills_the_kernel_is_still_the_students(tmp_path):
     result = json.loads((tmp_path / "r.json").read_text())
     assert any(e["kind"] == "kernel_died" and e["cell"] == 0 for e in result["errors"]), result["errors"]
     assert result["score"] == 25   # run again without that cell
+
+
+@pytest.mark.parametrize("platform, student_folder", [("gradescope", "submission"), ("prairielearn", "student")])
+def test_an_lms_grading_on_a_broken_machine_costs_the_student_nothing(broken_venv, tmp_path, platform,
+                                                                      student_folder):
+    """Gradescope gets no results file (its job fails, the staff regrade); PrairieLearn gets
+    `gradable: false`, which awards and takes nothing and counts no attempt. Never a 0."""
+    python, _ = broken_venv
+    root = tmp_path / "root"
+    (root / student_folder).mkdir(parents=True)
+    shutil.copy(WORKED, root / student_folder / "attention.ipynb")
+    code, out, err = run_with(python, ["lms", platform, "--root", root, *FAST])
+    assert code == EXIT_GRADER_FAULT, (out[-2000:], err[-2000:])
+    one_fault_line(err, BROKEN)
+    results = root / "results" / "results.json"
+    if platform == "gradescope":
+        assert not results.exists()
+    else:
+        data = json.loads(results.read_text())
+        assert data["gradable"] is False and BROKEN in data["message"], data
