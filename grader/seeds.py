@@ -37,20 +37,38 @@ def _derived(*parts: bytes) -> int:
     return int.from_bytes(digest[:SEED_BITS // 8], "big")
 
 
-def run_secret(outdir: Path) -> int:
-    """The batch's secret, kept in OUTDIR (root only) so that a rerun grades the same inputs.
-    A kept value of another form (such as an older, shorter seed) is replaced by a new one."""
-    path = Path(outdir) / SECRET_FILE
+def _kept_secret(path: Path) -> int | None:
     try:
         text = path.read_text().strip()
     except OSError:
-        text = ""
-    if SECRET_FORMAT.fullmatch(text):
-        return int(text, 16)
+        return None
+    return int(text, 16) if SECRET_FORMAT.fullmatch(text) else None
+
+
+def run_secret(outdir: Path) -> int:
+    """The batch's secret, kept in OUTDIR (root only) so that a rerun grades the same inputs.
+    Two runs starting on the same OUTDIR at once agree on one secret: the new one is written
+    whole to a file of its own and linked into place only if no secret is there yet. A kept
+    value of another form (such as an older, shorter seed) is replaced by a new one."""
+    path = Path(outdir) / SECRET_FILE
+    kept = _kept_secret(path)
+    if kept is not None:
+        return kept
     secret = fresh_seed()
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as f:
-        f.write(f"{secret:0{SEED_BITS // 4}x}\n")
+    draft = path.with_name(f"{SECRET_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "w") as f:
+            f.write(f"{secret:0{SEED_BITS // 4}x}\n")
+        try:
+            os.link(draft, path)          # atomic, and fails if another run got there first
+        except FileExistsError:
+            kept = _kept_secret(path)
+            if kept is not None:
+                return kept
+            os.replace(draft, path)       # an unusable old file: ours replaces it
+    finally:
+        draft.unlink(missing_ok=True)
     return secret
 
 

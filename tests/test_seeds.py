@@ -158,3 +158,19 @@ def test_the_lms_results_show_students_no_seed_and_the_staff_log_has_it(tmp_path
         assert not re.search(r"seed \d{4,}", shown), f"{platform} shows a seed: {re.search(r'seed [0-9]+', shown)}"
         (logged,) = re.findall(r"grading seed: (\d+)", done.stderr)
         assert int(logged).bit_length() > 100 and logged not in shown
+
+
+def test_runs_starting_together_on_one_output_folder_agree_on_its_secret(tmp_path):
+    """Each run that finds no secret writes its own and links it into place; the ones that
+    lose the race read the winner's, so every run grades with the same inputs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from grader.seeds import SECRET_FILE, run_secret
+    with ThreadPoolExecutor(8) as pool:
+        secrets_seen = set(pool.map(lambda _: run_secret(tmp_path), range(32)))
+    assert len(secrets_seen) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [SECRET_FILE]
+    assert (tmp_path / SECRET_FILE).stat().st_mode & 0o777 == 0o600
+    # An older seed of another form is replaced, once.
+    (tmp_path / SECRET_FILE).write_text("1234\n")
+    assert run_secret(tmp_path) == run_secret(tmp_path) != 1234
