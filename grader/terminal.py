@@ -7,6 +7,7 @@ a closing summary: the score, the likely mistakes and what to look at first.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -134,7 +135,11 @@ def _closing(out: _Writer, view, functions: list[FunctionView]) -> None:
 
 def summary(result: GradeResult, staff: bool = False, colour: bool = False, width: int | None = None) -> str:
     # The only thing read below; every text in it made printable before the colours are added.
-    view = printable_data(result_view(result, staff))
+    # A traceback is read only for the failing line it marks, past IPython's own colour codes:
+    # those are dropped (never obeyed) first, or the escapes would hide the marker.
+    view = result_view(result, staff)
+    errors = [{**e, "traceback": ANSI.sub("", str(e.get("traceback", "")))} for e in view.errors]
+    view = printable_data(dataclasses.replace(view, errors=errors))
     width = width or min(shutil.get_terminal_size((100, 24)).columns, MAX_WIDTH)
     out = _Writer(colour, width)
     out.line(out.paint(f"{view.submission}: {view.score:g} / {plural(view.max_score, 'point')}", "bold")
