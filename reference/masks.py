@@ -10,7 +10,9 @@ floats, ...). Each `MaskForm` converts both ways: `to_course` makes the argument
 function receives from a canonical keep-mask, `from_course` says which keys the course's
 function lets each query attend given that argument. How a fully masked row comes out depends
 on how the function applies the mask, so it is a parameter of a case (`FULLY_MASKED_RULES`);
-an additive form decides it by arithmetic, and says so in `fully_masked`.
+an additive form decides it by arithmetic, and says so in `fully_masked`. A causal mask a
+function builds itself, with no argument or from a flag, is no form: the flag is the case's
+`causal`, and the mask `causal_keep`.
 """
 from __future__ import annotations
 
