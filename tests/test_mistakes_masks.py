@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from grader.cases import revealing_keep, with_course_features
 from grader.reference.attention import Case, Head, attention, batch_elements, batched, softmax_rows
 from grader.reference.mistakes import MISTAKES, Variant, combined, mistaken_attention, mistaken_batched
 
@@ -261,3 +262,39 @@ def test_the_output_projection_without_its_bias():
     case = make_case(8, wo=True, bo=True)
     got = mistaken_attention(case, BY_ID["projection_bias_missing"].variant)["output"]
     np.testing.assert_allclose(got, attention(case)["output"] - case.bo)
+
+
+# --- the generated inputs reveal these mistakes ---
+
+FEATURES_OF = {"mask_after_softmax": dict(mask=True), "mask_inverted": dict(mask=True),
+               "mask_multiplied": dict(key_padding=True), "mask_wrong_sign": dict(mask=True, key_padding=True),
+               "causal_diagonal_excluded": dict(causal=True), "causal_upper_triangle": dict(causal=True),
+               "keys_values_from_queries": dict(memory_rows=7), "cross_sequences_swapped": dict(memory_rows=3),
+               "projection_bias_missing": dict(projection_bias=True)}
+
+
+@pytest.mark.parametrize("mistake", sorted(FEATURES_OF))
+def test_generated_course_features_reveal_their_mistakes(mistake):
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        base = make_case(seed, n=int(rng.integers(2, 7)), wo=True)
+        case = with_course_features(base, rng, **FEATURES_OF[mistake])
+        assert _differs(mistaken_attention(case, BY_ID[mistake].variant), attention(case)), seed
+
+
+def test_a_revealing_mask_keeps_and_loses_a_key_in_every_row():
+    rng = np.random.default_rng(0)
+    for lq, lk in [(1, 1), (1, 2), (5, 2), (4, 7), (9, 3)]:
+        for _ in range(20):
+            keep = revealing_keep(rng, lq, lk)
+            assert keep.shape == (lq, lk) and keep.any(axis=1).all()
+            assert lk == 1 or (~keep).any(axis=1).all()
+
+
+def test_course_features_keep_the_case_consistent():
+    rng = np.random.default_rng(1)
+    case = with_course_features(make_case(2, wo=True), rng, memory_rows=4, d_memory=3, mask=True, key_padding=True,
+                                causal=True, projection_bias=True)
+    assert case.memory.shape == (4, 3) and case.mask.shape == (5, 4) and case.key_mask.tolist() == [1, 1, 1, 0]
+    assert case.causal and case.bo.shape == (6,) and all(h.wk.shape[0] == 3 and h.wv.shape[0] == 3 for h in case.heads)
+    assert np.all(np.isfinite(attention(case)["output"]))

@@ -13,7 +13,8 @@ from grader.reference.attention import (Case, Head, attention, batch_elements, b
 from grader.reference.masks import (FORMS, FULLY_MASKED_RULES, additive, causal_keep, course_scores,
                                     masked_softmax, with_key_padding)
 
-QUICK = settings(max_examples=60, deadline=None)
+# Derandomized: the suite draws the same examples on every run, so a failure reproduces.
+QUICK = settings(max_examples=60, deadline=None, derandomize=True)
 
 
 def _rows(a):
