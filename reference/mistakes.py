@@ -47,6 +47,7 @@ class Variant:
     output: str = "plain"           # plain | transposed
     mask: str = "before"            # before | after_softmax | inverted | multiplied | wrong_sign
     causal: str = "lower"           # lower | strict (diagonal excluded) | upper (upper triangle kept)
+    causal_step: str = "before"     # before | after_softmax | multiplied: how the causal mask is applied
     kv_source: str = "memory"       # memory | x (keys and values from X) | swapped (queries from the memory)
     layout: str = "right"           # right | transposed (x @ W for a framework-layout W)
     projection_bias: str = "added"  # added | missing
@@ -98,9 +99,14 @@ def _sources(case: Case, v: Variant) -> tuple[np.ndarray, np.ndarray]:
     return x, memory
 
 
-def _keep(case: Case, v: Variant) -> np.ndarray | None:
-    """The keep-mask as the student builds it: the masks given (inverted, if so) and the
-    causal mask made inside (off by one, if so)."""
+# The ways a student applies a mask: the right one (-inf before the softmax), then the wrong ones.
+_MASK_STEPS = ("before", "after_softmax", "multiplied", "wrong_sign")
+
+
+def _keep(case: Case, v: Variant) -> dict | None:
+    """The keep-masks as the student builds and applies them, by step (see _MASK_STEPS): the
+    masks given (inverted, if so) as `v.mask` says, the causal mask made inside (off by one, if
+    so) as `v.causal_step` says; None when there is no mask at all."""
     given = [case.mask, None if case.key_mask is None else case.key_mask[None, :]]
     if v.mask == "inverted":
         given = [None if g is None else ~g for g in given]
@@ -108,40 +114,48 @@ def _keep(case: Case, v: Variant) -> np.ndarray | None:
     if case.causal:
         ones = np.ones((case.n, case.lk), dtype=bool)
         built = {"lower": causal_keep(case.n, case.lk), "strict": np.tril(ones, -1), "upper": np.triu(ones)}[v.causal]
-    keep = combine(*given, built)
-    return None if keep is None else np.broadcast_to(keep, (case.n, case.lk)).copy()
+    given_step = "before" if v.mask == "inverted" else v.mask
+    parts = {step: [] for step in _MASK_STEPS}
+    parts[given_step] += given
+    parts[v.causal_step].append(built)
+    steps = {step: combine(*keeps) for step, keeps in parts.items()}
+    if all(k is None for k in steps.values()):
+        return None
+    return {step: None if k is None else np.broadcast_to(k, (case.n, case.lk)).copy() for step, k in steps.items()}
 
 
-def _mask_step(s, keep, v: Variant, plain, honouring):
-    """The weights from scores `s`: `plain` is the variant's softmax without a mask,
-    `honouring(s, keep)` the one that gives masked keys zero weight."""
+def _mask_step(s, keep: dict | None, plain, honouring):
+    """The weights from scores `s`, each mask applied at its step: `plain` is the variant's
+    softmax without a mask, `honouring(s, keep)` the one that gives masked keys zero weight."""
     if keep is None:
         return plain(s)
-    if v.mask == "after_softmax":
-        return plain(s) * keep
-    if v.mask == "multiplied":
-        return plain(s * keep)
-    if v.mask == "wrong_sign":
-        return plain(s + np.where(keep, 0.0, WRONG_SIGN_BIG))
-    return honouring(s, keep)
+    if keep["multiplied"] is not None:
+        s = s * keep["multiplied"]
+    if keep["wrong_sign"] is not None:
+        s = s + np.where(keep["wrong_sign"], 0.0, WRONG_SIGN_BIG)
+    w = plain(s) if keep["before"] is None else honouring(s, keep["before"])
+    return w if keep["after_softmax"] is None else w * keep["after_softmax"]
 
 
-def _weights(s: np.ndarray, keep, v: Variant, rule: str) -> np.ndarray:
+def _weights(s: np.ndarray, keep: dict | None, v: Variant, rule: str) -> np.ndarray:
     """One head's weights from its score matrix."""
     axis = _SOFTMAX_AXES.get(v.softmax, -1)
-    return _mask_step(s, keep, v, lambda t: _softmax(t, v.softmax),
+    return _mask_step(s, keep, lambda t: _softmax(t, v.softmax),
                       lambda t, k: masked_softmax(t, k, rule, axis=axis, stable=v.softmax != "naive"))
 
 
-def _group_weights(scores: list, keeps: list, v: Variant, rule: str) -> list:
+def _group_weights(scores: list, keeps: list, rule: str) -> list:
     """Score matrices normalised across a group (the heads of a case, or the elements of a
     batch), as a softmax over the heads or the batch axis does."""
     s = np.stack(scores)
     keep = None
     if any(k is not None for k in keeps):
-        keep = np.stack([np.ones(m.shape, dtype=bool) if k is None else np.broadcast_to(k, m.shape)
-                         for k, m in zip(keeps, scores)])
-    return list(_mask_step(s, keep, v, lambda t: masked_softmax(t, None, axis=0),
+        keep = {}
+        for step in _MASK_STEPS:
+            mine = [None if k is None else k[step] for k in keeps]
+            keep[step] = None if all(m is None for m in mine) else np.stack(
+                [np.ones(m.shape, dtype=bool) if k is None else k for k, m in zip(mine, scores)])
+    return list(_mask_step(s, keep, lambda t: masked_softmax(t, None, axis=0),
                            lambda t, k: masked_softmax(t, k, rule, axis=0)))
 
 
@@ -271,12 +285,12 @@ def _mistaken(cases: list[Case], v: Variant) -> list[dict]:
     if v.softmax == "heads":
         for p in scored:
             p["weights"] = _group_weights([part["scores"] for part in p["parts"]], [p["keep"]] * len(p["parts"]),
-                                          p["v"], p["case"].fully_masked)
+                                          p["case"].fully_masked)
     elif v.softmax == "batch" and scored:
         per_element = [[] for _ in scored]
         for i in range(len(scored[0]["parts"])):
             weights = _group_weights([p["parts"][i]["scores"] for p in scored], [p["keep"] for p in scored],
-                                     v, scored[0]["case"].fully_masked)
+                                     scored[0]["case"].fully_masked)
             for mine, w in zip(per_element, weights):
                 mine.append(w)
         for p, weights in zip(scored, per_element):
@@ -451,6 +465,16 @@ MISTAKES: tuple[Mistake, ...] = (
        "The causal mask lets each query attend the keys after it instead of before it.",
        "Look at which triangle your mask keeps: query i may attend keys j <= i (the lower triangle).",
        needs={"causal"}, causal="upper"),
+    _m("causal_after_softmax", "causal mask applied after the softmax",
+       "The weights of later tokens are zeroed after the softmax, so each query's remaining weights no "
+       "longer sum to 1.",
+       "Look at where the causal mask goes: the scores of later keys become -inf before the softmax.",
+       needs={"causal", "softmax"}, causal_step="after_softmax"),
+    _m("causal_multiplied", "causal mask multiplied into the scores (zeros instead of -inf)",
+       "The scores of later keys are set to 0 (as np.tril of the scores does), and exp(0) still gives "
+       "those keys weight.",
+       "Look at the value a later key's score gets before the softmax: -inf (or a large negative number), not 0.",
+       needs={"causal", "softmax"}, causal_step="multiplied"),
     _m("softmax_over_heads", "softmax over the heads axis",
        "The weights are normalised across the heads for each query and key, instead of across the keys.",
        "Look at the axis of your softmax: with arrays of shape (..., heads, queries, keys) it is the last one.",

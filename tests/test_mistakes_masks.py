@@ -14,8 +14,9 @@ from grader.reference.mistakes import MISTAKES, Variant, combined, mistaken_atte
 
 BY_ID = {m.id: m for m in MISTAKES}
 NEW = ("mask_after_softmax", "mask_inverted", "mask_multiplied", "mask_wrong_sign", "causal_diagonal_excluded",
-       "causal_upper_triangle", "softmax_over_heads", "softmax_over_batch", "keys_values_from_queries",
-       "cross_sequences_swapped", "heads_split_by_reshape", "weights_wrong_layout", "projection_bias_missing")
+       "causal_upper_triangle", "causal_after_softmax", "causal_multiplied", "softmax_over_heads",
+       "softmax_over_batch", "keys_values_from_queries", "cross_sequences_swapped", "heads_split_by_reshape",
+       "weights_wrong_layout", "projection_bias_missing")
 # What the conventions of the five built-in assignments can have: a mistake that needs nothing
 # else would start applying to them.
 BUILT_IN_FEATURES = {"projections", "scores", "softmax", "scaled", "model_dim", "fused_heads", "heads",
@@ -53,6 +54,8 @@ WHERE = {
     "mask_wrong_sign": (dict(key_mask=True), [dict(), dict(memory_rows=7)]),
     "causal_diagonal_excluded": (dict(causal=True), [dict(), dict(mask=True, key_mask=True)]),
     "causal_upper_triangle": (dict(causal=True, wo=True), [dict(), dict(mask=True)]),
+    "causal_after_softmax": (dict(causal=True), [dict(), dict(mask=True)]),
+    "causal_multiplied": (dict(causal=True, mask=True), [dict(), dict(mask=True, key_mask=True)]),
     "softmax_over_heads": (dict(n_heads=3, d_k=2), []),
     "softmax_over_batch": (dict(), []),
     "keys_values_from_queries": (dict(memory_rows=7), [dict(), dict(memory_rows=7, d_mem=4),
@@ -206,6 +209,25 @@ def test_causal_off_by_one_masks_as_described():
     np.testing.assert_allclose(upper[-1], np.eye(case.n)[-1])              # the last query sees only itself
 
 
+def test_a_causal_mask_multiplied_in_is_the_softmax_of_the_lower_triangle_of_the_scores():
+    case = _single(causal=True)
+    q, k, v = _qkv(case)
+    w = _softmax(np.tril(q @ k.T / np.sqrt(6)))
+    got = mistaken_attention(case, BY_ID["causal_multiplied"].variant)
+    np.testing.assert_allclose(got["heads"][0]["weights"], w)
+    np.testing.assert_allclose(got["output"], w @ v)
+
+
+def test_a_causal_mask_after_the_softmax_zeroes_later_keys_of_the_unmasked_softmax():
+    case = _single(causal=True, mask=True)
+    q, k, v = _qkv(case)
+    s = q @ k.T / np.sqrt(6)
+    kept = np.where(case.mask, np.exp(s - np.where(case.mask, s, -np.inf).max(axis=1, keepdims=True)), 0.0)
+    w = np.tril(kept / kept.sum(axis=1, keepdims=True))   # the given mask right, the causal one after
+    got = mistaken_attention(case, BY_ID["causal_after_softmax"].variant)["heads"][0]["weights"]
+    np.testing.assert_allclose(got, w)
+
+
 def test_softmax_over_heads_normalises_each_entry_across_the_heads():
     case = make_case(4, n_heads=3, d_k=2)
     scores = np.stack([h["scores"] for h in attention(case)["heads"]])
@@ -269,6 +291,7 @@ def test_the_output_projection_without_its_bias():
 FEATURES_OF = {"mask_after_softmax": dict(mask=True), "mask_inverted": dict(mask=True),
                "mask_multiplied": dict(key_padding=True), "mask_wrong_sign": dict(mask=True, key_padding=True),
                "causal_diagonal_excluded": dict(causal=True), "causal_upper_triangle": dict(causal=True),
+               "causal_after_softmax": dict(causal=True), "causal_multiplied": dict(causal=True, mask=True),
                "keys_values_from_queries": dict(memory_rows=7), "cross_sequences_swapped": dict(memory_rows=3),
                "projection_bias_missing": dict(projection_bias=True)}
 
