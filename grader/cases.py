@@ -136,5 +136,10 @@ def with_course_features(case: Case, rng: np.random.Generator, *, memory_rows: i
     if key_padding:
         key_mask = np.arange(lk) < max(1, lk - lk // 3)
     bo = rng.normal(size=case.wo.shape[1]) if projection_bias and case.wo is not None else case.bo
+    # A case is known by its label (the predictions are cached by it): the label says what was added.
+    added = [word for word, on in [(f"a memory of {memory_rows} tokens", memory_rows is not None), ("a mask", mask),
+                                   ("key padding", key_padding), ("a causal mask", causal),
+                                   ("an output bias", bo is not case.bo)] if on]
+    label = f"{case.label} with {', '.join(added)}" if added else case.label
     return replace(case, mask=revealing_keep(rng, case.n, lk) if mask else case.mask, key_mask=key_mask,
-                   causal=causal or case.causal, bo=bo)
+                   causal=causal or case.causal, bo=bo, label=label)

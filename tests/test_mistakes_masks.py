@@ -321,3 +321,5 @@ def test_course_features_keep_the_case_consistent():
     assert case.memory.shape == (4, 3) and case.mask.shape == (5, 4) and case.key_mask.tolist() == [1, 1, 1, 0]
     assert case.causal and case.bo.shape == (6,) and all(h.wk.shape[0] == 3 and h.wv.shape[0] == 3 for h in case.heads)
     assert np.all(np.isfinite(attention(case)["output"]))
+    assert case.label == ("case 2 with a memory of 4 tokens, a mask, key padding, a causal mask, an output bias")
+    assert with_course_features(make_case(2), rng).label == "case 2"
