@@ -225,7 +225,8 @@ def _square(a) -> bool:
 
 def _possible(case: Case, v: Variant) -> Variant:
     """The variant without the mistakes that cannot be made on this case (the student's code
-    would fail on its shapes); without memory, masks and the new weights it is `v` itself."""
+    would fail on its shapes), which then predict the reference. A case without memory or
+    masks keeps every mistake a built-in convention can make: for them this is `v` itself."""
     undo = {}
     cross = case.memory is not None and case.n != case.lk
     if cross and (v.scores != "qk" or v.combine != "wv"):
@@ -261,6 +262,7 @@ def _laid_out(case: Case, v: Variant) -> Case:
 
 
 def mistaken_attention(case: Case, v: Variant) -> dict:
+    """`attention.attention(case)` with the variant's mistakes made; a batch axis is one element."""
     return _mistaken([case], v)[0]
 
 
