@@ -105,3 +105,41 @@ def token_permutation(n: int, seed: int) -> np.ndarray:
     while n > 1 and np.array_equal(order, np.arange(n)):
         order = rng.permutation(n)
     return order
+
+
+def revealing_keep(rng: np.random.Generator, lq: int, lk: int) -> np.ndarray:
+    """A random keep-mask (Lq x Lk) in which every query keeps a key and, when there are two
+    or more keys, loses one: a mask that hides nothing, or everything, reveals no mask mistake."""
+    keep = rng.random((lq, lk)) < 0.5
+    keep[np.arange(lq), rng.integers(0, lk, size=lq)] = True
+    if lk > 1:
+        for i in range(lq):
+            if keep[i].all():
+                keep[i, rng.choice(np.flatnonzero(keep[i]))] = False
+    return keep
+
+
+def with_course_features(case: Case, rng: np.random.Generator, *, memory_rows: int | None = None,
+                         d_memory: int | None = None, mask: bool = False, key_padding: bool = False,
+                         causal: bool = False, projection_bias: bool = False) -> Case:
+    """The case with the features a course's convention adds: a memory of `memory_rows` tokens
+    of width `d_memory` (new key and value weights to match; cross-attention), an attention
+    mask, key padding (the last third of the keys, at least one key real), a causal mask, and a
+    bias for the output projection. Each is drawn so that its known mistakes show."""
+    if memory_rows is not None:
+        width = case.d if d_memory is None else d_memory
+        heads = tuple(replace(h, wk=rng.normal(size=(width, h.wk.shape[1])), wv=rng.normal(size=(width, h.wv.shape[1])))
+                      for h in case.heads)
+        case = replace(case, memory=rng.normal(size=(memory_rows, width)), heads=heads)
+    lk = case.lk
+    key_mask = case.key_mask
+    if key_padding:
+        key_mask = np.arange(lk) < max(1, lk - lk // 3)
+    bo = rng.normal(size=case.wo.shape[1]) if projection_bias and case.wo is not None else case.bo
+    # A case is known by its label (the predictions are cached by it): the label says what was added.
+    added = [word for word, on in [(f"a memory of {memory_rows} tokens", memory_rows is not None), ("a mask", mask),
+                                   ("key padding", key_padding), ("a causal mask", causal),
+                                   ("an output bias", bo is not case.bo)] if on]
+    label = f"{case.label} with {', '.join(added)}" if added else case.label
+    return replace(case, mask=revealing_keep(rng, case.n, lk) if mask else case.mask, key_mask=key_mask,
+                   causal=causal or case.causal, bo=bo, label=label)

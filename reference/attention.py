@@ -2,14 +2,30 @@
 
 Tokens are rows: X is N x D. Every head has its own projection matrices (D x d_k, D x d_k,
 D x d_v) and optional bias vectors; an optional output projection Wo maps the concatenated
-heads (N x H*d_v) to the output. Every calling convention the grader knows is translated to
-and from this form, so the mathematics lives here once.
+heads (N x H*d_v) to the output, with an optional bias bo. Every calling convention the grader
+knows is translated to and from this form, so the mathematics lives here once.
+
+Cross-attention: with `memory` (Lk x D_mem), queries come from X and keys and values from the
+memory, so W_k and W_v are D_mem x d_k and D_mem x d_v; D_mem may differ from D, and Lk from
+Lq = N. Without it, the memory is X itself (self-attention).
+
+Masks (see `masks.py`): `mask` is the attention mask a course passes (Lq x Lk, True where query
+i may attend key j), `key_mask` its key-padding mask for this sequence (Lk, True for a real
+key), and `causal` a causal mask the function builds itself (query i attends keys j <= i); a
+key is attended where all of them allow it. `fully_masked` says what a row with no key left
+gives. With none of them the computation is exactly the unmasked one.
+
+Batches: a case is one sequence (one batch element). A course's B x N x D inputs are B cases
+sharing the weights (`batch_elements`), computed one by one and stacked (`batched`); a
+heads axis (B x H x N x d) is a representation of the fused projections (`split_heads`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 import numpy as np
+
+from .masks import FULLY_MASKED_RULES, causal_keep, combine, masked_softmax
 
 
 @dataclass(frozen=True)
@@ -31,6 +47,26 @@ class Case:
     wo: np.ndarray | None = None
     scaled: bool = True
     label: str = ""
+    memory: np.ndarray | None = None     # cross-attention: keys and values from these Lk rows
+    mask: np.ndarray | None = None       # Lq x Lk, True where query i may attend key j
+    key_mask: np.ndarray | None = None   # Lk, True for a real key, False for padding
+    causal: bool = False                 # the function masks keys j > i itself
+    fully_masked: str = "zeros"          # what a row with no key left gives: masks.FULLY_MASKED_RULES
+    bo: np.ndarray | None = None         # output projection bias
+
+    def __post_init__(self):
+        if self.fully_masked not in FULLY_MASKED_RULES:
+            raise ValueError(f"fully_masked must be one of {', '.join(FULLY_MASKED_RULES)}, "
+                             f"not {self.fully_masked!r}")
+        for name in ("mask", "key_mask"):
+            value = getattr(self, name)
+            if value is not None and np.asarray(value).dtype != bool:
+                # A course's 0 / -inf or 0/1 mask is converted by masks.FORMS, never guessed here.
+                raise ValueError(f"the canonical {name} is boolean (True = may attend), not {np.asarray(value).dtype}")
+        if self.mask is not None and np.shape(self.mask) != (self.n, self.lk):
+            raise ValueError(f"the mask is {np.shape(self.mask)}, not Lq x Lk = {(self.n, self.lk)}")
+        if self.key_mask is not None and np.shape(self.key_mask) != (self.lk,):
+            raise ValueError(f"the key mask is {np.shape(self.key_mask)}, not Lk = ({self.lk},)")
 
     @property
     def n(self) -> int:
@@ -40,8 +76,47 @@ class Case:
     def d(self) -> int:
         return self.x.shape[1]
 
+    @property
+    def keys(self) -> np.ndarray:
+        """The sequence keys and values are projected from: the memory, or X itself."""
+        return self.x if self.memory is None else self.memory
+
+    @property
+    def lk(self) -> int:
+        return self.keys.shape[0]
+
+    @property
+    def keep(self) -> np.ndarray | None:
+        """Lq x Lk, True where query i may attend key j; None when every key may be attended."""
+        keep = combine(self.mask, None if self.key_mask is None else self.key_mask[None, :],
+                       causal_keep(self.n, self.lk) if self.causal else None)
+        return None if keep is None else np.broadcast_to(keep, (self.n, self.lk)).copy()
+
     def permuted(self, order: np.ndarray) -> "Case":
-        return replace(self, x=self.x[order], label=f"{self.label} (tokens permuted)")
+        """The tokens reordered. In self-attention they are the keys too, so the masks follow
+        on both axes; with a memory only the queries move. Under a causal mask the order is the
+        point, so no permutation of it is the same problem."""
+        if self.causal:
+            raise ValueError("a causal case has no permuted equivalent: the mask depends on the order")
+        mask, key_mask = self.mask, self.key_mask
+        if mask is not None:
+            mask = mask[order] if self.memory is not None else mask[order][:, order]
+        if key_mask is not None and self.memory is None:
+            key_mask = key_mask[order]
+        return replace(self, x=self.x[order], mask=mask, key_mask=key_mask,
+                       label=f"{self.label} (tokens permuted)")
+
+    def memory_permuted(self, order: np.ndarray) -> "Case":
+        """The memory's rows reordered, with the mask's key axis: keys and values move together,
+        so a cross-attention output does not change."""
+        if self.memory is None:
+            raise ValueError("a self-attention case has no memory to permute")
+        if self.causal:
+            raise ValueError("a causal case has no permuted equivalent: the mask depends on the order")
+        return replace(self, memory=self.memory[order],
+                       mask=None if self.mask is None else self.mask[:, order],
+                       key_mask=None if self.key_mask is None else self.key_mask[order],
+                       label=f"{self.label} (memory permuted)")
 
     def fused(self, name: str) -> np.ndarray:
         """The heads' matrices side by side: head i is the i-th contiguous column block."""
@@ -61,7 +136,8 @@ def _project(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
 
 def head_projections(case: Case, head: Head) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x = case.x.astype(np.float64)
-    return _project(x, head.wq, head.bq), _project(x, head.wk, head.bk), _project(x, head.wv, head.bv)
+    keys = x if case.memory is None else case.memory.astype(np.float64)
+    return _project(x, head.wq, head.bq), _project(keys, head.wk, head.bk), _project(keys, head.wv, head.bv)
 
 
 def scores(q: np.ndarray, k: np.ndarray, scaled: bool = True) -> np.ndarray:
@@ -69,18 +145,83 @@ def scores(q: np.ndarray, k: np.ndarray, scaled: bool = True) -> np.ndarray:
     return s / np.sqrt(k.shape[1]) if scaled else s
 
 
-def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scaled: bool = True) -> dict[str, np.ndarray]:
+def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scaled: bool = True,
+           keep: np.ndarray | None = None, fully_masked: str = "zeros") -> dict[str, np.ndarray]:
+    """The scores are the raw scaled products, unmasked; masked keys get exactly zero weight."""
     s = scores(q, k, scaled)
-    w = softmax_rows(s)
+    w = softmax_rows(s) if keep is None else masked_softmax(s, keep, fully_masked)
     return {"scores": s, "weights": w, "output": w @ v}
 
 
 def attention(case: Case) -> dict:
     """Everything a convention may ask for: per-head q/k/v, scores, weights, outputs, result."""
+    keep = case.keep
     per_head = []
     for head in case.heads:
         q, k, v = head_projections(case, head)
-        per_head.append({"q": q, "k": k, "v": v, **attend(q, k, v, case.scaled)})
+        per_head.append({"q": q, "k": k, "v": v, **attend(q, k, v, case.scaled, keep, case.fully_masked)})
     concat = np.concatenate([h["output"] for h in per_head], axis=1)
     output = concat if case.wo is None else concat @ case.wo
+    if case.wo is not None and case.bo is not None:
+        output = output + case.bo
     return {"heads": per_head, "concat": concat, "output": output}
+
+
+def batch_elements(x: np.ndarray, heads: tuple[Head, ...], *, memory: np.ndarray | None = None,
+                   mask: np.ndarray | None = None, key_mask: np.ndarray | None = None,
+                   label: str = "", **common) -> list[Case]:
+    """A course's batch as canonical cases, one per element, sharing the weights: x is
+    B x Lq x D, memory B x Lk x D_mem, mask Lq x Lk (shared) or B x Lq x Lk, key_mask B x Lk.
+    `common` holds the other Case fields (wo, bo, scaled, causal, fully_masked)."""
+    x = np.asarray(x)
+    if x.ndim != 3:
+        raise ValueError(f"a batch's tokens are B x N x D, not {x.shape}")
+    b = x.shape[0]
+
+    def element(a, i, per_element_ndim):
+        if a is None:
+            return None
+        a = np.asarray(a)
+        return a[i] if a.ndim == per_element_ndim + 1 else a
+
+    return [Case(x=x[i], heads=tuple(heads), memory=element(memory, i, 2), mask=element(mask, i, 2),
+                 key_mask=element(key_mask, i, 1), label=f"{label} [batch element {i}]".strip(), **common)
+            for i in range(b)]
+
+
+def batched(cases: list[Case]) -> dict:
+    """attention() of each case, stacked on a leading batch axis, as a batched function
+    returns it: see `stack_batch`."""
+    if not cases:
+        raise ValueError("a batch has at least one element")
+    return stack_batch([attention(c) for c in cases])
+
+
+def stack_batch(results: list[dict]) -> dict:
+    """Per-element results stacked on a leading batch axis: output B x Lq x D_out and concat
+    B x Lq x H*d_v, and q, k, v, scores and weights with a heads axis, B x H x L x d (scores
+    and weights B x H x Lq x Lk)."""
+    out = {}
+    part = "output"
+    try:
+        for part in ("output", "concat"):
+            out[part] = np.stack([r[part] for r in results])
+        for part in ("q", "k", "v", "scores", "weights"):
+            out[part] = np.stack([np.stack([h[part] for h in r["heads"]]) for r in results])
+    except ValueError as e:
+        raise ValueError(f"the batch's elements differ in the shape of {part}: {e}") from None
+    return out
+
+
+def split_heads(fused: np.ndarray, n_heads: int) -> np.ndarray:
+    """(..., N, H*d) -> (..., H, N, d): head i is the i-th contiguous block of features."""
+    *lead, n, width = fused.shape
+    if width % n_heads:
+        raise ValueError(f"{width} features do not split into {n_heads} heads")
+    return np.swapaxes(fused.reshape(*lead, n, n_heads, width // n_heads), -2, -3)
+
+
+def merge_heads(split: np.ndarray) -> np.ndarray:
+    """(..., H, N, d) -> (..., N, H*d), the inverse of split_heads."""
+    *lead, h, n, d = split.shape
+    return np.swapaxes(split, -2, -3).reshape(*lead, n, h * d)

@@ -3,14 +3,33 @@
 Each mistake is the reference computation with one thing done wrong. It returns the same
 structure as `attention.attention`, so every calling convention can turn it into the parts
 a student's function would have returned had it made that mistake.
+
+A mistake applies to a convention only when the convention has every feature it `needs`.
+Besides the steps a convention computes ("projections", "scores", "softmax") and what its
+shapes say ("scaled", "model_dim", "heads", "fused_heads", "projection", "biases", "square",
+"output"), a convention declares:
+  mask             - it takes an attention or key-padding mask
+  causal           - it builds a causal mask itself (no argument, or a flag)
+  cross            - keys and values come from a second sequence (the case's memory)
+  batch            - it takes a leading batch axis
+  stacked_heads    - it holds the heads on an array axis (B x H x N x d) and splits fused
+                     projections into it itself
+  framework_layout - its weights are out x in, applied as x @ W.T + b
+  projection_bias  - its output projection has a bias
+A mistake that cannot be made on a case (a mask mistake without a mask, keys from X when the
+memory's width differs from X's) predicts the reference there, so it is never named on it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
-from .attention import Case, softmax_rows
+from .attention import Case, Head, softmax_rows, stack_batch
+from .masks import causal_keep, combine, masked_softmax
+
+# What a mask added with the wrong sign adds to the masked scores.
+WRONG_SIGN_BIG = 1e9
 
 
 @dataclass(frozen=True)
@@ -18,14 +37,20 @@ class Variant:
     """How the computation goes wrong; the defaults are the reference."""
 
     scale: str = "sqrt_dk"          # sqrt_dk | none | sqrt_D | twice | after_softmax
-    softmax: str = "rows"           # rows | columns | whole | naive
+    softmax: str = "rows"           # rows | columns | whole | naive | heads | batch
     scores: str = "qk"              # qk | kq
     values: str = "v"               # v | x
     combine: str = "wv"             # wv | transposed
-    heads: str = "blocks"           # blocks | interleaved | tokens | reversed | stacked
+    heads: str = "blocks"           # blocks | interleaved | tokens | reversed | stacked | reshaped
     projection: str = "right"       # right | missing | transposed
     biases: str = "after"           # after | missing | before
     output: str = "plain"           # plain | transposed
+    mask: str = "before"            # before | after_softmax | inverted | multiplied | wrong_sign
+    causal: str = "lower"           # lower | strict (diagonal excluded) | upper (upper triangle kept)
+    causal_step: str = "before"     # before | after_softmax | multiplied: how the causal mask is applied
+    kv_source: str = "memory"       # memory | x (keys and values from X) | swapped (queries from the memory)
+    layout: str = "right"           # right | transposed (x @ W for a framework-layout W)
+    projection_bias: str = "added"  # added | missing
 
 
 @dataclass(frozen=True)
@@ -51,6 +76,10 @@ def _softmax(scores: np.ndarray, how: str) -> np.ndarray:
         return e / e.sum(axis=-1, keepdims=True)
 
 
+# The axes each softmax variant normalises one head's score matrix over.
+_SOFTMAX_AXES = {"rows": -1, "columns": 0, "whole": (0, 1), "naive": -1}
+
+
 def _project(x, w, b, how):
     if b is None or how == "missing":
         return x @ w
@@ -59,11 +88,78 @@ def _project(x, w, b, how):
     return x @ w + b
 
 
-def _head(case: Case, head, v=Variant()):
+def _sources(case: Case, v: Variant) -> tuple[np.ndarray, np.ndarray]:
+    """The sequences queries, and keys and values, are projected from."""
     x = case.x.astype(np.float64)
-    q = _project(x, head.wq, head.bq, v.biases)
-    k = _project(x, head.wk, head.bk, v.biases)
-    values = _project(x, head.wv, head.bv, v.biases) if v.values == "v" else x
+    memory = x if case.memory is None else case.memory.astype(np.float64)
+    if v.kv_source == "x":
+        return x, x
+    if v.kv_source == "swapped":
+        return memory, x
+    return x, memory
+
+
+# The ways a student applies a mask: the right one (-inf before the softmax), then the wrong ones.
+_MASK_STEPS = ("before", "after_softmax", "multiplied", "wrong_sign")
+
+
+def _keep(case: Case, v: Variant) -> dict | None:
+    """The keep-masks as the student builds and applies them, by step (see _MASK_STEPS): the
+    masks given (inverted, if so) as `v.mask` says, the causal mask made inside (off by one, if
+    so) as `v.causal_step` says; None when there is no mask at all."""
+    given = [case.mask, None if case.key_mask is None else case.key_mask[None, :]]
+    if v.mask == "inverted":
+        given = [None if g is None else ~g for g in given]
+    built = None
+    if case.causal:
+        ones = np.ones((case.n, case.lk), dtype=bool)
+        built = {"lower": causal_keep(case.n, case.lk), "strict": np.tril(ones, -1), "upper": np.triu(ones)}[v.causal]
+    given_step = "before" if v.mask == "inverted" else v.mask
+    parts = {step: [] for step in _MASK_STEPS}
+    parts[given_step] += given
+    parts[v.causal_step].append(built)
+    steps = {step: combine(*keeps) for step, keeps in parts.items()}
+    if all(k is None for k in steps.values()):
+        return None
+    return {step: None if k is None else np.broadcast_to(k, (case.n, case.lk)).copy() for step, k in steps.items()}
+
+
+def _mask_step(s, keep: dict | None, plain, honouring):
+    """The weights from scores `s`, each mask applied at its step: `plain` is the variant's
+    softmax without a mask, `honouring(s, keep)` the one that gives masked keys zero weight."""
+    if keep is None:
+        return plain(s)
+    if keep["multiplied"] is not None:
+        s = s * keep["multiplied"]
+    if keep["wrong_sign"] is not None:
+        s = s + np.where(keep["wrong_sign"], 0.0, WRONG_SIGN_BIG)
+    w = plain(s) if keep["before"] is None else honouring(s, keep["before"])
+    return w if keep["after_softmax"] is None else w * keep["after_softmax"]
+
+
+def _weights(s: np.ndarray, keep: dict | None, v: Variant, rule: str) -> np.ndarray:
+    """One head's weights from its score matrix."""
+    axis = _SOFTMAX_AXES.get(v.softmax, -1)
+    return _mask_step(s, keep, lambda t: _softmax(t, v.softmax),
+                      lambda t, k: masked_softmax(t, k, rule, axis=axis, stable=v.softmax != "naive"))
+
+
+def _group_weights(scores: list, keeps: list, rule: str) -> list:
+    """Score matrices normalised across a group (the heads of a case, or the elements of a
+    batch), as a softmax over the heads or the batch axis does."""
+    s = np.stack(scores)
+    keep = None
+    if any(k is not None for k in keeps):
+        keep = {}
+        for step in _MASK_STEPS:
+            mine = [None if k is None else k[step] for k in keeps]
+            keep[step] = None if all(m is None for m in mine) else np.stack(
+                [np.ones(m.shape, dtype=bool) if k is None else k for k, m in zip(mine, scores)])
+    return list(_mask_step(s, keep, lambda t: masked_softmax(t, None, axis=0),
+                           lambda t, k: masked_softmax(t, k, rule, axis=0)))
+
+
+def _scored(case: Case, q, k, values, v: Variant) -> dict:
     raw = q @ k.T if v.scores == "qk" else k @ q.T
     d_k = k.shape[1]
     if not case.scaled or v.scale in ("none", "after_softmax"):
@@ -74,29 +170,146 @@ def _head(case: Case, head, v=Variant()):
         s = raw / d_k
     else:
         s = raw / np.sqrt(d_k)
-    w = _softmax(s, v.softmax)
+    return {"q": q, "k": k, "v": values, "scores": s}
+
+
+def _head_scores(case: Case, head, v: Variant) -> dict:
+    xq, xkv = _sources(case, v)
+    q = _project(xq, head.wq, head.bq, v.biases)
+    k = _project(xkv, head.wk, head.bk, v.biases)
+    values = _project(xkv, head.wv, head.bv, v.biases) if v.values == "v" else xkv
+    return _scored(case, q, k, values, v)
+
+
+def _head_output(case: Case, part: dict, w: np.ndarray, v: Variant) -> dict:
     if case.scaled and v.scale == "after_softmax":
-        w = w / np.sqrt(d_k)
-    out = (w.T if v.combine == "transposed" else w) @ values
-    return {"q": q, "k": k, "v": values, "scores": s, "weights": w, "output": out}
+        w = w / np.sqrt(part["k"].shape[1])
+    out = (w.T if v.combine == "transposed" else w) @ part["v"]
+    return {**part, "weights": w, "output": out}
+
+
+def _head(case: Case, head, v=Variant(), keep=None):
+    part = _head_scores(case, head, v)
+    return _head_output(case, part, _weights(part["scores"], keep, v, case.fully_masked), v)
+
+
+def _reshaped_scores(case: Case, heads: list, v: Variant) -> list:
+    """Fused Q, K and V split into heads by reshaping L x H*d straight to H x L x d: each head
+    takes a run of the flattened matrix, so its rows mix tokens and features."""
+    n = len(heads)
+    xq, xkv = _sources(case, v)
+
+    def fused(source, w, b):
+        biases = [getattr(h, b) for h in heads]
+        bias = None if any(x is None for x in biases) else np.concatenate(biases)
+        return _project(source, np.concatenate([getattr(h, w) for h in heads], axis=1), bias, v.biases)
+
+    q, k = fused(xq, "wq", "bq"), fused(xkv, "wk", "bk")
+    values = fused(xkv, "wv", "bv") if v.values == "v" else xkv
+    split = [a.reshape(n, a.shape[0], a.shape[1] // n) for a in (q, k, values)]
+    return [_scored(case, *(a[i] for a in split), v) for i in range(n)]
 
 
 def _split_heads(case: Case, v: Variant) -> list:
     """The heads a student's split produces, as canonical heads."""
     if v.heads != "interleaved" or len(case.heads) == 1:
         return list(case.heads)
-    from .attention import Head
     n = len(case.heads)
     fused = {name: case.fused(name) for name in ("wq", "wk", "wv")}
     return [Head(fused["wq"][:, i::n], fused["wk"][:, i::n], fused["wv"][:, i::n]) for i in range(n)]
 
 
+def _square(a) -> bool:
+    return a is None or a.shape[0] == a.shape[1]
+
+
+def _possible(case: Case, v: Variant) -> Variant:
+    """The variant without the mistakes that cannot be made on this case (the student's code
+    would fail on its shapes), which then predict the reference. A case without memory or
+    masks keeps every mistake a built-in convention can make: for them this is `v` itself."""
+    undo = {}
+    cross = case.memory is not None and case.n != case.lk
+    if cross and (v.scores != "qk" or v.combine != "wv"):
+        undo.update(scores="qk", combine="wv")          # a Lk x Lq matrix meets Lk x d values
+    if v.heads == "tokens" and (case.memory is not None or case.keep is not None):
+        undo["heads"] = "blocks"
+    if v.heads == "reshaped" and any(w.shape[1] % len(case.heads) for w in
+                                     (case.fused("wq"), case.fused("wk"), case.fused("wv"))):
+        undo["heads"] = "blocks"
+    if v.kv_source != "memory" and case.memory is not None and (
+            case.memory.shape[1] != case.d or (case.keep is not None and case.n != case.lk)):
+        undo["kv_source"] = "memory"
+    if v.layout == "transposed" and not all(_square(a) for a in (
+            case.fused("wq"), case.fused("wk"), case.fused("wv"), case.wo)):
+        undo["layout"] = "right"
+    return replace(v, **undo) if undo else v
+
+
+def _laid_out(case: Case, v: Variant) -> Case:
+    """The case as the student reads it: with `x @ W` for framework-layout weights, every
+    fused matrix transposed (then split into contiguous blocks, as the student splits them)."""
+    if v.layout != "transposed":
+        return case
+    n = len(case.heads)
+    blocks = {}
+    for name in ("wq", "wk", "wv"):
+        fused = case.fused(name).T
+        width = fused.shape[1] // n
+        blocks[name] = [fused[:, i * width:(i + 1) * width] for i in range(n)]
+    heads = tuple(Head(blocks["wq"][i], blocks["wk"][i], blocks["wv"][i], h.bq, h.bk, h.bv)
+                  for i, h in enumerate(case.heads))
+    return replace(case, heads=heads, wo=None if case.wo is None else case.wo.T)
+
+
 def mistaken_attention(case: Case, v: Variant) -> dict:
-    heads = _split_heads(case, v)
-    if v.heads == "tokens":
+    """`attention.attention(case)` with the variant's mistakes made; a batch axis is one element."""
+    return _mistaken([case], v)[0]
+
+
+def mistaken_batched(cases: list[Case], v: Variant) -> dict:
+    """mistaken_attention() over a batch, stacked as `attention.batched` stacks the reference;
+    a softmax over the batch axis normalises across the elements."""
+    return stack_batch(_mistaken(cases, v))
+
+
+def _mistaken(cases: list[Case], v: Variant) -> list[dict]:
+    plans = []
+    for case in cases:
+        cv = _possible(case, v)
+        case = _laid_out(case, cv)
+        plan = {"case": case, "v": cv, "keep": _keep(case, cv), "parts": None}
+        if cv.heads == "reshaped":
+            plan["parts"] = _reshaped_scores(case, list(case.heads), cv)
+        elif cv.heads != "tokens":
+            plan["parts"] = [_head_scores(case, h, cv) for h in _split_heads(case, cv)]
+        plans.append(plan)
+    scored = [p for p in plans if p["parts"] is not None]
+    if v.softmax == "heads":
+        for p in scored:
+            p["weights"] = _group_weights([part["scores"] for part in p["parts"]], [p["keep"]] * len(p["parts"]),
+                                          p["case"].fully_masked)
+    elif v.softmax == "batch" and scored:
+        per_element = [[] for _ in scored]
+        for i in range(len(scored[0]["parts"])):
+            weights = _group_weights([p["parts"][i]["scores"] for p in scored], [p["keep"] for p in scored],
+                                     scored[0]["case"].fully_masked)
+            for mine, w in zip(per_element, weights):
+                mine.append(w)
+        for p, weights in zip(scored, per_element):
+            p["weights"] = weights
+    else:
+        for p in scored:
+            p["weights"] = [_weights(part["scores"], p["keep"], p["v"], p["case"].fully_masked) for part in p["parts"]]
+    return [_finish(p) for p in plans]
+
+
+def _finish(plan: dict) -> dict:
+    """The heads' outputs put together and projected, as the variant does it."""
+    case, v = plan["case"], plan["v"]
+    if plan["parts"] is None:
         per_head = _token_heads(case, v)
     else:
-        per_head = [_head(case, h, v=v) for h in heads]
+        per_head = [_head_output(case, part, w, v) for part, w in zip(plan["parts"], plan["weights"])]
     outputs = [h["output"] for h in per_head]
     if v.heads == "reversed":
         outputs = outputs[::-1]
@@ -104,14 +317,19 @@ def mistaken_attention(case: Case, v: Variant) -> dict:
         concat = np.concatenate(outputs, axis=0)
     elif v.heads == "tokens":
         concat = np.concatenate(outputs, axis=0)
+    elif v.heads == "reshaped":
+        concat = np.stack(outputs).reshape(outputs[0].shape[0], -1)   # the same reshape back
     else:
         concat = np.concatenate(outputs, axis=1)
+    projected = True
     if case.wo is None or v.projection == "missing" or concat.shape[1] != case.wo.shape[0]:
-        output = concat
+        output, projected = concat, False
     elif v.projection == "transposed":
         output = concat @ case.wo.T if case.wo.shape[0] == case.wo.shape[1] else concat @ case.wo
     else:
         output = concat @ case.wo
+    if projected and case.bo is not None and v.projection_bias == "added":
+        output = output + case.bo
     if v.output == "transposed":
         output = output.T
     return {"heads": per_head, "concat": concat, "output": output}
@@ -122,7 +340,6 @@ def _token_heads(case: Case, v: Variant) -> list:
     all of the features."""
     n_heads = len(case.heads)
     fused = {name: case.fused(name) for name in ("wq", "wk", "wv")}
-    from .attention import Head
     whole = Head(fused["wq"], fused["wk"], fused["wv"])
     x = case.x.astype(np.float64)
     per_head = []
@@ -220,6 +437,80 @@ MISTAKES: tuple[Mistake, ...] = (
        "The output has tokens and features swapped.",
        "Look at the shape you return: one row per token (one column per token in the column-major sheet).",
        needs={"output"}, output="transposed"),
+    _m("mask_after_softmax", "mask applied after the softmax",
+       "The masked weights are zeroed after the softmax, so each query's remaining weights no longer "
+       "sum to 1.",
+       "Look at where the mask goes: masked scores become -inf (or a large negative number) before the "
+       "softmax, so the softmax shares each row among the keys it may attend.",
+       needs={"mask", "softmax"}, mask="after_softmax"),
+    _m("mask_inverted", "mask inverted",
+       "The mask is read the other way round: the keys it allows are masked and the ones it masks "
+       "are attended.",
+       "Look at what True (or 1, or 0) means in this assignment's mask, and which entries you set to -inf.",
+       needs={"mask"}, mask="inverted"),
+    _m("mask_multiplied", "mask multiplied into the scores (zeros instead of -inf)",
+       "The scores are multiplied by the mask, so a masked score becomes 0, and exp(0) still gives "
+       "that key weight.",
+       "Look at the value a masked score gets before the softmax: it must be -inf (or a large negative "
+       "number) to get zero weight, not 0.",
+       needs={"mask", "softmax"}, mask="multiplied"),
+    _m("mask_wrong_sign", "mask added with the wrong sign",
+       "A large positive number is added to the masked scores, so the masked keys take all of the weight.",
+       "Look at the sign of the number you add to the masked scores: it must push them down, not up.",
+       needs={"mask", "softmax"}, mask="wrong_sign"),
+    _m("causal_diagonal_excluded", "causal mask excludes the diagonal",
+       "Each token is kept from attending to itself: the causal mask is off by one and lets query i "
+       "see only keys before i.",
+       "Look at the diagonal of your causal mask: query i may attend keys 0 to i, itself included.",
+       needs={"causal"}, causal="strict"),
+    _m("causal_upper_triangle", "causal mask keeps the upper triangle",
+       "The causal mask lets each query attend the keys after it instead of before it.",
+       "Look at which triangle your mask keeps: query i may attend keys j <= i (the lower triangle).",
+       needs={"causal"}, causal="upper"),
+    _m("causal_after_softmax", "causal mask applied after the softmax",
+       "The weights of later tokens are zeroed after the softmax, so each query's remaining weights no "
+       "longer sum to 1.",
+       "Look at where the causal mask goes: the scores of later keys become -inf before the softmax.",
+       needs={"causal", "softmax"}, causal_step="after_softmax"),
+    _m("causal_multiplied", "causal mask multiplied into the scores (zeros instead of -inf)",
+       "The scores of later keys are set to 0 (as np.tril of the scores does), and exp(0) still gives "
+       "those keys weight.",
+       "Look at the value a later key's score gets before the softmax: -inf (or a large negative number), not 0.",
+       needs={"causal", "softmax"}, causal_step="multiplied"),
+    _m("softmax_over_heads", "softmax over the heads axis",
+       "The weights are normalised across the heads for each query and key, instead of across the keys.",
+       "Look at the axis of your softmax: with arrays of shape (..., heads, queries, keys) it is the last one.",
+       needs={"softmax", "stacked_heads"}, softmax="heads"),
+    _m("softmax_over_batch", "softmax over the batch axis",
+       "The weights are normalised across the elements of the batch instead of across the keys.",
+       "Look at the axis of your softmax: with a leading batch axis it is the last one, never the first.",
+       needs={"softmax", "batch"}, softmax="batch"),
+    _m("keys_values_from_queries", "keys and values taken from the queries' sequence",
+       "The keys and values are projected from the queries' own input instead of from the second "
+       "sequence, so this is self-attention, not cross-attention.",
+       "Look at what K and V are computed from: in cross-attention they come from the other sequence "
+       "(the memory), only Q from X.",
+       needs={"cross"}, kv_source="x"),
+    _m("cross_sequences_swapped", "queries and keys/values taken from the wrong sequences",
+       "The queries come from the second sequence (the memory) and the keys and values from X: "
+       "the two sequences are swapped.",
+       "Look at which input each projection reads: Q from X, K and V from the memory.",
+       needs={"cross"}, kv_source="swapped"),
+    _m("heads_split_by_reshape", "heads split with a reshape that mixes tokens and features",
+       "Q, K and V are reshaped from (tokens, heads * d_k) straight to (heads, tokens, d_k), so each head "
+       "holds pieces of several tokens instead of its own d_k features of every token.",
+       "Look at your split: reshape to (tokens, heads, d_k) first, then move the heads axis to the front "
+       "(a transpose), and undo both in that order when merging.",
+       needs={"stacked_heads", "fused_heads"}, heads="reshaped"),
+    _m("weights_wrong_layout", "weights applied in the wrong layout (W instead of W.T)",
+       "The weight matrices are given as (out, in), as a framework's linear layer stores them, but are "
+       "applied as x @ W instead of x @ W.T.",
+       "Look at the shapes of the weights: a linear layer computes x @ W.T + b.",
+       needs={"framework_layout"}, layout="transposed"),
+    _m("projection_bias_missing", "output projection bias missing",
+       "The output projection's bias is never added.",
+       "Look at the last step: the output projection is a linear layer with its own bias.",
+       needs={"projection_bias"}, projection_bias="missing"),
     _m("softmax_overflow", "softmax without max-subtraction overflows",
        "exp() of scores this large overflows to inf, and inf / inf gives NaN.",
        "Subtract each row's maximum before exponentiating; softmax does not change under that shift.",
