@@ -10,6 +10,11 @@ pytestmark = pytest.mark.slow
 
 ENTRIES = load()
 
+# Error kinds that depend on the machine, not the notebook: on a busy machine the kernel's own
+# output queue may drop the flood's oversized message before the grader could see it, and
+# then there is no output_flood to record. Either way the grade must be the same.
+MACHINE_DEPENDENT_KINDS = {"hostile_message_flood.ipynb": {"output_flood"}}
+
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e["path"].split("/")[-1] for e in ENTRIES])
 def test_golden_verdict(entry, golden_graded):
@@ -18,7 +23,9 @@ def test_golden_verdict(entry, golden_graded):
     assert result.status == entry["status"]
     assert result.score == pytest.approx(entry["score"])
     assert result.max_score == pytest.approx(entry["max_score"])
-    assert sorted({e["kind"] for e in result.errors}) == entry["error_kinds"]
+    optional = MACHINE_DEPENDENT_KINDS.get(entry["path"].split("/")[-1], set())
+    kinds = {e["kind"] for e in result.errors}
+    assert sorted(kinds - optional) == sorted(set(entry["error_kinds"]) - optional)
     for name, check in checks.items():
         assert check.status == entry["not_passed"].get(name, "passed"), f"{name}: {check.message}"
     assert set(entry["not_passed"]) <= set(checks)
