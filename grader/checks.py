@@ -45,8 +45,13 @@ class InputVariant(Enum):
         self.words, self.layout, self.dtype, self.loosening = words, layout, dtype, loosening
 
     def convert(self, value):
-        """An argument in this variant's dtype: float arrays only, and to an integer dtype only
-        when every value is whole, so that the inputs (and the expected values) stay the case's."""
+        """An argument in this variant's dtype: float arrays only (those in a list or a dict too),
+        and to an integer dtype only when every value is whole, so that the inputs (and the
+        expected values) stay the case's."""
+        if isinstance(value, list):
+            return [self.convert(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.convert(v) for k, v in value.items()}
         if self.dtype is None or not isinstance(value, np.ndarray) or value.dtype.kind != "f":
             return value
         if np.dtype(self.dtype).kind in "iu" and not np.array_equal(value, np.round(value)):
@@ -158,7 +163,7 @@ def _only_overflow(conv: Convention, probe: Probe, parts: Parts, tol: Tolerance,
     """What came back is exactly what a softmax without max-subtraction gives, and that differs
     from the reference here only because exp() overflows: the sheets do not ask for the
     max-subtraction, so only the numerical_stability check judges it."""
-    naive = overflow(conv.name)
+    naive = overflow(conv)
     observed = [(probe.case, parts.values, tol)]
     return naive is not None and differs_from_reference(conv, naive, observed, ctx.predictions) \
         and agrees(conv, naive, observed, ctx.predictions)
@@ -171,7 +176,7 @@ def _reference_mismatch(conv: Convention, probe: Probe, parts: Parts, ctx: Conte
     for part, expected in expected_parts.items():
         if part not in parts.values:
             return _missing_part(probe, parts, part)
-        problem = compare(parts.values[part], expected, tol, conv.columns and part == "output")
+        problem = compare(parts.values[part], expected, tol, conv.columns)
         if problem:
             if overflow_allowed and _only_overflow(conv, probe, parts, tol, ctx):
                 return None
@@ -216,7 +221,7 @@ def judge_sheet(fn, ctx: Context, results) -> Verdict:
             return Verdict("failed", f"{SHEET_ONLY} {failed.message}")
     conv = fn.convention
     observed = [(p.case, o.parts.values, probe_tolerance(p, ctx.tolerance)) for p, o in results]
-    if any(agrees(conv, e, observed, ctx.predictions) for e in (CORRECT, *explanations(conv.name))):
+    if any(agrees(conv, e, observed, ctx.predictions) for e in (CORRECT, *explanations(conv))):
         return verdict
     for probe, outcome in twins:
         mismatch = _reference_mismatch(conv, probe, outcome.parts, ctx, overflow_allowed=True)
@@ -262,8 +267,10 @@ def judge_distribution(fn, ctx: Context, results) -> Verdict:
             sums = w.sum(axis=1)
             worst = int(np.argmax(np.abs(sums - 1)))
             if abs(sums[worst] - 1) > 1e-6:
-                return Verdict("failed", f"On {probe.label}: row {worst} of the {what} sums to {sums[worst]:.4g}; "
-                                         "each query's weights must sum to 1 (softmax over the keys, axis=-1).",
+                # Tokens as columns (a softmax helper over axis 0 included): a query's weights are a column.
+                line, axis = ("column", "axis=0") if fn.convention.columns else ("row", "axis=-1")
+                return Verdict("failed", f"On {probe.label}: {line} {worst} of the {what} sums to {sums[worst]:.4g}; "
+                                         f"each query's weights must sum to 1 (softmax over the keys, {axis}).",
                                weight_heatmaps(fn.convention, probe, outcome.parts))
     return Verdict("passed", f"Weights are non-negative and each row sums to 1 on {len(results)} case(s).")
 
@@ -325,7 +332,7 @@ def judge_structure(fn, ctx: Context, results) -> Verdict:
                 problems.append(f"the {PART_WORDS[part]} should be a list of {len(expected)} N x N arrays")
             continue
         if actual.shape != expected.shape:
-            problem = compare(actual, expected, ctx.tolerance, conv.columns and part == "output")
+            problem = compare(actual, expected, ctx.tolerance, conv.columns)
             problems.append(f"the {PART_WORDS[part]} {problem}")
     if problems:
         return Verdict("failed", f"Returned {outcome.parts.returned}: " + "; ".join(problems) + ".")

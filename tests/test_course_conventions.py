@@ -1,0 +1,185 @@
+"""Calling conventions as data: the built-ins are TOML in the same form as a course's, a
+course's own conventions grade end to end in a real kernel, and a spec that cannot be graded
+is refused in one line naming the function and the field."""
+import re
+import subprocess
+import sys
+
+import nbformat
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, ROOT, SUBMISSIONS, grade
+from grader import cases, payloads
+from grader.conventions import CONVENTIONS
+from grader.errors import SpecError
+from grader.explain import features
+from grader.returns import Tolerance, canonical_parts, compare
+from grader.spec import load_assignment, parse
+from grader.wire import encode_value
+
+COURSE = FIXTURES / "conventions"
+SPEC = COURSE / "course.toml"
+BUILTIN_TABLES = ROOT / "reference" / "conventions.toml"
+
+
+def _builtin_tables() -> dict[str, str]:
+    """Each built-in convention's TOML table, as text, from the data file."""
+    text = BUILTIN_TABLES.read_text()
+    return {name: body for name, body in re.findall(r"^\[conventions\.(\w+)\]\n(.*?)(?=^\[|\Z)", text, re.M | re.S)}
+
+
+@pytest.mark.parametrize("name", sorted(CONVENTIONS))
+def test_a_builtin_convention_written_inline_in_a_course_spec_is_the_same_convention(name):
+    table = _builtin_tables()[name]
+    spec = parse(f'[[functions]]\nname = "f"\n[functions.convention]\n{table}', "course.toml")
+    inline, builtin = spec.functions[0].convention, CONVENTIONS[name]
+    assert inline == builtin.__class__(**{**builtin.__dict__, "name": inline.name})
+    assert features(inline) == features(builtin)
+    case = cases.base_case(builtin, 3)
+    for a, b in zip(inline.call_arguments(case), builtin.call_arguments(case)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_every_builtin_convention_is_in_the_data_file():
+    assert set(_builtin_tables()) == set(CONVENTIONS) and len(CONVENTIONS) == 11
+
+
+def _notebook_functions(name: str) -> dict:
+    space = {}
+    for cell in nbformat.read(COURSE / f"{name}.ipynb", as_version=4).cells:
+        exec(cell.source, space)
+    return space
+
+
+def test_course_conventions_round_trip_through_the_wire():
+    """The worked notebook's functions, called in this process with each convention's
+    arguments, give back the reference once their returns are read as the convention says."""
+    assignment, worked = load_assignment(str(SPEC)), _notebook_functions("worked")
+    for fn in assignment.functions:
+        conv = fn.convention
+        for case in [*cases.random_cases(conv, 11), cases.base_case(conv, 11), cases.single_head_case(conv, 11)]:
+            returned = worked[fn.name](*conv.call_arguments(case))
+            parts = canonical_parts(conv, payloads.encoded_value(encode_value(returned)))
+            assert not parts.problems, (fn.name, parts.problems)
+            for part, expected in conv.expected_parts(case).items():
+                assert compare(parts.values[part], expected, Tolerance()) is None, (fn.name, case.label, part)
+
+
+def test_roles_layouts_and_returns_are_read_from_the_spec():
+    conv = {fn.name: fn.convention for fn in load_assignment(str(SPEC)).functions}
+    assert conv["scaled_dot_product_attention"].returns == ("output", "weights")
+    assert conv["mha_forward"].heads == "many" and conv["mha_forward"].biases and conv["mha_forward"].projection
+    assert conv["multihead_per_head"].returns == ("output", "weights_per_head")
+    assert "fused_heads" not in features(conv["multihead_per_head"])   # the lists come split: no split to get wrong
+    assert conv["packed_attention"].return_keys == ("out", "attn")
+    assert conv["softmax"].steps == {"softmax"} and conv["softmax"].int_inputs == "none"
+    case = cases.base_case(conv["mha_forward"], 1)
+    x, w_q, b_q, *_, w_o, heads = conv["mha_forward"].call_arguments(case)
+    np.testing.assert_array_equal(w_q, case.fused("wq").T)   # framework layout: out x in
+    np.testing.assert_array_equal(w_o, case.wo.T)
+    assert b_q.shape == (w_q.shape[0],) and heads == len(case.heads) == 2
+    case = cases.base_case(conv["packed_attention"], 1)
+    x, params = conv["packed_attention"].call_arguments(case)
+    assert sorted(params) == ["W_qkv", "b_qkv"] and params["W_qkv"].shape == (3 * case.heads[0].wq.shape[1], case.d)
+    np.testing.assert_array_equal(params["W_qkv"][:case.heads[0].wq.shape[1]], case.heads[0].wq.T)
+
+
+def test_a_dict_return_without_a_key_says_which():
+    conv = load_assignment(str(SPEC)).functions[-1].convention
+    parts = canonical_parts(conv, payloads.encoded_value(encode_value({"out": np.ones((2, 2))})))
+    assert parts.structure == ["returned a dict without the key 'attn'; expected a dict with keys 'out', 'attn'"]
+    assert "output" in parts.values and parts.missing("weights") == "was not returned"
+    parts = canonical_parts(conv, payloads.encoded_value(encode_value((np.ones((2, 2)), np.eye(2)))))
+    assert parts.structure[0].startswith("returned tuple(")
+    assert "where a dict with keys 'out', 'attn' was expected" in parts.structure[0]
+
+
+@pytest.mark.slow
+def test_course_conventions_grade_a_worked_solution_at_full_marks():
+    result = grade(COURSE / "worked.ipynb", str(SPEC))
+    assert result.status == "graded"
+    failed = [(c.name, c.message) for c in result.checks if c.status not in ("passed", "info")]
+    assert not failed and result.score == result.max_score > 0
+    assert {c.function for c in result.checks} == {"scaled_dot_product_attention", "softmax", "mha_forward",
+                                                   "multihead_per_head", "packed_attention"}
+
+
+@pytest.mark.slow
+def test_course_conventions_name_each_planted_mistake():
+    result = grade(COURSE / "mistakes.ipynb", str(SPEC))
+    sys.path.insert(0, str(ROOT / "tests"))
+    from make_convention_fixtures import MISTAKES
+    for function, (_, _, title) in MISTAKES.items():
+        checks = [c for c in result.checks if c.function == function]
+        assert any(c.lost_points for c in checks), function
+        diagnoses = {c.diagnosis for c in checks if c.diagnosis}
+        assert any(title in d for d in diagnoses), (function, diagnoses)
+    # A lab whose softmax is over axis 0 by design: its worked softmax is not told otherwise, the
+    # usual axis=-1 one is.
+    worked = grade(COURSE / "worked.ipynb", str(SPEC))
+    assert not any(c.diagnosis for c in worked.checks if c.function == "softmax")
+
+
+FUNCTION = '[[functions]]\nname = "attend"\n[functions.convention]\n'
+QKV = 'params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name = "V", role = "v" }]\n'
+
+
+@pytest.mark.parametrize("convention, words", [
+    ('params = [{ name = "Q", role = "query" }]\nreturns = "output"\n', "param Q: unknown role 'query'"),
+    ('params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }]\nreturns = "output"\n',
+     "no param has role 'v', which its returns need"),
+    ('params = [{ name = "X", role = "x" }, { name = "Wq", role = "wq" }, { name = "Wk", role = "wk" }]\n'
+     'returns = "output"\n', "no param has role 'wv' (or 'wqkv'), which its returns need"),
+    (QKV + 'returns = ["output", "attention"]\n', "returns: 'attention' is not a part"),
+    (QKV + 'returns = "q"\n', "returns 'q', which is computed before its inputs"),
+    (QKV + 'returns = "output"\nweights = "row_major"\n', "weights must be one of 'in_out', 'out_in'"),
+    (QKV + 'returns = "output"\ntokens = "cols"\n', "tokens must be one of 'rows', 'columns'"),
+    (QKV + 'returns = "output"\naxis = 0\n', "axis applies to a softmax helper"),
+    (QKV + 'returns = "output"\nheads = 2\n', "unknown key 'heads' in the convention"),
+    ('params = ["Q", "K", "V"]\nreturns = "output"\n', "param 'Q' needs a role"),
+    (QKV + 'returns = "output"\nbatch = 1\n', "batch: leading batch axes are not supported yet"),
+    (QKV[:-2] + ', { name = "mask", role = "mask" }]\nreturns = "output"\n',
+     "param mask: role 'mask' (masks) is not supported yet"),
+    (QKV[:-2] + ', { name = "memory", role = "memory" }]\nreturns = "output"\n',
+     "role 'memory' (cross-attention (a second sequence)) is not supported yet"),
+    (QKV[:-2] + ', { name = "b_o", role = "bo" }]\nreturns = "output"\n',
+     "role 'bo' (an output projection bias) is not supported yet"),
+    (QKV[:-2] + ', { name = "Q2", role = "q" }]\nreturns = "output"\n', "role 'q' is given twice (Q and Q2)"),
+    ('params = [{ name = "X", role = "x" }, { name = "p", role = "dict", keys = { w = "wqkv", o = "wout" } }]\n'
+     'returns = "output"\n', "param p key 'o': param p_o: unknown role 'wout'"),
+    ('params = [{ name = "s", role = "scores" }]\nreturns = "output"\n', "a softmax helper (role scores) can only"),
+])
+def test_a_spec_that_cannot_be_graded_is_one_line_naming_the_function_and_the_field(convention, words):
+    with pytest.raises(SpecError) as error:
+        parse(FUNCTION + convention, "course.toml")
+    message = str(error.value)
+    assert message.startswith("course.toml: function 1: attend: convention: ") and "\n" not in message
+    assert words in message, message
+
+
+def test_params_of_an_inline_convention_are_named_only_inside_it():
+    with pytest.raises(SpecError, match="attend: params go inside its inline convention"):
+        parse('[[functions]]\nname = "attend"\nparams = ["Q"]\n[functions.convention]\n' + QKV + 'returns = "output"\n',
+              "course.toml")
+
+
+def test_the_command_line_refuses_such_a_spec_with_exit_2(tmp_path):
+    spec = tmp_path / "course.toml"
+    spec.write_text(FUNCTION + QKV[:-2] + ', { name = "mask", role = "mask" }]\nreturns = "output"\n')
+    done = subprocess.run([sys.executable, "-m", "grader.cli", "check", str(SUBMISSIONS / "worked_solution.ipynb"),
+                           "--assignment", str(spec)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "attend: convention: param mask: role 'mask' (masks) is not supported yet" in lines[0]
+
+
+def test_the_readme_example_is_a_spec_and_names_every_role():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Calling conventions", 1)[1].split("\n## ", 1)[0]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    conv = parse(example, "README").functions[0].convention
+    assert conv.weights == "out_in" and conv.heads == "many" and conv.projection
+    from grader.conventions import NOT_SUPPORTED_YET, RETURN_NAMES, ROLES
+    for word in [*ROLES, *NOT_SUPPORTED_YET, *RETURN_NAMES]:
+        assert f"`{word}`" in section, word
