@@ -222,6 +222,19 @@ class Convention:
             return [shape(m) for m in per_head]
         return shape(per_head[0] if len(per_head) == 1 else np.concatenate(per_head, axis=-1))
 
+    def misfit(self, case: Case) -> str | None:
+        """Why this convention cannot be called with a case's inputs (a sheet's data), or None."""
+        heads = len(case.heads)
+        if self.fixed_heads is not None and heads != self.fixed_heads:
+            return f"it has {heads} head{'s' * (heads != 1)}, the convention takes {self.fixed_heads}"
+        if self.input_stage == 0 and (case.heads[0].bq is not None) != self.biases:
+            return "it has biases, the convention none" if self.biases is False else \
+                "the convention takes biases, it has none"
+        if (case.wo is not None) != self.projection:
+            return "it has an output projection, the convention none" if case.wo is not None else \
+                "the convention takes an output projection, it has none"
+        return None
+
     def _tokens(self, value: np.ndarray) -> np.ndarray:
         return value.T if self.columns else value
 

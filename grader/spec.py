@@ -112,6 +112,10 @@ def _function(raw: dict, where: str) -> FunctionSpec:
     fixed = raw.get("fixed_data")
     if fixed is not None and fixed not in FIXED_DATA:
         raise SpecError(f"{where}: unknown fixed_data {fixed!r} (known: {', '.join(FIXED_DATA)})")
+    for case in FIXED_DATA[fixed]() if fixed is not None else ():
+        misfit = conv.misfit(case)
+        if misfit:
+            raise SpecError(f"{where}: {name}: fixed_data {fixed!r} does not fit its convention: {misfit}")
     points = {kind: check.default_points for kind, check in CHECKS.items()
               if check.applies(conv, fixed is not None)}
     for kind, value in raw.get("points", {}).items():

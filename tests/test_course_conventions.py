@@ -183,3 +183,14 @@ def test_the_readme_example_is_a_spec_and_names_every_role():
     from grader.conventions import NOT_SUPPORTED_YET, RETURN_NAMES, ROLES
     for word in [*ROLES, *NOT_SUPPORTED_YET, *RETURN_NAMES]:
         assert f"`{word}`" in section, word
+
+
+@pytest.mark.parametrize("convention, fixed, words", [
+    (QKV + 'returns = "output"\n', "sheet_003_multihead", "it has 2 heads, the convention takes 1"),
+    ('params = [{ name = "X", role = "x" }, { name = "Wq", role = "wq" }, { name = "Wk", role = "wk" }, '
+     '{ name = "Wv", role = "wv" }]\nreturns = "output"\n', "sheet_003_single", "it has biases, the convention none"),
+])
+def test_the_sheet_data_must_fit_the_convention(convention, fixed, words):
+    with pytest.raises(SpecError, match=f"attend: fixed_data '{fixed}' does not fit its convention: {words}"):
+        parse(f'[[functions]]\nname = "attend"\nfixed_data = "{fixed}"\n[functions.convention]\n{convention}',
+              "course.toml")
