@@ -303,14 +303,26 @@ def judge_permutation(fn, ctx: Context, results) -> Verdict:
     return Verdict("passed", f"Permuting the tokens (order {order.tolist()}) permutes the results the same way.")
 
 
+def _unchanged(sent, after) -> bool:
+    """An argument is as it was sent: each array of it (those in a list or a dict included)
+    has its shape and values; ints and flags cannot be changed in place."""
+    if isinstance(sent, list):
+        return isinstance(after, list) and len(after) == len(sent) and all(map(_unchanged, sent, after))
+    if isinstance(sent, dict):
+        return isinstance(after, dict) and set(after) == set(sent) and all(_unchanged(v, after[k])
+                                                                           for k, v in sent.items())
+    if isinstance(sent, np.ndarray):
+        return isinstance(after, np.ndarray) and after.shape == sent.shape and np.array_equal(after, sent)
+    return True
+
+
 def judge_unmodified(fn, ctx: Context, results) -> Verdict:
     (probe, outcome), = results
     failed = _failed_call(probe, outcome)
     if failed:
         return failed
     for name, sent, after in zip(fn.params, outcome.sent, outcome.inputs_after or []):
-        if isinstance(sent, np.ndarray) and (after is None or after.shape != sent.shape
-                                             or not np.array_equal(after, sent)):
+        if not _unchanged(sent, after):
             return Verdict("failed", f"The function changed its argument `{name}` in place; "
                                      "work on a copy (e.g. `x = x - m`, not `x -= m`).")
     return Verdict("passed", "The inputs are left unmodified.")

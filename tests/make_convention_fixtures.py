@@ -1,5 +1,6 @@
 """Writes tests/fixtures/conventions/: a worked notebook for the course conventions of
-tests/fixtures/conventions/course.toml, and one with a known mistake in each function.
+tests/fixtures/conventions/course.toml, one with a known mistake in each function, and one
+whose functions change their list and dict arguments in place.
 
 Run `python tests/make_convention_fixtures.py` after changing a body below; the notebooks
 are committed so that a test run never depends on this script.
@@ -73,6 +74,17 @@ MISTAKES = {
 }
 
 
+# Right answers, but the caller's per-head list and packed dict are changed in place.
+MODIFIES_INPUTS = {
+    "multihead_per_head": WORKED["multihead_per_head"].replace(
+        "    return np.concatenate(outputs, axis=1), np.stack(all_weights)",
+        "    Wvs[0][:] = 0.0\n    return np.concatenate(outputs, axis=1), np.stack(all_weights)"),
+    "packed_attention": WORKED["packed_attention"].replace(
+        '    return {"out": weights @ V, "attn": weights}',
+        '    params.pop("b_qkv")\n    return {"out": weights @ V, "attn": weights}'),
+}
+
+
 def notebook(bodies: dict) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("import numpy as np")]
@@ -90,6 +102,7 @@ def main():
         assert line in body, name
         mistaken[name] = body.replace(line, replacement)
     nbformat.write(notebook(mistaken), HERE / "mistakes.ipynb")
+    nbformat.write(notebook({"softmax": WORKED["softmax"], **MODIFIES_INPUTS}), HERE / "modifies_inputs.ipynb")
 
 
 if __name__ == "__main__":

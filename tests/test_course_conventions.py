@@ -194,3 +194,21 @@ def test_the_sheet_data_must_fit_the_convention(convention, fixed, words):
     with pytest.raises(SpecError, match=f"attend: fixed_data '{fixed}' does not fit its convention: {words}"):
         parse(f'[[functions]]\nname = "attend"\nfixed_data = "{fixed}"\n[functions.convention]\n{convention}',
               "course.toml")
+
+
+@pytest.mark.slow
+def test_a_list_or_dict_argument_changed_in_place_is_found():
+    result = grade(COURSE / "modifies_inputs.ipynb", str(SPEC))
+    checks = {c.name: c for c in result.checks}
+    for function, name in (("multihead_per_head", "Wvs"), ("packed_attention", "params")):
+        assert checks[f"{function}.random_shapes"].status == "passed", function
+        unmodified = checks[f"{function}.inputs_unmodified"]
+        assert unmodified.status == "failed" and f"changed its argument `{name}` in place" in unmodified.message
+
+
+def test_an_argument_is_unchanged_only_when_every_array_in_it_is():
+    from grader.checks import _unchanged
+    w = np.eye(2)
+    assert _unchanged([w, w], [w.copy(), w.copy()]) and _unchanged({"w": w}, {"w": w.copy()}) and _unchanged(3, None)
+    assert not _unchanged([w, w], [w, w * 2]) and not _unchanged([w, w], [w]) and not _unchanged([w], None)
+    assert not _unchanged({"w": w, "b": w}, {"w": w}) and not _unchanged({"w": w}, {"w": w.T[:1]})
