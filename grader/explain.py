@@ -132,6 +132,19 @@ def differs_from_reference(conv: Convention, explanation: Explanation, observed,
     return False
 
 
+def _arrays(arguments) -> list:
+    """The arrays among the arguments, those in a list or a dict (per-head or packed weights) too."""
+    found = []
+    for arg in arguments:
+        if isinstance(arg, (list, tuple)):
+            found += _arrays(arg)
+        elif isinstance(arg, dict):
+            found += _arrays(list(arg.values()))
+        elif isinstance(arg, np.ndarray):
+            found.append(arg)
+    return found
+
+
 def trivial(value, arguments: list) -> str | None:
     """Why a value could be produced without computing attention, or None when it could not:
     it is constant, every token gets the same row, every row is uniform, or it is one of the
@@ -152,8 +165,7 @@ def trivial(value, arguments: list) -> str | None:
             return "the same row for every token"
         if a.ndim == 2 and a.shape[1] > 1 and np.all(np.ptp(a, axis=1) <= scale):
             return "uniform along each row"
-        for arg in arguments:
-            if isinstance(arg, np.ndarray) and arg.ndim == a.ndim and (same(arg, a, ARGUMENT_TOLERANCE)
-                                                                       or same(arg.T, a, ARGUMENT_TOLERANCE)):
+        for arg in _arrays(arguments):
+            if arg.ndim == a.ndim and (same(arg, a, ARGUMENT_TOLERANCE) or same(arg.T, a, ARGUMENT_TOLERANCE)):
                 return "one of its own arguments, unchanged"
     return None

@@ -212,3 +212,11 @@ def test_an_argument_is_unchanged_only_when_every_array_in_it_is():
     assert _unchanged([w, w], [w.copy(), w.copy()]) and _unchanged({"w": w}, {"w": w.copy()}) and _unchanged(3, None)
     assert not _unchanged([w, w], [w, w * 2]) and not _unchanged([w, w], [w]) and not _unchanged([w], None)
     assert not _unchanged({"w": w, "b": w}, {"w": w}) and not _unchanged({"w": w}, {"w": w.T[:1]})
+
+
+def test_a_matrix_from_a_list_or_dict_argument_returned_unchanged_is_no_answer():
+    from grader.explain import trivial
+    w = np.arange(6.0).reshape(3, 2)
+    assert trivial(w, [np.ones(3), [np.eye(2), w]]) == "one of its own arguments, unchanged"
+    assert trivial(w.T, [{"W_qkv": w, "b_qkv": np.ones(2)}]) == "one of its own arguments, unchanged"
+    assert trivial(w + 1, [[np.eye(2), w], {"W_qkv": w}]) is None
