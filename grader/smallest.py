@@ -78,12 +78,15 @@ def _literal(value, prefix: str = "") -> str:
 
 def _shown(parts: dict, conv: Convention) -> list[str]:
     """One `name = value` per part, as lines, oriented as the function returns it (the grader
-    compares a tokens-as-columns output transposed)."""
+    compares a tokens-as-columns output transposed), per-head parts as the convention returns
+    them: a list, or one array with the heads axis first."""
     lines = []
     for name, value in parts.items():
         value = value if isinstance(value, list) else np.asarray(value)
         if conv.columns:
             value = [v.T for v in value] if isinstance(value, list) else value.T
+        if isinstance(value, list) and conv.per_head_returns == "axis" and len({v.shape for v in value}) == 1:
+            value = np.stack(value)
         lines.extend(f"{name} = {_literal(value, ' ' * len(name + ' = '))}".splitlines())
     return lines
 

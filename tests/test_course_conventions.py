@@ -119,6 +119,14 @@ def test_course_conventions_name_each_planted_mistake():
     # usual axis=-1 one is.
     worked = grade(COURSE / "worked.ipynb", str(SPEC))
     assert not any(c.diagnosis for c in worked.checks if c.function == "softmax")
+    # The smallest failing cases run as printed, with lists and dicts spelled out, per-head
+    # weights shown as the one array the convention returns.
+    for function in MISTAKES:
+        code = result.functions[function]["smallest_failing"]["code"]
+        space = _notebook_functions("mistakes")
+        exec(code, space)
+    assert "weights_per_head = np.array([[[" in result.functions["multihead_per_head"]["smallest_failing"]["code"]
+    assert "params = {'W_qkv': np.array(" in result.functions["packed_attention"]["smallest_failing"]["code"]
 
 
 FUNCTION = '[[functions]]\nname = "attend"\n[functions.convention]\n'
@@ -220,3 +228,71 @@ def test_a_matrix_from_a_list_or_dict_argument_returned_unchanged_is_no_answer()
     assert trivial(w, [np.ones(3), [np.eye(2), w]]) == "one of its own arguments, unchanged"
     assert trivial(w.T, [{"W_qkv": w, "b_qkv": np.ones(2)}]) == "one of its own arguments, unchanged"
     assert trivial(w + 1, [[np.eye(2), w], {"W_qkv": w}]) is None
+
+
+def _softmax(s, axis=-1):
+    e = np.exp(s - s.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _heads(q, k, v, n):
+    """Per head (output, weights, scores) of fused Q, K, V (tokens as rows)."""
+    found = []
+    for cols in np.split(np.arange(q.shape[1]), n):
+        s = q[:, cols] @ k[:, cols].T / np.sqrt(len(cols))
+        found.append((_softmax(s) @ v[:, cols], _softmax(s), s))
+    return found
+
+
+def _packed_columns(X, W, b, n):
+    """Tokens as columns, Q | K | V packed in out x in layout with column biases."""
+    q, k, v = np.split((W @ X + b).T, 3, axis=1)
+    parts = _heads(q, k, v, n)
+    return np.concatenate([o for o, _, _ in parts], axis=1).T, [w.T for _, w, _ in parts]
+
+
+def _indexed(X, *args):
+    """Three heads, each head's matrices on their own, then W_o (in x out)."""
+    *per_head, wo = args
+    outs = [_heads(X @ a, X @ b, X @ c, 1)[0][0] for a, b, c in zip(*[iter(per_head)] * 3)]
+    return np.concatenate(outs, axis=1) @ wo
+
+
+SYNTHETIC = [
+    ('params = [{ name = "X", role = "x" }, { name = "W", role = "wqkv" }, { name = "b", role = "bqkv" }, '
+     '{ name = "h", role = "n_heads" }]\ntokens = "columns"\nweights = "out_in"\nreturns = ["output", "weights"]\n',
+     lambda X, W, b, h: _packed_columns(X, W, b[:, 0][:, None], h)),
+    ('params = [{ name = "X", role = "x" }, { name = "Wq", role = "wq" }, { name = "Wk", role = "wk" }, '
+     '{ name = "Wv", role = "wv" }, { name = "Wo", role = "wo" }, { name = "h", role = "n_heads" }]\n'
+     'returns = ["heads", "scores", "q", "v", "output"]\nper_head_returns = "axis"\n',
+     lambda X, Wq, Wk, Wv, Wo, h: (lambda p: (np.stack([o for o, _, _ in p]), [s for _, _, s in p], X @ Wq, X @ Wv,
+                                             np.concatenate([o for o, _, _ in p], axis=1) @ Wo))(
+         _heads(X @ Wq, X @ Wk, X @ Wv, h))),
+    ('params = [{ name = "X", role = "x" }, { name = "Wq", role = "wq", heads = "per_head" }, '
+     '{ name = "bq", role = "bq", heads = "per_head" }, { name = "Wk", role = "wk", heads = "per_head" }, '
+     '{ name = "bk", role = "bk", heads = "per_head" }, { name = "Wv", role = "wv", heads = "per_head" }, '
+     '{ name = "bv", role = "bv", heads = "per_head" }]\nweights = "out_in"\nreturns = { weights = "w" }\n',
+     lambda X, Wq, bq, Wk, bk, Wv, bv: {"w": [_heads(X @ a.T + c, X @ b.T + d, X @ e.T + f, 1)[0][1]
+                                              for a, c, b, d, e, f in zip(Wq, bq, Wk, bk, Wv, bv)]}),
+    ('params = [{ name = "X", role = "x" }, '
+     + ", ".join(f'{{ name = "W{p}{i}", role = "w{p}", head = {i} }}' for i in (1, 2, 3) for p in "qkv")
+     + ', { name = "Wo", role = "wo" }]\nreturns = "output"\n', _indexed),
+    ('params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name = "V", role = "v" }, '
+     '{ name = "n", role = "n_heads" }, { name = "scaled", role = "scale" }]\nreturns = ["output", "weights"]\n',
+     lambda Q, K, V, n, scaled: (lambda p: (np.concatenate([o for o, _, _ in p], axis=1), [w for _, w, _ in p]))(
+         _heads(Q, K, V, n)) if scaled is True else None),
+]
+
+
+@pytest.mark.parametrize("index", range(len(SYNTHETIC)))
+def test_roles_layouts_and_returns_mean_what_the_readme_says(index):
+    """Plain NumPy implementations written from the README's words for each field give back
+    the reference once their returns are read as the convention says."""
+    convention, implementation = SYNTHETIC[index]
+    conv = parse(FUNCTION + convention, "course.toml").functions[0].convention
+    for case in [*cases.random_cases(conv, 4), cases.base_case(conv, 4)]:
+        returned = implementation(*conv.call_arguments(case))
+        parts = canonical_parts(conv, payloads.encoded_value(encode_value(returned)))
+        assert not parts.problems, parts.problems
+        for part, expected in conv.expected_parts(case).items():
+            assert compare(parts.values[part], expected, Tolerance()) is None, (case.label, part)
