@@ -260,7 +260,8 @@ def _fail(where: str, message: str):
 
 def _choice(raw: dict, key: str, allowed: tuple, default, where: str):
     value = raw.get(key, default)
-    if value not in allowed:
+    # Exactly one of the values allowed: neither `true` for 1 nor 1.0 for 1.
+    if not any(type(value) is type(a) and value == a for a in allowed):
         _fail(where, f"{key} must be one of {', '.join(map(repr, allowed))}, not {value!r}"[:200])
     return value
 
@@ -276,6 +277,8 @@ def _param(raw, where: str, inside_dict: bool = False) -> Param:
     name, role = raw.get("name"), raw.get("role")
     if not isinstance(name, str) or not name.isidentifier():
         _fail(where, f"param name {name!r} is not a Python parameter name"[:200])
+    if not isinstance(role, str):
+        _fail(where, f"param {name}: role must be the name of a role, not {role!r}"[:200])
     if role in NOT_SUPPORTED_YET:
         _fail(where, f"param {name}: role {role!r} ({NOT_SUPPORTED_YET[role]}) is not supported yet")
     if role not in ROLES:

@@ -157,6 +157,11 @@ QKV = 'params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name 
     ('params = [{ name = "X", role = "x" }, { name = "p", role = "dict", keys = { w = "wqkv", o = "wout" } }]\n'
      'returns = "output"\n', "param p key 'o': param p_o: unknown role 'wout'"),
     ('params = [{ name = "s", role = "scores" }]\nreturns = "output"\n', "a softmax helper (role scores) can only"),
+    ('params = [{ name = "Q", role = ["q"] }]\nreturns = "output"\n', "param Q: role must be the name of a role"),
+    ('params = [{ name = "X", role = "x" }, { name = "p", role = "dict", keys = { w = { role = "wq" } } }]\n'
+     'returns = "output"\n', "param p key 'w': param p_w: role must be the name of a role"),
+    ('params = [{ name = "s", role = "scores" }]\nreturns = "weights"\naxis = true\n',
+     "axis must be one of -1, 1, 0, not True"),
 ])
 def test_a_spec_that_cannot_be_graded_is_one_line_naming_the_function_and_the_field(convention, words):
     with pytest.raises(SpecError) as error:
