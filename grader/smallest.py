@@ -81,7 +81,9 @@ def _shown(parts: dict, conv: Convention) -> list[str]:
     compares a tokens-as-columns output transposed), per-head parts as the convention returns
     them: a list, or one array with the heads axis first."""
     lines = []
-    for name, value in parts.items():
+    keys = dict(zip(conv.returns, conv.return_keys or ()))   # a dict return: each part under its key
+    for part, value in parts.items():
+        name = keys.get(part, part)
         value = value if isinstance(value, list) else np.asarray(value)
         if conv.columns:
             value = [v.T for v in value] if isinstance(value, list) else value.T
