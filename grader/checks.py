@@ -18,7 +18,7 @@ from grader.reference.attention import Case
 from grader.reference.sheets import FIXED_DATA
 
 from . import cases as make
-from .conventions import PART_WORDS, TOKEN_AXES, Convention
+from .conventions import PART_WORDS, PER_HEAD_PARTS, TOKEN_AXES, Convention
 from .explain import CORRECT, Predictions, agrees, differs_from_reference, explanations, overflow
 from .returns import Parts, Tolerance, compare
 from .seeds import hidden_cases_seed
@@ -151,7 +151,7 @@ def weight_heatmaps(conv: Convention, probe: Probe, parts: Parts) -> list:
 
 
 def _missing_part(probe: Probe, parts: Parts, part: str) -> Verdict:
-    heads = f" (H = {len(probe.case.heads)} here)" if part == "weights_per_head" else ""
+    heads = f" (H = {len(probe.case.heads)} here)" if part in PER_HEAD_PARTS else ""
     return Verdict("failed", f"On {probe.label}: the {PART_WORDS[part]} {parts.missing(part)}{heads}.")
 
 
@@ -341,7 +341,8 @@ def judge_structure(fn, ctx: Context, results) -> Verdict:
             continue
         if isinstance(expected, list):
             if not isinstance(actual, list) or len(actual) != len(expected):
-                problems.append(f"the {PART_WORDS[part]} should be a list of {len(expected)} N x N arrays")
+                shape = "N x d_v" if part == "heads" else "N x N"
+                problems.append(f"the {PART_WORDS[part]} should be a list of {len(expected)} {shape} arrays")
             continue
         if actual.shape != expected.shape:
             problem = compare(actual, expected, ctx.tolerance, conv.columns)
