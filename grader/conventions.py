@@ -52,7 +52,8 @@ NOT_SUPPORTED_YET = {"mask": "masks", "memory": "cross-attention (a second seque
 RETURN_NAMES = ("output", "weights", "scores", "q", "k", "v", "heads")
 
 WEIGHT_ROLES = ("wq", "wk", "wv", "bq", "bk", "bv")
-HEAD_FORMS = ("fused", "per_head")
+HEAD_FORMS = ("fused", "per_head", "axis")
+HEAD_FORM_ROLES = (*WEIGHT_ROLES, "q", "k", "v")   # the roles that hold one matrix or vector per head
 # The stages of the computation: what an input role starts from and a returned part ends at.
 # Which steps lie in between decides the mistakes a function can make (grader/explain.py).
 INPUT_STAGE = {"x": 0, "q": 1, "k": 1, "v": 1, "scores": 2}
@@ -68,7 +69,7 @@ PARAM_KEYS = ("name", "role", "heads", "head", "keys")
 class Param:
     name: str
     role: str
-    heads: str = "fused"        # fused: all heads side by side | per_head: a list, one per head
+    heads: str = "fused"        # fused: heads side by side | per_head: a list | axis: one array, heads axis first
     head: int | None = None     # this one head's matrix (1-based), for conventions with a fixed head count
     keys: tuple = ()            # role dict: (key, Param) pairs
 
@@ -107,7 +108,7 @@ class Convention:
         indexed = {p.head for p in self.flat if p.head is not None}
         if indexed:
             return len(indexed)
-        if "n_heads" in self.roles or any(p.heads == "per_head" for p in self.flat):
+        if "n_heads" in self.roles or any(p.heads != "fused" for p in self.flat):
             return None
         return 1
 
@@ -204,22 +205,23 @@ class Convention:
             return self.scaled
         if role == "x":
             return self._tokens(case.x)
-        if role in ("q", "k", "v", "scores"):
-            heads = reference()["heads"]
-            value = heads[0][role] if len(heads) == 1 else np.concatenate([h[role] for h in heads], axis=1)
-            return self._tokens(value)
         if role == "wo":
             return self._matrix(case.wo)
         if role == "wqkv":
             return self._matrix(np.concatenate([case.fused(name) for name in ("wq", "wk", "wv")], axis=1))
         if role == "bqkv":
             return self._bias(np.concatenate([_fused_bias(case, name) for name in ("bq", "bk", "bv")]))
-        per_head = [getattr(h, role) for h in case.heads]
-        shape = self._bias if role.startswith("b") else self._matrix
+        if role in ("q", "k", "v", "scores"):
+            per_head, shape = [h[role] for h in reference()["heads"]], self._tokens
+        else:
+            per_head = [getattr(h, role) for h in case.heads]
+            shape = self._bias if role.startswith("b") else self._matrix
         if param.head is not None:
             return shape(per_head[param.head - 1])
         if param.heads == "per_head":
             return [shape(m) for m in per_head]
+        if param.heads == "axis":
+            return np.stack([shape(m) for m in per_head])
         return shape(per_head[0] if len(per_head) == 1 else np.concatenate(per_head, axis=-1))
 
     def misfit(self, case: Case) -> str | None:
@@ -285,8 +287,8 @@ def _param(raw, where: str, inside_dict: bool = False) -> Param:
         _fail(where, f"param {name}: unknown role {role!r} (roles: {', '.join(ROLES)})"[:300])
     heads = _choice(raw, "heads", HEAD_FORMS, "fused", f"{where}: param {name}")
     head = raw.get("head")
-    if "heads" in raw and role not in WEIGHT_ROLES:
-        _fail(where, f"param {name}: heads applies to {', '.join(WEIGHT_ROLES)} only")
+    if "heads" in raw and role not in HEAD_FORM_ROLES:
+        _fail(where, f"param {name}: heads applies to {', '.join(HEAD_FORM_ROLES)} only")
     if head is not None:
         if role not in WEIGHT_ROLES:
             _fail(where, f"param {name}: head applies to {', '.join(WEIGHT_ROLES)} only")

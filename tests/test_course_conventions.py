@@ -291,6 +291,22 @@ SYNTHETIC = [
 ]
 
 
+SYNTHETIC += [
+    ('params = [{ name = "Q", role = "q", heads = "axis" }, { name = "K", role = "k", heads = "axis" }, '
+     '{ name = "V", role = "v", heads = "per_head" }]\nreturns = ["heads", "weights"]\n',
+     lambda Q, K, V: (lambda p: ([o for o, _, _ in p], np.stack([w for _, w, _ in p])))(
+         [_heads(q, k, v, 1)[0] for q, k, v in zip(Q, K, V)])),
+    ('params = [{ name = "X", role = "x" }, { name = "Wq", role = "wq", heads = "axis" }, '
+     '{ name = "Wk", role = "wk", heads = "axis" }, { name = "Wv", role = "wv", heads = "axis" }, '
+     '{ name = "bv", role = "bv", heads = "axis" }, { name = "bq", role = "bq", heads = "axis" }, '
+     '{ name = "bk", role = "bk", heads = "axis" }, { name = "n", role = "n_heads" }]\n'
+     'tokens = "columns"\nweights = "out_in"\nreturns = "output"\n',
+     lambda X, Wq, Wk, Wv, bv, bq, bk, n: np.concatenate(
+         [_heads((a @ X + c).T, (b @ X + d).T, (e @ X + f).T, 1)[0][0]
+          for a, c, b, d, e, f in zip(Wq, bq, Wk, bk, Wv, bv)], axis=1).T),
+]
+
+
 @pytest.mark.parametrize("index", range(len(SYNTHETIC)))
 def test_roles_layouts_and_returns_mean_what_the_readme_says(index):
     """Plain NumPy implementations written from the README's words for each field give back
