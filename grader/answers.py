@@ -25,7 +25,7 @@ def recognised(conv: Convention, results: list[tuple[Probe, Outcome]], tol, pred
         for part, value in outcome.parts.values.items():
             if trivial(value, outcome.sent):
                 continue
-            for explanation in (CORRECT, *explanations(conv.name)):
+            for explanation in (CORRECT, *explanations(conv)):
                 predicted = predictions.parts(conv, explanation, probe.case).get(part)
                 if predicted is not None and same(value, predicted, tol) \
                         and trivial(predicted, outcome.sent) is None:

@@ -16,7 +16,7 @@ LARGE_SCORE = 800.0
 
 
 def head_count(conv: Convention, requested: int) -> int:
-    return {"one": 1, "two": 2}.get(conv.heads, requested)
+    return conv.head_count(requested)
 
 
 def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: int,
@@ -35,7 +35,7 @@ def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: i
 
     heads = []
     for _ in range(n_heads):
-        biases = [rng.normal(size=d_k) if conv.biases else None for _ in range(3)]
+        biases = [rng.normal(size=d_k) if role in conv.bias_roles else None for role in ("bq", "bk", "bv")]
         heads.append(Head(matrix(d, d_k), matrix(d, d_k), matrix(d, d_k), *biases))
     if integral:
         x = rng.integers(-2, 3, size=(n, d))

@@ -18,7 +18,7 @@ from grader.reference.attention import Case
 from grader.reference.sheets import FIXED_DATA
 
 from . import cases as make
-from .conventions import PART_WORDS, TOKEN_AXES, Convention
+from .conventions import PART_WORDS, PER_HEAD_PARTS, TOKEN_AXES, Convention
 from .explain import CORRECT, Predictions, agrees, differs_from_reference, explanations, overflow
 from .returns import Parts, Tolerance, compare
 from .seeds import hidden_cases_seed
@@ -45,8 +45,13 @@ class InputVariant(Enum):
         self.words, self.layout, self.dtype, self.loosening = words, layout, dtype, loosening
 
     def convert(self, value):
-        """An argument in this variant's dtype: float arrays only, and to an integer dtype only
-        when every value is whole, so that the inputs (and the expected values) stay the case's."""
+        """An argument in this variant's dtype: float arrays only (those in a list or a dict too),
+        and to an integer dtype only when every value is whole, so that the inputs (and the
+        expected values) stay the case's."""
+        if isinstance(value, list):
+            return [self.convert(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.convert(v) for k, v in value.items()}
         if self.dtype is None or not isinstance(value, np.ndarray) or value.dtype.kind != "f":
             return value
         if np.dtype(self.dtype).kind in "iu" and not np.array_equal(value, np.round(value)):
@@ -146,7 +151,7 @@ def weight_heatmaps(conv: Convention, probe: Probe, parts: Parts) -> list:
 
 
 def _missing_part(probe: Probe, parts: Parts, part: str) -> Verdict:
-    heads = f" (H = {len(probe.case.heads)} here)" if part == "weights_per_head" else ""
+    heads = f" (H = {len(probe.case.heads)} here)" if part in PER_HEAD_PARTS else ""
     return Verdict("failed", f"On {probe.label}: the {PART_WORDS[part]} {parts.missing(part)}{heads}.")
 
 
@@ -158,7 +163,7 @@ def _only_overflow(conv: Convention, probe: Probe, parts: Parts, tol: Tolerance,
     """What came back is exactly what a softmax without max-subtraction gives, and that differs
     from the reference here only because exp() overflows: the sheets do not ask for the
     max-subtraction, so only the numerical_stability check judges it."""
-    naive = overflow(conv.name)
+    naive = overflow(conv)
     observed = [(probe.case, parts.values, tol)]
     return naive is not None and differs_from_reference(conv, naive, observed, ctx.predictions) \
         and agrees(conv, naive, observed, ctx.predictions)
@@ -171,7 +176,7 @@ def _reference_mismatch(conv: Convention, probe: Probe, parts: Parts, ctx: Conte
     for part, expected in expected_parts.items():
         if part not in parts.values:
             return _missing_part(probe, parts, part)
-        problem = compare(parts.values[part], expected, tol, conv.columns and part == "output")
+        problem = compare(parts.values[part], expected, tol, conv.columns)
         if problem:
             if overflow_allowed and _only_overflow(conv, probe, parts, tol, ctx):
                 return None
@@ -216,7 +221,7 @@ def judge_sheet(fn, ctx: Context, results) -> Verdict:
             return Verdict("failed", f"{SHEET_ONLY} {failed.message}")
     conv = fn.convention
     observed = [(p.case, o.parts.values, probe_tolerance(p, ctx.tolerance)) for p, o in results]
-    if any(agrees(conv, e, observed, ctx.predictions) for e in (CORRECT, *explanations(conv.name))):
+    if any(agrees(conv, e, observed, ctx.predictions) for e in (CORRECT, *explanations(conv))):
         return verdict
     for probe, outcome in twins:
         mismatch = _reference_mismatch(conv, probe, outcome.parts, ctx, overflow_allowed=True)
@@ -262,8 +267,10 @@ def judge_distribution(fn, ctx: Context, results) -> Verdict:
             sums = w.sum(axis=1)
             worst = int(np.argmax(np.abs(sums - 1)))
             if abs(sums[worst] - 1) > 1e-6:
-                return Verdict("failed", f"On {probe.label}: row {worst} of the {what} sums to {sums[worst]:.4g}; "
-                                         "each query's weights must sum to 1 (softmax over the keys, axis=-1).",
+                # Tokens as columns (a softmax helper over axis 0 included): a query's weights are a column.
+                line, axis = ("column", "axis=0") if fn.convention.columns else ("row", "axis=-1")
+                return Verdict("failed", f"On {probe.label}: {line} {worst} of the {what} sums to {sums[worst]:.4g}; "
+                                         f"each query's weights must sum to 1 (softmax over the keys, {axis}).",
                                weight_heatmaps(fn.convention, probe, outcome.parts))
     return Verdict("passed", f"Weights are non-negative and each row sums to 1 on {len(results)} case(s).")
 
@@ -296,14 +303,26 @@ def judge_permutation(fn, ctx: Context, results) -> Verdict:
     return Verdict("passed", f"Permuting the tokens (order {order.tolist()}) permutes the results the same way.")
 
 
+def _unchanged(sent, after) -> bool:
+    """An argument is as it was sent: each array of it (those in a list or a dict included)
+    has its shape and values; ints and flags cannot be changed in place."""
+    if isinstance(sent, list):
+        return isinstance(after, list) and len(after) == len(sent) and all(map(_unchanged, sent, after))
+    if isinstance(sent, dict):
+        return isinstance(after, dict) and set(after) == set(sent) and all(_unchanged(v, after[k])
+                                                                           for k, v in sent.items())
+    if isinstance(sent, np.ndarray):
+        return isinstance(after, np.ndarray) and after.shape == sent.shape and np.array_equal(after, sent)
+    return True
+
+
 def judge_unmodified(fn, ctx: Context, results) -> Verdict:
     (probe, outcome), = results
     failed = _failed_call(probe, outcome)
     if failed:
         return failed
     for name, sent, after in zip(fn.params, outcome.sent, outcome.inputs_after or []):
-        if isinstance(sent, np.ndarray) and (after is None or after.shape != sent.shape
-                                             or not np.array_equal(after, sent)):
+        if not _unchanged(sent, after):
             return Verdict("failed", f"The function changed its argument `{name}` in place; "
                                      "work on a copy (e.g. `x = x - m`, not `x -= m`).")
     return Verdict("passed", "The inputs are left unmodified.")
@@ -322,10 +341,11 @@ def judge_structure(fn, ctx: Context, results) -> Verdict:
             continue
         if isinstance(expected, list):
             if not isinstance(actual, list) or len(actual) != len(expected):
-                problems.append(f"the {PART_WORDS[part]} should be a list of {len(expected)} N x N arrays")
+                shape = "N x d_v" if part == "heads" else "N x N"
+                problems.append(f"the {PART_WORDS[part]} should be a list of {len(expected)} {shape} arrays")
             continue
         if actual.shape != expected.shape:
-            problem = compare(actual, expected, ctx.tolerance, conv.columns and part == "output")
+            problem = compare(actual, expected, ctx.tolerance, conv.columns)
             problems.append(f"the {PART_WORDS[part]} {problem}")
     if problems:
         return Verdict("failed", f"Returned {outcome.parts.returned}: " + "; ".join(problems) + ".")

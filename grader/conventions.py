@@ -2,43 +2,162 @@
 which canonical parts its return value holds.
 
 Every check is written once against canonical parts (tokens as rows); a convention is the
-only place that knows about argument order, transposes, fused heads and biases.
+only place that knows about argument order, transposes, fused heads and biases. A convention
+is data: a TOML table, either inline in a course's spec or by name from the built-in ones in
+reference/conventions.toml, read by `parse_convention`. This module is the one home of what
+its roles, layouts and returns mean (the README's "Writing an assignment spec" is their
+reference for course staff).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from importlib import resources
 
 import numpy as np
 
 from grader.reference.attention import Case, attention
 
+from .errors import SpecError
+from .toml_text import load_toml
+
 # How tokens index each canonical part, for the permutation property.
-TOKEN_AXES = {"output": (0,), "q": (0,), "k": (0,), "v": (0,),
-              "scores": (0, 1), "weights": (0, 1), "weights_per_head": (0, 1)}
+TOKEN_AXES = {"output": (0,), "q": (0,), "k": (0,), "v": (0,), "heads": (0,),
+              "scores": (0, 1), "weights": (0, 1), "weights_per_head": (0, 1), "scores_per_head": (0, 1)}
 
 PART_WORDS = {"output": "output", "weights": "attention weights", "scores": "attention scores",
-              "weights_per_head": "per-head attention weights", "q": "Q", "k": "K", "v": "V"}
+              "weights_per_head": "per-head attention weights", "scores_per_head": "per-head attention scores",
+              "heads": "heads' outputs (before the output projection)", "q": "Q", "k": "K", "v": "V"}
+
+# Canonical parts that are one array per head.
+PER_HEAD_PARTS = ("weights_per_head", "scores_per_head", "heads")
+
+# The roles a parameter may have, and what it receives.
+ROLES = {
+    "x": "the tokens X",
+    "q": "the queries Q", "k": "the keys K", "v": "the values V",
+    "scores": "the attention scores (the input of a softmax helper)",
+    "wq": "the query projection", "wk": "the key projection", "wv": "the value projection",
+    "wqkv": "the query, key and value projections side by side (Q | K | V)",
+    "bq": "the query bias", "bk": "the key bias", "bv": "the value bias",
+    "bqkv": "the query, key and value biases side by side (Q | K | V)",
+    "wo": "the output projection",
+    "n_heads": "the number of heads",
+    "scale": "a flag: whether to divide the scores by sqrt(d_k)",
+    "dict": "a dict holding other roles under the keys given",
+}
+# Roles the next steps of the calling conventions will give meaning to. A spec naming one is
+# refused in one line rather than graded as if it were absent.
+NOT_SUPPORTED_YET = {"mask": "masks", "memory": "cross-attention (a second sequence)",
+                     "bo": "an output projection bias"}
+RETURN_NAMES = ("output", "weights", "scores", "q", "k", "v", "heads")
+
+WEIGHT_ROLES = ("wq", "wk", "wv", "bq", "bk", "bv")
+HEAD_FORMS = ("fused", "per_head", "axis")
+HEAD_FORM_ROLES = (*WEIGHT_ROLES, "q", "k", "v")   # the roles that hold one matrix or vector per head
+# The stages of the computation: what an input role starts from and a returned part ends at.
+# Which steps lie in between decides the mistakes a function can make (grader/explain.py).
+INPUT_STAGE = {"x": 0, "q": 1, "k": 1, "v": 1, "scores": 2}
+RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "heads": 4, "output": 4}
+STEPS = ((1, "projections"), (2, "scores"), (3, "softmax"))
+
+CONVENTION_KEYS = ("description", "params", "returns", "weights", "tokens", "scaled", "axis", "square",
+                   "per_head_returns", "batch")
+PARAM_KEYS = ("name", "role", "heads", "head", "keys")
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    role: str
+    heads: str = "fused"        # fused: heads side by side | per_head: a list | axis: one array, heads axis first
+    head: int | None = None     # this one head's matrix (1-based), for conventions with a fixed head count
+    keys: tuple = ()            # role dict: (key, Param) pairs
 
 
 @dataclass(frozen=True)
 class Convention:
     name: str
     description: str
-    params: tuple[str, ...]
-    returns: tuple[str, ...]
-    arguments: Callable[[Case], list]
-    expected: Callable[[dict, Case], dict]
-    heads: str = "one"          # one | two | many: how many heads a case may have
-    square: bool = False        # per-head dimension must equal D
-    biases: bool = False
-    projection: bool = False    # has an output projection
+    params: tuple[Param, ...]
+    returns: tuple[str, ...]                # canonical parts, in the order they are returned
+    return_keys: tuple[str, ...] | None = None   # a dict return: each part's key
+    weights: str = "in_out"     # in_out: x @ W | out_in: x @ W.T (the framework layout)
+    columns: bool = False       # tokens are columns: every returned matrix comes back transposed
     scaled: bool = True
-    columns: bool = False       # tokens are columns: outputs come back transposed
-    # The steps of attention its functions compute themselves, which decide the mistakes they
-    # can make: the projections of X to Q, K and V, the scores, the softmax.
-    steps: frozenset = frozenset({"projections", "scores", "softmax"})
-    int_inputs: str = "x"       # which inputs an integer test makes integral: x | qkv | none
+    square: bool = False        # per-head dimension must equal D
+    per_head_returns: str = "list"   # list | axis: how per-head parts are shown (both are read)
+    flat: tuple[Param, ...] = field(default=(), compare=False)   # every role, dicts' keys included
+
+    # What follows is derived from the declared roles and returns, never declared.
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    @property
+    def roles(self) -> set[str]:
+        return {p.role for p in self.flat}
+
+    @property
+    def input_stage(self) -> int:
+        return min(INPUT_STAGE[r] for r in self.roles if r in INPUT_STAGE)
+
+    @property
+    def fixed_heads(self) -> int | None:
+        """How many heads every case has, or None when any number H may be drawn."""
+        indexed = {p.head for p in self.flat if p.head is not None}
+        if indexed:
+            return len(indexed)
+        if "n_heads" in self.roles or any(p.heads != "fused" for p in self.flat):
+            return None
+        return 1
+
+    @property
+    def heads(self) -> str:
+        """one | fixed (a set number of heads, each passed on its own) | many."""
+        fixed = self.fixed_heads
+        return "many" if fixed is None else "one" if fixed == 1 else "fixed"
+
+    def head_count(self, requested: int) -> int:
+        return self.fixed_heads or requested
+
+    @property
+    def splits_heads(self) -> bool:
+        """The function splits fused matrices into heads itself (so it can split them wrongly)."""
+        return self.heads == "many" and any(p.heads == "fused" and p.role in ("wq", "wk", "wv", "wqkv", "q", "k", "v")
+                                            for p in self.flat)
+
+    @property
+    def bias_roles(self) -> set[str]:
+        found = {p.role for p in self.flat if p.role in ("bq", "bk", "bv")}
+        return found | ({"bq", "bk", "bv"} if "bqkv" in self.roles else set())
+
+    @property
+    def biases(self) -> bool:
+        return bool(self.bias_roles)
+
+    @property
+    def projection(self) -> bool:
+        return "wo" in self.roles
+
+    @property
+    def steps(self) -> frozenset:
+        """The steps of attention its functions compute themselves: from its inputs to its last return."""
+        last = max(RETURN_STAGE[p] for p in self.return_names)
+        return frozenset(step for stage, step in STEPS if self.input_stage < stage <= last)
+
+    @property
+    def int_inputs(self) -> str:
+        """Which inputs an integer test makes integral: x | qkv | none (scores stay real)."""
+        return {0: "x", 1: "qkv"}.get(self.input_stage, "none")
+
+    @property
+    def return_names(self) -> tuple[str, ...]:
+        return tuple(_RETURN_NAME.get(p, p) for p in self.returns)
+
+    @property
+    def returns_tuple(self) -> bool:
+        return self.return_keys is None and len(self.returns) > 1
 
     def prepare(self, case: Case) -> Case:
         return replace(case, scaled=self.scaled)
@@ -47,111 +166,275 @@ class Convention:
         case = self.prepare(case)
         return self.expected(attention(case), case)
 
+    def expected(self, result: dict, case: Case) -> dict:
+        """The canonical parts this convention returns, from a computation's result (the
+        reference's or a mistake's: both have attention.attention's structure)."""
+        heads = result["heads"]
+        parts = {}
+        for part in self.returns:
+            if part == "output":
+                parts[part] = result["output"]
+            elif part in ("weights_per_head", "scores_per_head"):
+                parts[part] = [h[part.removesuffix("_per_head")] for h in heads]
+            elif part == "heads":
+                parts[part] = [h["output"] for h in heads]
+            elif part in ("q", "k", "v") and len(heads) > 1:
+                parts[part] = np.concatenate([h[part] for h in heads], axis=1)
+            else:
+                parts[part] = heads[0][part]
+        return parts
+
     def call_arguments(self, case: Case) -> list:
-        return self.arguments(self.prepare(case))
+        case = self.prepare(case)
+        computed = {}
 
-    @property
-    def returns_tuple(self) -> bool:
-        return len(self.returns) > 1
+        def reference():
+            if not computed:
+                computed.update(attention(case))
+            return computed
+
+        return [self._argument(p, case, reference) for p in self.params]
+
+    def _argument(self, param: Param, case: Case, reference):
+        role = param.role
+        if role == "dict":
+            return {key: self._argument(inner, case, reference) for key, inner in param.keys}
+        if role == "n_heads":
+            return len(case.heads)
+        if role == "scale":
+            return self.scaled
+        if role == "x":
+            return self._tokens(case.x)
+        if role == "wo":
+            return self._matrix(case.wo)
+        if role == "wqkv":
+            return self._matrix(np.concatenate([case.fused(name) for name in ("wq", "wk", "wv")], axis=1))
+        if role == "bqkv":
+            return self._bias(np.concatenate([_fused_bias(case, name) for name in ("bq", "bk", "bv")]))
+        if role in ("q", "k", "v", "scores"):
+            per_head, shape = [h[role] for h in reference()["heads"]], self._tokens
+        else:
+            per_head = [getattr(h, role) for h in case.heads]
+            shape = self._bias if role.startswith("b") else self._matrix
+        if param.head is not None:
+            return shape(per_head[param.head - 1])
+        if param.heads == "per_head":
+            return [shape(m) for m in per_head]
+        if param.heads == "axis":
+            return np.stack([shape(m) for m in per_head])
+        return shape(per_head[0] if len(per_head) == 1 else np.concatenate(per_head, axis=-1))
+
+    def misfit(self, case: Case) -> str | None:
+        """Why this convention cannot be called with a case's inputs (a sheet's data), or None."""
+        heads = len(case.heads)
+        if self.fixed_heads is not None and heads != self.fixed_heads:
+            return f"it has {heads} head{'s' * (heads != 1)}, the convention takes {self.fixed_heads}"
+        if self.input_stage == 0 and (case.heads[0].bq is not None) != self.biases:
+            return "it has biases, the convention none" if self.biases is False else \
+                "the convention takes biases, it has none"
+        if (case.wo is not None) != self.projection:
+            return "it has an output projection, the convention none" if case.wo is not None else \
+                "the convention takes an output projection, it has none"
+        return None
+
+    def _tokens(self, value: np.ndarray) -> np.ndarray:
+        return value.T if self.columns else value
+
+    def _matrix(self, w: np.ndarray) -> np.ndarray:
+        return w.T if self.weights == "out_in" else w
+
+    def _bias(self, b: np.ndarray) -> np.ndarray:
+        return b[:, None] if self.columns else b
 
 
-def _h(case: Case, i: int = 0):
-    return case.heads[i]
+_RETURN_NAME = {"weights_per_head": "weights", "scores_per_head": "scores"}
 
 
-def _col(b):
-    return b[:, None]
+def _fused_bias(case: Case, name: str) -> np.ndarray:
+    return np.concatenate([getattr(h, name) for h in case.heads])
 
 
-def _column_head_args(h) -> list:
-    return [h.wv.T, h.wq.T, h.wk.T, _col(h.bv), _col(h.bq), _col(h.bk)]
+# Reading a convention from TOML. Every error is one line naming where it is and the field.
+
+def _fail(where: str, message: str):
+    raise SpecError(f"{where}: {message}")
 
 
-def _fused_projection(case: Case, name: str) -> np.ndarray:
-    return case.x.astype(np.float64) @ case.fused(name)
+def _choice(raw: dict, key: str, allowed: tuple, default, where: str):
+    value = raw.get(key, default)
+    # Exactly one of the values allowed: neither `true` for 1 nor 1.0 for 1.
+    if not any(type(value) is type(a) and value == a for a in allowed):
+        _fail(where, f"{key} must be one of {', '.join(map(repr, allowed))}, not {value!r}"[:200])
+    return value
 
 
-def _first_head(r: dict) -> dict:
-    return r["heads"][0]
+def _param(raw, where: str, inside_dict: bool = False) -> Param:
+    if isinstance(raw, str):
+        _fail(where, f"param {raw!r} needs a role: write {{ name = {raw!r}, role = \"...\" }}"[:200])
+    if not isinstance(raw, dict):
+        _fail(where, "each param must be a table { name = ..., role = ... }")
+    unknown = sorted(set(raw) - set(PARAM_KEYS))
+    if unknown:
+        _fail(where, f"unknown key {unknown[0]!r} in a param (known: {', '.join(PARAM_KEYS)})"[:200])
+    name, role = raw.get("name"), raw.get("role")
+    if not isinstance(name, str) or not name.isidentifier():
+        _fail(where, f"param name {name!r} is not a Python parameter name"[:200])
+    if not isinstance(role, str):
+        _fail(where, f"param {name}: role must be the name of a role, not {role!r}"[:200])
+    if role in NOT_SUPPORTED_YET:
+        _fail(where, f"param {name}: role {role!r} ({NOT_SUPPORTED_YET[role]}) is not supported yet")
+    if role not in ROLES:
+        _fail(where, f"param {name}: unknown role {role!r} (roles: {', '.join(ROLES)})"[:300])
+    heads = _choice(raw, "heads", HEAD_FORMS, "fused", f"{where}: param {name}")
+    head = raw.get("head")
+    if "heads" in raw and role not in HEAD_FORM_ROLES:
+        _fail(where, f"param {name}: heads applies to {', '.join(HEAD_FORM_ROLES)} only")
+    if head is not None:
+        if role not in WEIGHT_ROLES:
+            _fail(where, f"param {name}: head applies to {', '.join(WEIGHT_ROLES)} only")
+        if isinstance(head, bool) or not isinstance(head, int) or not 1 <= head <= 16:
+            _fail(where, f"param {name}: head must be a head number from 1 to 16, not {head!r}"[:200])
+        if "heads" in raw:
+            _fail(where, f"param {name}: give either head (one head's matrix) or heads, not both")
+    keys = ()
+    if role == "dict":
+        if inside_dict:
+            _fail(where, f"param {name}: a dict inside a dict is not supported")
+        table = raw.get("keys")
+        if not isinstance(table, dict) or not table:
+            _fail(where, f"param {name}: a dict needs keys = {{ <key> = \"<role>\", ... }}")
+        keys = tuple((key, _param({"name": f"{name}_{key}" if key.isidentifier() else name, "role": inner},
+                                  f"{where}: param {name} key {key!r}", inside_dict=True))
+                     for key, inner in table.items())
+    elif "keys" in raw:
+        _fail(where, f"param {name}: keys applies to role \"dict\" only")
+    return Param(name, role, heads, head, keys)
 
 
-def _scores_input(case: Case) -> list:
-    return [attention(case)["heads"][0]["scores"]]
+def _returns(raw, where: str) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+    if isinstance(raw, str):
+        raw = [raw]
+    keys = None
+    if isinstance(raw, dict):
+        keys = tuple(raw.values())
+        if not all(isinstance(k, str) and k for k in keys):
+            _fail(where, "returns: each part's dict key must be a non-empty string")
+        raw = list(raw)
+    if not isinstance(raw, list) or not raw:
+        _fail(where, "returns must name what the function returns, e.g. [\"output\", \"weights\"]")
+    for name in raw:
+        if name not in RETURN_NAMES:
+            _fail(where, f"returns: {name!r} is not a part (parts: {', '.join(RETURN_NAMES)})"[:200])
+    if len(set(raw)) != len(raw):
+        _fail(where, "returns: a part is named twice")
+    return tuple(raw), keys
 
 
-CONVENTIONS: dict[str, Convention] = {c.name: c for c in [
-    Convention(
-        "rows_single", "tokens as rows; returns (output, weights)",
-        ("X", "Wq", "Wk", "Wv"), ("output", "weights"),
-        lambda c: [c.x, _h(c).wq, _h(c).wk, _h(c).wv],
-        lambda r, c: {"output": r["output"], "weights": _first_head(r)["weights"]}),
-    Convention(
-        "rows_multi", "tokens as rows; fused D x D weights split into H contiguous column blocks; "
-        "returns (output, [weights per head])",
-        ("X", "Wq", "Wk", "Wv", "H"), ("output", "weights_per_head"),
-        lambda c: [c.x, c.fused("wq"), c.fused("wk"), c.fused("wv"), len(c.heads)],
-        lambda r, c: {"output": r["output"], "weights_per_head": [h["weights"] for h in r["heads"]]},
-        heads="many"),
-    Convention(
-        "columns_single_unscaled", "tokens as columns (X is D x N) with biases; unscaled dot products",
-        ("X", "omega_v", "omega_q", "omega_k", "beta_v", "beta_q", "beta_k"), ("output",),
-        lambda c: [c.x.T, *_column_head_args(_h(c))],
-        lambda r, c: {"output": r["output"]},
-        square=True, biases=True, scaled=False, columns=True),
-    Convention(
-        "columns_single_scaled", "tokens as columns (X is D x N) with biases; scaled by sqrt(d_k)",
-        ("X", "omega_v", "omega_q", "omega_k", "beta_v", "beta_q", "beta_k"), ("output",),
-        lambda c: [c.x.T, *_column_head_args(_h(c))],
-        lambda r, c: {"output": r["output"]},
-        square=True, biases=True, columns=True),
-    Convention(
-        "columns_multi_two", "tokens as columns; two heads with biases, then output projection omega_c",
-        ("X", "omega_v1", "omega_q1", "omega_k1", "beta_v1", "beta_q1", "beta_k1",
-         "omega_v2", "omega_q2", "omega_k2", "beta_v2", "beta_q2", "beta_k2", "omega_c"), ("output",),
-        lambda c: [c.x.T, *_column_head_args(_h(c, 0)), *_column_head_args(_h(c, 1)), c.wo.T],
-        lambda r, c: {"output": r["output"]},
-        heads="two", biases=True, projection=True, columns=True),
-    Convention(
-        "scores", "attention scores from Q and K: Q K^T / sqrt(d_k)",
-        ("Q", "K"), ("scores",),
-        lambda c: [attention(c)["heads"][0]["q"], attention(c)["heads"][0]["k"]],
-        lambda r, c: {"scores": _first_head(r)["scores"]},
-        int_inputs="qkv",
-        steps=frozenset({"scores"})),
-    Convention(
-        "softmax_rows", "row-wise softmax of a score matrix",
-        ("scores",), ("weights",),
-        _scores_input,
-        lambda r, c: {"weights": _first_head(r)["weights"]},
-        int_inputs="none",
-        steps=frozenset({"softmax"})),
-    Convention(
-        "sdpa", "scaled dot-product attention on Q, K, V; returns (scores, weights, output)",
-        ("Q", "K", "V"), ("scores", "weights", "output"),
-        lambda c: [attention(c)["heads"][0][p] for p in "qkv"],
-        lambda r, c: {"scores": _first_head(r)["scores"], "weights": _first_head(r)["weights"],
-                      "output": r["output"]},
-        int_inputs="qkv",
-        steps=frozenset({"scores", "softmax"})),
-    Convention(
-        "qkv_projections", "projections first: returns (Q, K, V)",
-        ("X", "W_q", "W_k", "W_v"), ("q", "k", "v"),
-        lambda c: [c.x, _h(c).wq, _h(c).wk, _h(c).wv],
-        lambda r, c: {p: _first_head(r)[p] for p in "qkv"},
-        steps=frozenset()),
-    Convention(
-        "qkv_single", "attention on given Q, K, V; returns the output",
-        ("Q", "K", "V"), ("output",),
-        lambda c: [attention(c)["heads"][0][p] for p in "qkv"],
-        lambda r, c: {"output": r["output"]},
-        int_inputs="qkv",
-        steps=frozenset({"scores", "softmax"})),
-    Convention(
-        "qkv_multi", "multi-head attention on given Q, K, V split into n_heads contiguous blocks",
-        ("Q", "K", "V", "n_heads"), ("output",),
-        lambda c: [_fused_projection(c, "wq"), _fused_projection(c, "wk"), _fused_projection(c, "wv"),
-                   len(c.heads)],
-        lambda r, c: {"output": r["output"]},
-        heads="many", int_inputs="qkv",
-        steps=frozenset({"scores", "softmax"})),
-]}
+def _check_roles(conv: Convention, where: str) -> None:
+    """The roles a convention's returns need are there, once each, and fit together."""
+    flat = conv.flat
+    counted: dict[tuple, str] = {}
+    for p in flat:
+        key = (p.role, p.head)
+        if key in counted:
+            _fail(where, f"role {p.role!r} is given twice ({counted[key]} and {p.name})")
+        counted[key] = p.name
+    roles = conv.roles
+    inputs = roles & set(INPUT_STAGE)
+    if not inputs:
+        _fail(where, "no param has an input role (x, q/k/v or scores)")
+    if "x" in inputs and len(inputs) > 1:
+        _fail(where, f"takes both X and {'/'.join(sorted(inputs - {'x'}))}: give the tokens or Q, K, V, not both")
+    if "scores" in inputs and len(inputs) > 1:
+        _fail(where, "a softmax helper takes only the scores")
+    start = conv.input_stage
+    names = conv.return_names
+    for name in names:
+        if RETURN_STAGE[name] <= start:
+            _fail(where, f"returns {name!r}, which is computed before its inputs ({', '.join(sorted(inputs))})")
+    last = max(RETURN_STAGE[n] for n in names)
+    needed = set(n for n in names if n in ("q", "k", "v"))
+    if last >= 2:
+        needed |= {"q", "k"}
+    if last >= 4 or "v" in names:
+        needed.add("v")
+    if start == 2:
+        needed = set()
+        if last > 3:
+            _fail(where, "a softmax helper (role scores) can only return the weights")
+    indexed = sorted({p.head for p in flat if p.head is not None})
+    for p in needed:
+        if start == 1 and p not in roles:
+            _fail(where, f"no param has role {p!r}, which its returns need")
+        if start == 0 and f"w{p}" not in roles and "wqkv" not in roles:
+            _fail(where, f"no param has role 'w{p}' (or 'wqkv'), which its returns need")
+        if start == 0 and indexed and any((f"w{p}", h) not in counted for h in indexed):
+            _fail(where, f"every head numbered in head = ... needs its own 'w{p}'")
+    if indexed and indexed != list(range(1, len(indexed) + 1)):
+        _fail(where, f"heads must be numbered 1 to {len(indexed)} without gaps")
+    if indexed and any(p.role in WEIGHT_ROLES and p.head is None for p in flat):
+        _fail(where, "when some weights are one head's (head = ...), every weight and bias must be")
+    if "wqkv" in roles and roles & {"wq", "wk", "wv"}:
+        _fail(where, "give the projections packed (wqkv) or one by one (wq, wk, wv), not both")
+    if "bqkv" in roles and roles & {"bq", "bk", "bv"}:
+        _fail(where, "give the biases packed (bqkv) or one by one (bq, bk, bv), not both")
+    if start != 0 and roles & {*WEIGHT_ROLES, "wqkv", "bqkv", "wo"}:
+        _fail(where, "projection weights and biases need the tokens X as input (role x)")
+    if conv.biases and not {"bq", "bk", "bv"} <= conv.bias_roles:
+        _fail(where, "give all three biases (bq, bk, bv) or none")
+    if "wo" in roles and "output" not in names and "heads" not in names:
+        _fail(where, "an output projection (wo) needs the output among the returns")
+    if conv.square and (start != 0 or conv.heads != "one"):
+        _fail(where, "square applies to single-head conventions on the tokens X only")
+
+
+def parse_convention(raw, name: str, where: str) -> Convention:
+    """A convention from its TOML table; a one-line SpecError naming `where` and the field."""
+    if not isinstance(raw, dict):
+        _fail(where, "a convention must be a table")
+    unknown = sorted(set(raw) - set(CONVENTION_KEYS))
+    if unknown:
+        _fail(where, f"unknown key {unknown[0]!r} in the convention (known: {', '.join(CONVENTION_KEYS)})"[:300])
+    if "batch" in raw:
+        _fail(where, "batch: leading batch axes are not supported yet")
+    params_raw = raw.get("params")
+    if not isinstance(params_raw, list) or not params_raw:
+        _fail(where, "params must list the parameters in order, each { name = ..., role = ... }")
+    params = tuple(_param(p, where) for p in params_raw)
+    if len({p.name for p in params}) != len(params):
+        _fail(where, "two params have the same name")
+    return_names, keys = _returns(raw.get("returns"), where)
+    for key, kind in (("scaled", bool), ("square", bool), ("description", str)):
+        if key in raw and not isinstance(raw[key], kind):
+            _fail(where, f"{key} must be {'true or false' if kind is bool else 'text'}")
+    flat = tuple(inner for p in params for inner in ([i for _, i in p.keys] if p.role == "dict" else [p]))
+    columns = _choice(raw, "tokens", ("rows", "columns"), "rows", where) == "columns"
+    if "axis" in raw:
+        if not any(p.role == "scores" for p in flat):
+            _fail(where, "axis applies to a softmax helper (a param with role scores) only")
+        if "tokens" in raw:
+            _fail(where, "give a softmax helper's axis, not tokens")
+        # A softmax over axis 0 of the matrix it is given is the row-wise softmax of that
+        # matrix's transpose: the helper's matrix is the canonical one with tokens as columns.
+        columns = _choice(raw, "axis", (-1, 1, 0), -1, where) == 0
+    conv = Convention(
+        name=name, description=raw.get("description", ""), params=params, returns=return_names, return_keys=keys,
+        weights=_choice(raw, "weights", ("in_out", "out_in"), "in_out", where), columns=columns,
+        scaled=raw.get("scaled", True), square=raw.get("square", False),
+        per_head_returns=_choice(raw, "per_head_returns", ("list", "axis"), "list", where), flat=flat)
+    multi = conv.heads != "one"
+    canonical = tuple(f"{p}_per_head" if multi and p in ("weights", "scores") else p for p in return_names)
+    conv = replace(conv, returns=canonical)
+    _check_roles(conv, where)
+    return conv
+
+
+def builtin_conventions() -> dict[str, Convention]:
+    """The built-in conventions, from the same TOML form a course's spec uses."""
+    text = resources.files("grader.reference").joinpath("conventions.toml").read_text(encoding="utf-8")
+    raw = load_toml(text, "conventions.toml (built-in)")
+    return {name: parse_convention(table, name, f"built-in convention {name}")
+            for name, table in raw.get("conventions", {}).items()}
+
+
+CONVENTIONS: dict[str, Convention] = builtin_conventions()

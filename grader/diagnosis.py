@@ -55,7 +55,7 @@ def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: dic
     observed = [(p.case, o.parts.values, probe_tolerance(p, tol)) for p, o in usable]
     if agrees(conv, CORRECT, observed, predictions):
         return None, ""   # what came back is right: the failure is a missing or unreadable part
-    for explanation in explanations(conv.name):
+    for explanation in explanations(conv):
         if agrees(conv, explanation, observed, predictions) and \
                 differs_from_reference(conv, explanation, observed, predictions):
             return explanation.title, f" {explanation.advice}"

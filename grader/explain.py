@@ -14,7 +14,7 @@ import numpy as np
 
 from grader.reference.mistakes import MISTAKES, REFERENCE, Mistake, Variant, combined, mistaken_attention
 
-from .conventions import CONVENTIONS, Convention
+from .conventions import Convention
 from .returns import Tolerance, same
 
 # A returned value this close to one of the function's arguments is that argument.
@@ -48,9 +48,10 @@ def features(conv: Convention) -> set[str]:
     found = set(conv.steps)
     if "scores" in conv.steps and conv.scaled:
         found.add("scaled")
-    if conv.params[0] in ("X", "Q") and conv.heads != "one" or conv.params[0] == "X" and not conv.square:
+    # Whether D (the width of X, or of Q when it holds every head) differs from d_k.
+    if conv.input_stage <= 1 and conv.heads != "one" or conv.input_stage == 0 and not conv.square:
         found.add("model_dim")
-    if conv.heads == "many":
+    if conv.splits_heads:
         found.add("fused_heads")
     if conv.heads != "one":
         found.add("heads")
@@ -71,10 +72,10 @@ def applicable(conv: Convention) -> list[Mistake]:
 
 
 @lru_cache(maxsize=None)
-def explanations(convention: str) -> tuple[Explanation, ...]:
+def explanations(conv: Convention) -> tuple[Explanation, ...]:
     """Every known mistake the convention can make, then every pair of them that change
     different steps, in the order they are tried: a single mistake is named before a pair."""
-    singles = applicable(CONVENTIONS[convention])
+    singles = applicable(conv)
     pairs = []
     for a, b in itertools.combinations(singles, 2):
         both = combined(a.variant, b.variant)
@@ -83,9 +84,9 @@ def explanations(convention: str) -> tuple[Explanation, ...]:
     return tuple(Explanation((m,), m.variant) for m in singles) + tuple(pairs)
 
 
-def overflow(convention: str) -> Explanation | None:
+def overflow(conv: Convention) -> Explanation | None:
     """A softmax without max-subtraction, which the sheets do not ask for."""
-    return next((e for e in explanations(convention) if [m.id for m in e.mistakes] == ["softmax_overflow"]), None)
+    return next((e for e in explanations(conv) if [m.id for m in e.mistakes] == ["softmax_overflow"]), None)
 
 
 class Predictions:
@@ -95,7 +96,7 @@ class Predictions:
         self._cache: dict[tuple, dict] = {}
 
     def parts(self, conv: Convention, explanation: Explanation, case) -> dict:
-        key = (conv.name, explanation.variant, case.label)
+        key = (conv, explanation.variant, case.label)
         if key not in self._cache:
             if explanation.is_reference:
                 self._cache[key] = conv.expected_parts(case)
@@ -131,6 +132,19 @@ def differs_from_reference(conv: Convention, explanation: Explanation, observed,
     return False
 
 
+def _arrays(arguments) -> list:
+    """The arrays among the arguments, those in a list or a dict (per-head or packed weights) too."""
+    found = []
+    for arg in arguments:
+        if isinstance(arg, (list, tuple)):
+            found += _arrays(arg)
+        elif isinstance(arg, dict):
+            found += _arrays(list(arg.values()))
+        elif isinstance(arg, np.ndarray):
+            found.append(arg)
+    return found
+
+
 def trivial(value, arguments: list) -> str | None:
     """Why a value could be produced without computing attention, or None when it could not:
     it is constant, every token gets the same row, every row is uniform, or it is one of the
@@ -151,8 +165,7 @@ def trivial(value, arguments: list) -> str | None:
             return "the same row for every token"
         if a.ndim == 2 and a.shape[1] > 1 and np.all(np.ptp(a, axis=1) <= scale):
             return "uniform along each row"
-        for arg in arguments:
-            if isinstance(arg, np.ndarray) and arg.ndim == a.ndim and (same(arg, a, ARGUMENT_TOLERANCE)
-                                                                       or same(arg.T, a, ARGUMENT_TOLERANCE)):
+        for arg in _arrays(arguments):
+            if arg.ndim == a.ndim and (same(arg, a, ARGUMENT_TOLERANCE) or same(arg.T, a, ARGUMENT_TOLERANCE)):
                 return "one of its own arguments, unchanged"
     return None

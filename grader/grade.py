@@ -134,14 +134,24 @@ class FunctionProber:
             return Outcome("error", error=f"the call raised {e['type']}: {e['message']}{where}", sent=args)
         inputs_after = None
         if "inputs_after" in reply:
-            inputs_after = []
-            for item in reply["inputs_after"]:
-                try:
-                    inputs_after.append(wire.decode_array(item) if item.get("kind") == "array" else None)
-                except wire.BadValue:
-                    inputs_after.append(None)
+            inputs_after = [_argument_after(item) for item in reply["inputs_after"]]
         return Outcome("ok", parts=canonical_parts(self.fn.convention, reply.get("value", {})), sent=args,
                        inputs_after=inputs_after)
+
+
+def _argument_after(item: dict):
+    """An argument as the kernel says it was after the call: an array, a list or a dict of
+    them (per-head or packed weights), or None where it cannot be read as one."""
+    try:
+        if item.get("kind") == "array":
+            return wire.decode_array(item)
+    except wire.BadValue:
+        return None
+    if item.get("kind") == "sequence":
+        return [_argument_after(i) for i in item["items"]]
+    if item.get("kind") == "mapping":
+        return dict(zip(item["keys"], (_argument_after(i) for i in item["items"])))
+    return None
 
 
 def _status(verdict: str, points: float) -> str:

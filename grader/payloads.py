@@ -54,7 +54,7 @@ def describe_reply(payload, expected: list[str]) -> dict:
 
 def encoded_value(value, depth: int = 0) -> dict:
     """A returned value as wire.encode_value encodes it: an array, None, another object, or a
-    sequence of those (MAX_DEPTH levels at most)."""
+    sequence or a dict of those (MAX_DEPTH levels at most)."""
     if not isinstance(value, dict) or value.get("kind") not in VALUE_KINDS:
         raise BadReply("a returned value is malformed")
     kind = value["kind"]
@@ -67,6 +67,14 @@ def encoded_value(value, depth: int = 0) -> dict:
         items, length = value.get("items"), value.get("length")
         if depth >= MAX_DEPTH or not isinstance(items, list) or len(items) > MAX_ITEMS or not isinstance(length, int):
             raise BadReply("a returned sequence is malformed")
+        clean["items"] = [encoded_value(item, depth + 1) for item in items]
+        clean["length"] = length
+    elif kind == "mapping":
+        keys, items, length = value.get("keys"), value.get("items"), value.get("length")
+        if depth >= MAX_DEPTH or not isinstance(items, list) or not isinstance(keys, list) \
+                or len(items) > MAX_ITEMS or len(keys) != len(items) or not isinstance(length, int):
+            raise BadReply("a returned dict is malformed")
+        clean["keys"] = [_text(k, "a dict's key", 200) for k in keys]
         clean["items"] = [encoded_value(item, depth + 1) for item in items]
         clean["length"] = length
     return clean

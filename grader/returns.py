@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .conventions import PART_WORDS, Convention
+from .conventions import PART_WORDS, PER_HEAD_PARTS, Convention
 from .wire import BadValue, decode_array
 
 NOT_RETURNED = "was not returned"   # why a part is missing when nothing came back for it at all
@@ -21,6 +21,10 @@ def describe_value(encoded: dict) -> str:
         inner = ", ".join(describe_value(i) for i in encoded.get("items", [])[:4])
         more = ", ..." if encoded.get("length", 0) > 4 else ""
         return f"{encoded.get('type', 'sequence')}({inner}{more})"
+    if kind == "mapping":
+        keys = ", ".join(encoded.get("keys", [])[:6])
+        more = ", ..." if encoded.get("length", 0) > 6 else ""
+        return f"{encoded.get('type', 'dict')} with keys ({keys}{more})"
     if kind == "array":
         try:
             array = decode_array(encoded)
@@ -85,38 +89,60 @@ def _per_head(encoded: dict) -> list:
     raise Unreadable(f"have shape {stacked.shape}; expected a list of N x N arrays, one per head")
 
 
-def canonical_parts(conv: Convention, encoded: dict) -> Parts:
-    parts = Parts(returned=describe_value(encoded))
+def _tokens_as_rows(value):
+    """A part returned with tokens as columns, turned to the canonical rows: each matrix transposed."""
+    if isinstance(value, list):
+        return [_tokens_as_rows(v) for v in value]
+    return value.T if value.ndim == 2 else value
+
+
+def _wanted(conv: Convention) -> str:
+    if conv.return_keys is not None:
+        return "a dict with keys " + ", ".join(repr(k) for k in conv.return_keys)
+    return "(" + ", ".join(PART_WORDS[p] for p in conv.returns) + ")"
+
+
+def _pairs(conv: Convention, encoded: dict, parts: Parts) -> list:
+    """(part, encoded value) for each part found where the convention says it is returned."""
     expected = conv.returns
-    wanted = "(" + ", ".join(PART_WORDS[p] for p in expected) + ")"
+    if conv.return_keys is not None:
+        if encoded.get("kind") != "mapping":
+            parts.structure.append(f"returned {parts.returned} where {_wanted(conv)} was expected")
+            return []
+        items = dict(zip(encoded["keys"], encoded["items"]))
+        absent = [k for k in conv.return_keys if k not in items]
+        if absent:
+            parts.structure.append(f"returned a dict without the key{'s' * (len(absent) > 1)} "
+                                   f"{', '.join(repr(k) for k in absent)}; expected {_wanted(conv)}")
+        return [(part, items[key]) for part, key in zip(expected, conv.return_keys) if key in items]
     if conv.returns_tuple:
         if encoded.get("kind") == "sequence":
             items = encoded["items"]
             if len(items) != len(expected):
                 count = f"{len(items)} value{'s' * (len(items) != 1)}"
-                parts.structure.append(f"returned {count}; expected {len(expected)}: {wanted}")
-            pairs = list(zip(expected, items))
-        else:
-            lone = "output" if "output" in expected else expected[0]
-            parts.structure.append(f"returned only one value ({parts.returned}) where {wanted} was expected; "
-                                  f"it is checked as the {PART_WORDS[lone]}")
-            pairs = [(lone, encoded)]
-    else:
-        if encoded.get("kind") == "sequence" and encoded.get("items"):
-            parts.structure.append(f"returned a {encoded['type']} ({parts.returned}) where a single array was "
-                                  f"expected; its first item is checked")
-            encoded = encoded["items"][0]
-        pairs = [(expected[0], encoded)]
-    for name, item in pairs:
+                parts.structure.append(f"returned {count}; expected {len(expected)}: {_wanted(conv)}")
+            return list(zip(expected, items))
+        lone = "output" if "output" in expected else expected[0]
+        parts.structure.append(f"returned only one value ({parts.returned}) where {_wanted(conv)} was expected; "
+                               f"it is checked as the {PART_WORDS[lone]}")
+        return [(lone, encoded)]
+    if encoded.get("kind") == "sequence" and encoded.get("items") and expected[0] not in PER_HEAD_PARTS:
+        parts.structure.append(f"returned a {encoded['type']} ({parts.returned}) where a single array was "
+                               f"expected; its first item is checked")
+        encoded = encoded["items"][0]
+    return [(expected[0], encoded)]
+
+
+def canonical_parts(conv: Convention, encoded: dict) -> Parts:
+    parts = Parts(returned=describe_value(encoded))
+    for name, item in _pairs(conv, encoded, parts):
         try:
-            value = _per_head(item) if name == "weights_per_head" else _array(item)
+            value = _per_head(item) if name in PER_HEAD_PARTS else _array(item)
         except Unreadable as exc:
             parts.unreadable[name] = str(exc)
             continue
-        if conv.columns and name == "output" and value.ndim == 2:
-            value = value.T
-        parts.values[name] = value
-    for name in expected:
+        parts.values[name] = _tokens_as_rows(value) if conv.columns else value
+    for name in conv.returns:
         if name not in parts.values and name not in parts.unreadable:
             parts.unreadable[name] = NOT_RETURNED
     return parts

@@ -46,7 +46,7 @@ def candidates(conv: Convention, seed: int) -> list[Case]:
             def small(*shape):
                 return rng.integers(-1, 2, size=shape).astype(np.float64)
             head_list = tuple(Head(small(d, d_k), small(d, d_k), small(d, d_k),
-                                   *([small(d_k) for _ in range(3)] if conv.biases else [None] * 3))
+                                   *[small(d_k) if role in conv.bias_roles else None for role in ("bq", "bk", "bv")])
                               for _ in range(heads))
             x = rng.integers(-2, 3, size=(n, d))
             wo = small(heads * d_k, d) if conv.projection else None
@@ -69,6 +69,8 @@ def _literal(value, prefix: str = "") -> str:
     """Python source for a value, on one line: the arrays are this small."""
     if isinstance(value, list):
         return "[" + ", ".join(_literal(v, prefix) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_literal(v, prefix)}" for k, v in value.items()) + "}"
     if isinstance(value, np.ndarray):
         return f"np.array({np.round(value, 4).tolist()!r})"
     return repr(value)
@@ -76,12 +78,17 @@ def _literal(value, prefix: str = "") -> str:
 
 def _shown(parts: dict, conv: Convention) -> list[str]:
     """One `name = value` per part, as lines, oriented as the function returns it (the grader
-    compares a tokens-as-columns output transposed)."""
+    compares a tokens-as-columns output transposed), per-head parts as the convention returns
+    them: a list, or one array with the heads axis first."""
     lines = []
-    for name, value in parts.items():
+    keys = dict(zip(conv.returns, conv.return_keys or ()))   # a dict return: each part under its key
+    for part, value in parts.items():
+        name = keys.get(part, part)
         value = value if isinstance(value, list) else np.asarray(value)
-        if conv.columns and name == "output" and value.ndim == 2:
-            value = value.T
+        if conv.columns:
+            value = [v.T for v in value] if isinstance(value, list) else value.T
+        if isinstance(value, list) and conv.per_head_returns == "axis" and len({v.shape for v in value}) == 1:
+            value = np.stack(value)
         lines.extend(f"{name} = {_literal(value, ' ' * len(name + ' = '))}".splitlines())
     return lines
 
@@ -98,7 +105,7 @@ def cell(fn_name: str, params: tuple[str, ...], probe: Probe, outcome: Outcome, 
     lines = ["import numpy as np", ""]
     names = []
     for name, value in zip(params, args):
-        if isinstance(value, np.ndarray):
+        if isinstance(value, (np.ndarray, list, dict)):
             lines.extend(f"{name} = {_literal(value, ' ' * len(name + ' = '))}".splitlines())
             names.append(name)
         else:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -11,14 +10,10 @@ from grader.reference.sheets import FIXED_DATA
 
 from .checks import CHECKS
 from .errors import SpecError
-from .conventions import CONVENTIONS, Convention
+from .conventions import CONVENTIONS, Convention, parse_convention
 from .returns import Tolerance
 from .settings import SPEC_SETTINGS, validated_limits
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from .toml_text import load_toml
 
 DEFAULT_FORBIDDEN = ("torch", "tensorflow", "jax", "flax", "keras", "scipy.special", "sklearn",
                      "mxnet", "paddle", "transformers")
@@ -85,20 +80,42 @@ def builtin_names() -> list[str]:
     return sorted(p.name[:-5] for p in builtin_dir().iterdir() if p.name.endswith(".toml"))
 
 
-def _function(raw: dict, where: str) -> FunctionSpec:
-    _known_keys(raw, SCHEMA["functions"], where)
-    try:
-        name = raw["name"]
-        conv = CONVENTIONS[raw["convention"]]
-    except KeyError as exc:
-        raise SpecError(f"{where}: missing or unknown {exc.args[0]!r} "
-                        f"(conventions: {', '.join(CONVENTIONS)})") from None
-    params = tuple(raw.get("params", conv.params))
+def _convention(raw: dict, name: str, where: str) -> tuple[Convention, tuple[str, ...]]:
+    """The function's convention, a built-in one by name or a table inline, and the names of
+    its parameters (a built-in one's may be renamed with `params`)."""
+    declared = raw.get("convention")
+    if isinstance(declared, dict):
+        if "params" in raw:
+            raise SpecError(f"{where}: {name}: params go inside its inline convention, each with its role")
+        conv = parse_convention(declared, f"{name} (inline)", f"{where}: {name}: convention")
+        return conv, conv.param_names
+    if declared is None:
+        raise SpecError(f"{where}: {name}: missing convention (a built-in one's name or a table inline)")
+    if not isinstance(declared, str) or declared not in CONVENTIONS:
+        raise SpecError(f"{where}: {name}: convention: unknown {declared!r:.60} "
+                        f"(built-in: {', '.join(CONVENTIONS)}; or a table inline)")
+    conv = CONVENTIONS[declared]
+    params = raw.get("params", conv.param_names)
+    if not isinstance(params, list | tuple) or not all(isinstance(p, str) and p.isidentifier() for p in params):
+        raise SpecError(f"{where}: {name}: params must be a list of parameter names")
     if len(params) != len(conv.params):
         raise SpecError(f"{where}: {name} has {len(params)} params, convention {conv.name} takes {len(conv.params)}")
+    return conv, tuple(params)
+
+
+def _function(raw: dict, where: str) -> FunctionSpec:
+    _known_keys(raw, SCHEMA["functions"], where)
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise SpecError(f"{where}: missing or invalid 'name' (a Python function name)")
+    conv, params = _convention(raw, name, where)
     fixed = raw.get("fixed_data")
     if fixed is not None and fixed not in FIXED_DATA:
         raise SpecError(f"{where}: unknown fixed_data {fixed!r} (known: {', '.join(FIXED_DATA)})")
+    for case in FIXED_DATA[fixed]() if fixed is not None else ():
+        misfit = conv.misfit(case)
+        if misfit:
+            raise SpecError(f"{where}: {name}: fixed_data {fixed!r} does not fit its convention: {misfit}")
     points = {kind: check.default_points for kind, check in CHECKS.items()
               if check.applies(conv, fixed is not None)}
     for kind, value in raw.get("points", {}).items():
@@ -125,12 +142,7 @@ def _tolerance(table: dict, where: str) -> Tolerance:
 
 
 def parse(text: str, source: str) -> Assignment:
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{source}: not valid TOML ({exc})") from None
-    except RecursionError:
-        raise SpecError(f"{source}: not valid TOML (nested too deeply)") from None
+    raw = load_toml(text, source)
     _known_keys(raw, SCHEMA[""], source)
     for table in TABLES:
         _known_keys(raw.get(table, {}), SCHEMA[table], f"{source}: [{table}]")

@@ -24,13 +24,14 @@ MIME = "application/vnd.attention-grader+json"   # the harness publishes its rep
 MAX_ARRAY_BYTES = 4 * 2**20   # a 64-token attention matrix is 32 KiB
 MAX_ITEMS = 64                # items of a returned sequence that are sent
 MAX_DEPTH = 2                 # sequences within sequences; deeper values are sent as arrays
-VALUE_KINDS = ("array", "none", "other", "sequence")
+VALUE_KINDS = ("array", "none", "other", "sequence", "mapping")
 NUMERIC_KINDS = "biuf"        # the dtype kinds of a decoded array: complex numbers are refused
 TOO_LARGE = f"array larger than {MAX_ARRAY_BYTES // 2**20} MiB"
 
 _b64encode, _b64decode = base64.b64encode, base64.b64decode
 _save, _array, _ndarray = np.save, np.array, np.ndarray
 _asfortranarray, _zeros = np.asfortranarray, np.zeros
+_dict_items = dict.items   # the items a dict holds, whatever its subclass says they are
 _read_magic, _read_array = np.lib.format.read_magic, np.lib.format.read_array
 # np.save writes version 1.0, and 2.0 only for headers too long for 1.0.
 _READ_HEADER = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
@@ -86,18 +87,32 @@ def decode_array(encoded: dict) -> np.ndarray:
 # Grader -> kernel: the arguments of a call.
 
 def encode_argument(value, layout: Layout = Layout.C) -> dict:
-    """An int as itself; an array as its bytes and the layout it is to be received in. The
-    layouts are those of a matrix: an array of any other number of dimensions goes in C order."""
+    """A bool or an int as itself; an array as its bytes and the layout it is to be received
+    in (the layouts are those of a matrix: an array of any other number of dimensions goes in
+    C order); a list (one matrix per head) or a dict of string keys (packed weights) of those."""
+    if isinstance(value, (bool, np.bool_)):
+        return {"bool": bool(value)}
     if isinstance(value, (int, np.integer)):
         return {"int": int(value)}
+    if isinstance(value, list):
+        return {"list": [encode_argument(v, layout) for v in value]}
+    if isinstance(value, dict):
+        return {"dict": [[str(k), encode_argument(v, layout)] for k, v in value.items()]}
     layout = layout if value.ndim == 2 else Layout.C
     return {"npy": _npy(value), "layout": layout.value}
 
 
 def decode_argument(encoded: dict):
-    """The argument as the student function receives it: an int, or an array in its layout."""
+    """The argument as the student function receives it: a bool, an int, an array in its
+    layout, or a fresh list or dict of those."""
+    if "bool" in encoded:
+        return bool(encoded["bool"])
     if "int" in encoded:
         return int(encoded["int"])
+    if "list" in encoded:
+        return [decode_argument(v) for v in encoded["list"]]
+    if "dict" in encoded:
+        return {str(k): decode_argument(v) for k, v in encoded["dict"]}
     array = decode_array(encoded)
     layout = Layout(encoded.get("layout", Layout.C.value))
     if layout is Layout.FORTRAN:
@@ -115,11 +130,16 @@ def encode_value(value, depth: int = 0) -> dict:
     """What the student function returned, as the kernel sends it: a tuple or list as a
     sequence of at most MAX_ITEMS items (with its full length), None, a numeric array (anything
     NumPy turns into one, copied into a plain ndarray), or else only its type name and why it
-    is not an array. A sequence nested MAX_DEPTH deep is sent as an array."""
+    is not an array. A sequence nested MAX_DEPTH deep is sent as an array. A dict (a course may
+    ask for one) as its first MAX_ITEMS string keys and their values, with its full length."""
     type_name = type(value).__name__
     if isinstance(value, (tuple, list)) and depth < MAX_DEPTH:
         return {"kind": "sequence", "type": type_name,
                 "items": [encode_value(v, depth + 1) for v in list(value)[:MAX_ITEMS]], "length": len(value)}
+    if isinstance(value, dict) and depth < MAX_DEPTH:
+        pairs = [(k, v) for k, v in list(_dict_items(value)) if type(k) is str][:MAX_ITEMS]
+        return {"kind": "mapping", "type": type_name, "keys": [k[:200] for k, _ in pairs],
+                "items": [encode_value(v, depth + 1) for _, v in pairs], "length": len(pairs)}
     if value is None:
         return {"kind": "none", "type": "NoneType"}
     try:

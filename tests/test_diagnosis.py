@@ -142,7 +142,7 @@ def test_the_mistake_free_variant_is_the_reference(name):
 
 @pytest.mark.parametrize("name", sorted(CONVENTIONS))
 def test_pairs_of_mistakes_change_two_different_steps(name):
-    for explanation in explanations(name):
+    for explanation in explanations(CONVENTIONS[name]):
         if len(explanation.mistakes) == 2:
             a, b = (m.variant for m in explanation.mistakes)
             changed = [{f for f in Variant.__dataclass_fields__ if getattr(v, f) != getattr(Variant(), f)}

@@ -90,7 +90,7 @@ def test_what_is_not_numeric_is_named_not_sent():
 
     assert wire.encode_value(Explosive()) == {"kind": "other", "type": "Explosive",
                                               "detail": "RuntimeError: no arrays for you"}
-    for value in ("text", {"a": 1}, np.array([object()])):
+    for value in ("text", {"a", "b"}, np.array([object()])):
         encoded = wire.encode_value(value)
         assert encoded["kind"] == "other" and "npy" not in encoded
     with pytest.raises(BadValue, match="complex numbers"):
@@ -206,3 +206,36 @@ def test_each_probe_variant_arrives_as_its_label_says():
             np.testing.assert_allclose(received, array)
     not_whole = InputVariant.INT.convert(np.array([0.5, 1.0]))
     assert not_whole.dtype == np.float64   # an integer dtype would change the case
+
+
+def test_a_dict_comes_back_as_its_own_items_with_string_keys_only():
+    class Lying(dict):
+        def items(self):
+            return [("output", np.zeros(2))]
+
+        def keys(self):
+            return ["output"]
+
+    value = Lying(output=np.ones((2, 2)), weights=[np.eye(2)])
+    value[3] = np.ones(1)   # not a name a course can give: left out
+    encoded = wire.encode_value(value)
+    assert encoded["kind"] == "mapping" and encoded["keys"] == ["output", "weights"] and encoded["length"] == 2
+    assert wire.decode_array(encoded["items"][0]).tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    assert encoded["items"][1]["kind"] == "sequence"
+    assert payloads.encoded_value(encoded) == encoded
+    for forged in ({**encoded, "keys": ["output"]}, {**encoded, "keys": [1, 2]}, {**encoded, "items": "x"}):
+        with pytest.raises(payloads.BadReply):
+            payloads.encoded_value(forged)
+    nested = wire.encode_value([[{"a": np.ones(1)}]])   # deeper than MAX_DEPTH: not sent as a dict
+    assert nested["items"][0]["items"][0]["kind"] != "mapping"
+
+
+def test_lists_dicts_and_flags_arrive_as_such_in_the_layout_asked():
+    matrix = np.arange(6.0).reshape(2, 3)
+    sent = [True, 3, [matrix, matrix.T], {"w": matrix, "b": np.ones(3)}]
+    received = [wire.decode_argument(wire.encode_argument(a, wire.Layout.FORTRAN)) for a in sent]
+    assert received[0] is True and received[1] == 3 and type(received[1]) is int
+    assert all(m.flags.f_contiguous and not m.flags.c_contiguous for m in received[2])
+    np.testing.assert_array_equal(received[2][1], matrix.T)
+    assert sorted(received[3]) == ["b", "w"] and received[3]["w"].flags.f_contiguous
+    np.testing.assert_array_equal(received[3]["w"], matrix)

@@ -1,0 +1,321 @@
+"""Calling conventions as data: the built-ins are TOML in the same form as a course's, a
+course's own conventions grade end to end in a real kernel, and a spec that cannot be graded
+is refused in one line naming the function and the field."""
+import re
+import subprocess
+import sys
+
+import nbformat
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, ROOT, SUBMISSIONS, grade
+from grader import cases, payloads
+from grader.conventions import CONVENTIONS
+from grader.errors import SpecError
+from grader.explain import features
+from grader.returns import Tolerance, canonical_parts, compare
+from grader.spec import load_assignment, parse
+from grader.wire import encode_value
+
+COURSE = FIXTURES / "conventions"
+SPEC = COURSE / "course.toml"
+BUILTIN_TABLES = ROOT / "reference" / "conventions.toml"
+
+
+def _builtin_tables() -> dict[str, str]:
+    """Each built-in convention's TOML table, as text, from the data file."""
+    text = BUILTIN_TABLES.read_text()
+    return {name: body for name, body in re.findall(r"^\[conventions\.(\w+)\]\n(.*?)(?=^\[|\Z)", text, re.M | re.S)}
+
+
+@pytest.mark.parametrize("name", sorted(CONVENTIONS))
+def test_a_builtin_convention_written_inline_in_a_course_spec_is_the_same_convention(name):
+    table = _builtin_tables()[name]
+    spec = parse(f'[[functions]]\nname = "f"\n[functions.convention]\n{table}', "course.toml")
+    inline, builtin = spec.functions[0].convention, CONVENTIONS[name]
+    assert inline == builtin.__class__(**{**builtin.__dict__, "name": inline.name})
+    assert features(inline) == features(builtin)
+    case = cases.base_case(builtin, 3)
+    for a, b in zip(inline.call_arguments(case), builtin.call_arguments(case)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_every_builtin_convention_is_in_the_data_file():
+    assert set(_builtin_tables()) == set(CONVENTIONS) and len(CONVENTIONS) == 11
+
+
+def _notebook_functions(name: str) -> dict:
+    space = {}
+    for cell in nbformat.read(COURSE / f"{name}.ipynb", as_version=4).cells:
+        exec(cell.source, space)
+    return space
+
+
+def test_course_conventions_round_trip_through_the_wire():
+    """The worked notebook's functions, called in this process with each convention's
+    arguments, give back the reference once their returns are read as the convention says."""
+    assignment, worked = load_assignment(str(SPEC)), _notebook_functions("worked")
+    for fn in assignment.functions:
+        conv = fn.convention
+        for case in [*cases.random_cases(conv, 11), cases.base_case(conv, 11), cases.single_head_case(conv, 11)]:
+            returned = worked[fn.name](*conv.call_arguments(case))
+            parts = canonical_parts(conv, payloads.encoded_value(encode_value(returned)))
+            assert not parts.problems, (fn.name, parts.problems)
+            for part, expected in conv.expected_parts(case).items():
+                assert compare(parts.values[part], expected, Tolerance()) is None, (fn.name, case.label, part)
+
+
+def test_roles_layouts_and_returns_are_read_from_the_spec():
+    conv = {fn.name: fn.convention for fn in load_assignment(str(SPEC)).functions}
+    assert conv["scaled_dot_product_attention"].returns == ("output", "weights")
+    assert conv["mha_forward"].heads == "many" and conv["mha_forward"].biases and conv["mha_forward"].projection
+    assert conv["multihead_per_head"].returns == ("output", "weights_per_head")
+    assert "fused_heads" not in features(conv["multihead_per_head"])   # the lists come split: no split to get wrong
+    assert conv["packed_attention"].return_keys == ("out", "attn")
+    assert conv["softmax"].steps == {"softmax"} and conv["softmax"].int_inputs == "none"
+    case = cases.base_case(conv["mha_forward"], 1)
+    x, w_q, b_q, *_, w_o, heads = conv["mha_forward"].call_arguments(case)
+    np.testing.assert_array_equal(w_q, case.fused("wq").T)   # framework layout: out x in
+    np.testing.assert_array_equal(w_o, case.wo.T)
+    assert b_q.shape == (w_q.shape[0],) and heads == len(case.heads) == 2
+    case = cases.base_case(conv["packed_attention"], 1)
+    x, params = conv["packed_attention"].call_arguments(case)
+    assert sorted(params) == ["W_qkv", "b_qkv"] and params["W_qkv"].shape == (3 * case.heads[0].wq.shape[1], case.d)
+    np.testing.assert_array_equal(params["W_qkv"][:case.heads[0].wq.shape[1]], case.heads[0].wq.T)
+
+
+def test_a_dict_return_without_a_key_says_which():
+    conv = load_assignment(str(SPEC)).functions[-1].convention
+    parts = canonical_parts(conv, payloads.encoded_value(encode_value({"out": np.ones((2, 2))})))
+    assert parts.structure == ["returned a dict without the key 'attn'; expected a dict with keys 'out', 'attn'"]
+    assert "output" in parts.values and parts.missing("weights") == "was not returned"
+    parts = canonical_parts(conv, payloads.encoded_value(encode_value((np.ones((2, 2)), np.eye(2)))))
+    assert parts.structure[0].startswith("returned tuple(")
+    assert "where a dict with keys 'out', 'attn' was expected" in parts.structure[0]
+
+
+@pytest.mark.slow
+def test_course_conventions_grade_a_worked_solution_at_full_marks():
+    result = grade(COURSE / "worked.ipynb", str(SPEC))
+    assert result.status == "graded"
+    failed = [(c.name, c.message) for c in result.checks if c.status not in ("passed", "info")]
+    assert not failed and result.score == result.max_score > 0
+    assert {c.function for c in result.checks} == {"scaled_dot_product_attention", "softmax", "mha_forward",
+                                                   "multihead_per_head", "packed_attention"}
+
+
+@pytest.mark.slow
+def test_course_conventions_name_each_planted_mistake():
+    result = grade(COURSE / "mistakes.ipynb", str(SPEC))
+    sys.path.insert(0, str(ROOT / "tests"))
+    from make_convention_fixtures import MISTAKES
+    for function, (_, _, title) in MISTAKES.items():
+        checks = [c for c in result.checks if c.function == function]
+        assert any(c.lost_points for c in checks), function
+        diagnoses = {c.diagnosis for c in checks if c.diagnosis}
+        assert any(title in d for d in diagnoses), (function, diagnoses)
+    # A lab whose softmax is over axis 0 by design: its worked softmax is not told otherwise, the
+    # usual axis=-1 one is.
+    worked = grade(COURSE / "worked.ipynb", str(SPEC))
+    assert not any(c.diagnosis for c in worked.checks if c.function == "softmax")
+    # The smallest failing cases run as printed, with lists and dicts spelled out, per-head
+    # weights shown as the one array the convention returns.
+    for function in MISTAKES:
+        code = result.functions[function]["smallest_failing"]["code"]
+        space = _notebook_functions("mistakes")
+        exec(code, space)
+    assert "weights_per_head = np.array([[[" in result.functions["multihead_per_head"]["smallest_failing"]["code"]
+    packed = result.functions["packed_attention"]["smallest_failing"]["code"]
+    assert "params = {'W_qkv': np.array(" in packed and "# expected: out = np.array(" in packed
+    assert "#           attn = np.array(" in packed
+
+
+FUNCTION = '[[functions]]\nname = "attend"\n[functions.convention]\n'
+QKV = 'params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name = "V", role = "v" }]\n'
+
+
+@pytest.mark.parametrize("convention, words", [
+    ('params = [{ name = "Q", role = "query" }]\nreturns = "output"\n', "param Q: unknown role 'query'"),
+    ('params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }]\nreturns = "output"\n',
+     "no param has role 'v', which its returns need"),
+    ('params = [{ name = "X", role = "x" }, { name = "Wq", role = "wq" }, { name = "Wk", role = "wk" }]\n'
+     'returns = "output"\n', "no param has role 'wv' (or 'wqkv'), which its returns need"),
+    (QKV + 'returns = ["output", "attention"]\n', "returns: 'attention' is not a part"),
+    (QKV + 'returns = "q"\n', "returns 'q', which is computed before its inputs"),
+    (QKV + 'returns = "output"\nweights = "row_major"\n', "weights must be one of 'in_out', 'out_in'"),
+    (QKV + 'returns = "output"\ntokens = "cols"\n', "tokens must be one of 'rows', 'columns'"),
+    (QKV + 'returns = "output"\naxis = 0\n', "axis applies to a softmax helper"),
+    (QKV + 'returns = "output"\nheads = 2\n', "unknown key 'heads' in the convention"),
+    ('params = ["Q", "K", "V"]\nreturns = "output"\n', "param 'Q' needs a role"),
+    (QKV + 'returns = "output"\nbatch = 1\n', "batch: leading batch axes are not supported yet"),
+    (QKV[:-2] + ', { name = "mask", role = "mask" }]\nreturns = "output"\n',
+     "param mask: role 'mask' (masks) is not supported yet"),
+    (QKV[:-2] + ', { name = "memory", role = "memory" }]\nreturns = "output"\n',
+     "role 'memory' (cross-attention (a second sequence)) is not supported yet"),
+    (QKV[:-2] + ', { name = "b_o", role = "bo" }]\nreturns = "output"\n',
+     "role 'bo' (an output projection bias) is not supported yet"),
+    (QKV[:-2] + ', { name = "Q2", role = "q" }]\nreturns = "output"\n', "role 'q' is given twice (Q and Q2)"),
+    ('params = [{ name = "X", role = "x" }, { name = "p", role = "dict", keys = { w = "wqkv", o = "wout" } }]\n'
+     'returns = "output"\n', "param p key 'o': param p_o: unknown role 'wout'"),
+    ('params = [{ name = "s", role = "scores" }]\nreturns = "output"\n', "a softmax helper (role scores) can only"),
+    ('params = [{ name = "Q", role = ["q"] }]\nreturns = "output"\n', "param Q: role must be the name of a role"),
+    ('params = [{ name = "X", role = "x" }, { name = "p", role = "dict", keys = { w = { role = "wq" } } }]\n'
+     'returns = "output"\n', "param p key 'w': param p_w: role must be the name of a role"),
+    ('params = [{ name = "s", role = "scores" }]\nreturns = "weights"\naxis = true\n',
+     "axis must be one of -1, 1, 0, not True"),
+])
+def test_a_spec_that_cannot_be_graded_is_one_line_naming_the_function_and_the_field(convention, words):
+    with pytest.raises(SpecError) as error:
+        parse(FUNCTION + convention, "course.toml")
+    message = str(error.value)
+    assert message.startswith("course.toml: function 1: attend: convention: ") and "\n" not in message
+    assert words in message, message
+
+
+def test_params_of_an_inline_convention_are_named_only_inside_it():
+    with pytest.raises(SpecError, match="attend: params go inside its inline convention"):
+        parse('[[functions]]\nname = "attend"\nparams = ["Q"]\n[functions.convention]\n' + QKV + 'returns = "output"\n',
+              "course.toml")
+
+
+def test_the_command_line_refuses_such_a_spec_with_exit_2(tmp_path):
+    spec = tmp_path / "course.toml"
+    spec.write_text(FUNCTION + QKV[:-2] + ', { name = "mask", role = "mask" }]\nreturns = "output"\n')
+    done = subprocess.run([sys.executable, "-m", "grader.cli", "check", str(SUBMISSIONS / "worked_solution.ipynb"),
+                           "--assignment", str(spec)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "attend: convention: param mask: role 'mask' (masks) is not supported yet" in lines[0]
+
+
+def test_the_readme_example_is_a_spec_and_names_every_role():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Calling conventions", 1)[1].split("\n## ", 1)[0]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    conv = parse(example, "README").functions[0].convention
+    assert conv.weights == "out_in" and conv.heads == "many" and conv.projection
+    from grader.conventions import NOT_SUPPORTED_YET, RETURN_NAMES, ROLES
+    for word in [*ROLES, *NOT_SUPPORTED_YET, *RETURN_NAMES]:
+        assert f"`{word}`" in section, word
+
+
+@pytest.mark.parametrize("convention, fixed, words", [
+    (QKV + 'returns = "output"\n', "sheet_003_multihead", "it has 2 heads, the convention takes 1"),
+    ('params = [{ name = "X", role = "x" }, { name = "Wq", role = "wq" }, { name = "Wk", role = "wk" }, '
+     '{ name = "Wv", role = "wv" }]\nreturns = "output"\n', "sheet_003_single", "it has biases, the convention none"),
+])
+def test_the_sheet_data_must_fit_the_convention(convention, fixed, words):
+    with pytest.raises(SpecError, match=f"attend: fixed_data '{fixed}' does not fit its convention: {words}"):
+        parse(f'[[functions]]\nname = "attend"\nfixed_data = "{fixed}"\n[functions.convention]\n{convention}',
+              "course.toml")
+
+
+@pytest.mark.slow
+def test_a_list_or_dict_argument_changed_in_place_is_found():
+    result = grade(COURSE / "modifies_inputs.ipynb", str(SPEC))
+    checks = {c.name: c for c in result.checks}
+    for function, name in (("multihead_per_head", "Wvs"), ("packed_attention", "params")):
+        assert checks[f"{function}.random_shapes"].status == "passed", function
+        unmodified = checks[f"{function}.inputs_unmodified"]
+        assert unmodified.status == "failed" and f"changed its argument `{name}` in place" in unmodified.message
+
+
+def test_an_argument_is_unchanged_only_when_every_array_in_it_is():
+    from grader.checks import _unchanged
+    w = np.eye(2)
+    assert _unchanged([w, w], [w.copy(), w.copy()]) and _unchanged({"w": w}, {"w": w.copy()}) and _unchanged(3, None)
+    assert not _unchanged([w, w], [w, w * 2]) and not _unchanged([w, w], [w]) and not _unchanged([w], None)
+    assert not _unchanged({"w": w, "b": w}, {"w": w}) and not _unchanged({"w": w}, {"w": w.T[:1]})
+
+
+def test_a_matrix_from_a_list_or_dict_argument_returned_unchanged_is_no_answer():
+    from grader.explain import trivial
+    w = np.arange(6.0).reshape(3, 2)
+    assert trivial(w, [np.ones(3), [np.eye(2), w]]) == "one of its own arguments, unchanged"
+    assert trivial(w.T, [{"W_qkv": w, "b_qkv": np.ones(2)}]) == "one of its own arguments, unchanged"
+    assert trivial(w + 1, [[np.eye(2), w], {"W_qkv": w}]) is None
+
+
+def _softmax(s, axis=-1):
+    e = np.exp(s - s.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _heads(q, k, v, n):
+    """Per head (output, weights, scores) of fused Q, K, V (tokens as rows)."""
+    found = []
+    for cols in np.split(np.arange(q.shape[1]), n):
+        s = q[:, cols] @ k[:, cols].T / np.sqrt(len(cols))
+        found.append((_softmax(s) @ v[:, cols], _softmax(s), s))
+    return found
+
+
+def _packed_columns(X, W, b, n):
+    """Tokens as columns, Q | K | V packed in out x in layout with column biases."""
+    q, k, v = np.split((W @ X + b).T, 3, axis=1)
+    parts = _heads(q, k, v, n)
+    return np.concatenate([o for o, _, _ in parts], axis=1).T, [w.T for _, w, _ in parts]
+
+
+def _indexed(X, *args):
+    """Three heads, each head's matrices on their own, then W_o (in x out)."""
+    *per_head, wo = args
+    outs = [_heads(X @ a, X @ b, X @ c, 1)[0][0] for a, b, c in zip(*[iter(per_head)] * 3)]
+    return np.concatenate(outs, axis=1) @ wo
+
+
+SYNTHETIC = [
+    ('params = [{ name = "X", role = "x" }, { name = "W", role = "wqkv" }, { name = "b", role = "bqkv" }, '
+     '{ name = "h", role = "n_heads" }]\ntokens = "columns"\nweights = "out_in"\nreturns = ["output", "weights"]\n',
+     lambda X, W, b, h: _packed_columns(X, W, b[:, 0][:, None], h)),
+    ('params = [{ name = "X", role = "x" }, { name = "Wq", role = "wq" }, { name = "Wk", role = "wk" }, '
+     '{ name = "Wv", role = "wv" }, { name = "Wo", role = "wo" }, { name = "h", role = "n_heads" }]\n'
+     'returns = ["heads", "scores", "q", "v", "output"]\nper_head_returns = "axis"\n',
+     lambda X, Wq, Wk, Wv, Wo, h: (lambda p: (np.stack([o for o, _, _ in p]), [s for _, _, s in p], X @ Wq, X @ Wv,
+                                             np.concatenate([o for o, _, _ in p], axis=1) @ Wo))(
+         _heads(X @ Wq, X @ Wk, X @ Wv, h))),
+    ('params = [{ name = "X", role = "x" }, { name = "Wq", role = "wq", heads = "per_head" }, '
+     '{ name = "bq", role = "bq", heads = "per_head" }, { name = "Wk", role = "wk", heads = "per_head" }, '
+     '{ name = "bk", role = "bk", heads = "per_head" }, { name = "Wv", role = "wv", heads = "per_head" }, '
+     '{ name = "bv", role = "bv", heads = "per_head" }]\nweights = "out_in"\nreturns = { weights = "w" }\n',
+     lambda X, Wq, bq, Wk, bk, Wv, bv: {"w": [_heads(X @ a.T + c, X @ b.T + d, X @ e.T + f, 1)[0][1]
+                                              for a, c, b, d, e, f in zip(Wq, bq, Wk, bk, Wv, bv)]}),
+    ('params = [{ name = "X", role = "x" }, '
+     + ", ".join(f'{{ name = "W{p}{i}", role = "w{p}", head = {i} }}' for i in (1, 2, 3) for p in "qkv")
+     + ', { name = "Wo", role = "wo" }]\nreturns = "output"\n', _indexed),
+    ('params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name = "V", role = "v" }, '
+     '{ name = "n", role = "n_heads" }, { name = "scaled", role = "scale" }]\nreturns = ["output", "weights"]\n',
+     lambda Q, K, V, n, scaled: (lambda p: (np.concatenate([o for o, _, _ in p], axis=1), [w for _, w, _ in p]))(
+         _heads(Q, K, V, n)) if scaled is True else None),
+]
+
+
+SYNTHETIC += [
+    ('params = [{ name = "Q", role = "q", heads = "axis" }, { name = "K", role = "k", heads = "axis" }, '
+     '{ name = "V", role = "v", heads = "per_head" }]\nreturns = ["heads", "weights"]\n',
+     lambda Q, K, V: (lambda p: ([o for o, _, _ in p], np.stack([w for _, w, _ in p])))(
+         [_heads(q, k, v, 1)[0] for q, k, v in zip(Q, K, V)])),
+    ('params = [{ name = "X", role = "x" }, { name = "Wq", role = "wq", heads = "axis" }, '
+     '{ name = "Wk", role = "wk", heads = "axis" }, { name = "Wv", role = "wv", heads = "axis" }, '
+     '{ name = "bv", role = "bv", heads = "axis" }, { name = "bq", role = "bq", heads = "axis" }, '
+     '{ name = "bk", role = "bk", heads = "axis" }, { name = "n", role = "n_heads" }]\n'
+     'tokens = "columns"\nweights = "out_in"\nreturns = "output"\n',
+     lambda X, Wq, Wk, Wv, bv, bq, bk, n: np.concatenate(
+         [_heads((a @ X + c).T, (b @ X + d).T, (e @ X + f).T, 1)[0][0]
+          for a, c, b, d, e, f in zip(Wq, bq, Wk, bk, Wv, bv)], axis=1).T),
+]
+
+
+@pytest.mark.parametrize("index", range(len(SYNTHETIC)))
+def test_roles_layouts_and_returns_mean_what_the_readme_says(index):
+    """Plain NumPy implementations written from the README's words for each field give back
+    the reference once their returns are read as the convention says."""
+    convention, implementation = SYNTHETIC[index]
+    conv = parse(FUNCTION + convention, "course.toml").functions[0].convention
+    for case in [*cases.random_cases(conv, 4), cases.base_case(conv, 4)]:
+        returned = implementation(*conv.call_arguments(case))
+        parts = canonical_parts(conv, payloads.encoded_value(encode_value(returned)))
+        assert not parts.problems, parts.problems
+        for part, expected in conv.expected_parts(case).items():
+            assert compare(parts.values[part], expected, Tolerance()) is None, (case.label, part)
