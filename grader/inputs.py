@@ -39,8 +39,10 @@ CANVAS = re.compile(r"^(?P<name>[^\s/\\]+?)_(?:late_)?(?P<id>\d+)_(?P<attachment
 CANVAS_ANONYMOUS = re.compile(r"^(?:late_)?(?P<id>anon_[A-Za-z0-9]+)_(?P<attachment>\d+)_.+$", re.IGNORECASE)
 # Moodle (mod/assign): a folder "Full Name_N_assignsubmission_file" (with a trailing "_" before
 # Moodle 4), or, when the teacher turned folders off, "Full Name_N_assignsubmission_file_NAME".
-MOODLE = re.compile(r"^(?P<name>.+)_(?P<id>\d+)_assignsubmission_file_?$", re.IGNORECASE)
-MOODLE_FLAT = re.compile(r"^(?P<name>.+)_(?P<id>\d+)_assignsubmission_file_.+$", re.IGNORECASE)
+# Moodle turns every "_" of the name into a space, so the name holds none: NAME, which the
+# student chose ("x_333_assignsubmission_file_hw.ipynb"), can never move where the id is read.
+MOODLE = re.compile(r"^(?P<name>[^_/]+)_(?P<id>\d+)_assignsubmission_file_?$", re.IGNORECASE)
+MOODLE_FLAT = re.compile(r"^(?P<name>[^_/]+)_(?P<id>\d+)_assignsubmission_file_.+$", re.IGNORECASE)
 # Gradescope's export: assignment_<id>_export/submission_<id>/...
 GRADESCOPE = re.compile(r"^submission_(?P<id>\d+)$", re.IGNORECASE)
 GRADESCOPE_EXPORT = re.compile(r"^assignment_\d+_export$", re.IGNORECASE)
@@ -119,17 +121,16 @@ def named_folder(name: str) -> Identity | None:
 
 
 def given_identity(path: PurePath, is_folder: bool = False) -> Identity | None:
-    """What a path the staff gave says about whose it is: a file's own LMS name, else the
-    nearest of its folders that an LMS made for one student."""
+    """What a path the staff gave says about whose it is: the outermost of its folders that an
+    LMS made for one student, else a file's own LMS name. Outermost: below an LMS's folder,
+    every name (a subfolder, the file's own) is the student's, who may name it like another's
+    (Mallory X_222_assignsubmission_file_/bobsmith_333_9_hw.ipynb is 222's)."""
     path = PurePath(path)
-    own = None if is_folder else named_file(path.name)
-    if own:
-        return own
-    for folder in ([path] if is_folder else []) + list(path.parents):
+    for folder in reversed(([path] if is_folder else []) + list(path.parents)):
         found = named_folder(folder.name)
         if found:
             return found
-    return None
+    return None if is_folder else named_file(path.name)
 
 
 def identity_of(path: PurePath) -> Identity:
