@@ -14,6 +14,7 @@ Loaded by path, never as part of the grader, by sandbox_launcher.py; the standar
 import ctypes
 import glob
 import os
+import platform
 import stat
 import struct
 
@@ -146,8 +147,59 @@ def ruleset(readable, writable, denied, devices=()) -> int:
 
 
 def restrict(fd: int) -> None:
-    """Confine this process, and everything it starts, to the ruleset."""
+    """Confine this process, and everything it starts, to the ruleset, and let it connect no
+    socket (see deny_connect)."""
     # Lets an unprivileged process restrict itself; no program it starts gains privileges.
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     _check(_libc.syscall(SYS_RESTRICT_SELF, fd, 0), "landlock_restrict_self")
     os.close(fd)
+    deny_connect()
+
+
+# connect() through each ABI a process may call the kernel with: its audit architecture, its
+# connect numbers, and, for i386's socketcall, (its number, the call that is a connect).
+CONNECT_CALLS = {
+    "x86_64": [(0xC000003E, (42, 0x40000000 | 42), None), (0x40000003, (362,), (102, 3))],
+    "aarch64": [(0xC00000B7, (203,), None), (0x40000028, (283,), None)],
+}
+BPF_LD_W_ABS, BPF_JEQ_K, BPF_RET_K = 0x20, 0x15, 0x06
+SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO, EACCES = 0x7FFF0000, 0x00050000, 13
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+OFFSET_NR, OFFSET_ARCH, OFFSET_ARG0 = 0, 4, 16   # in struct seccomp_data (little-endian)
+
+
+def connect_program(abis) -> list[tuple[int, int, int, int]]:
+    """A seccomp filter, as (code, jump if true, jump if false, k): connect() fails with
+    EACCES, as a TCP connect under Landlock does; everything else is allowed."""
+    body = []
+    for arch, numbers, socketcall in abis:
+        block = [(BPF_LD_W_ABS, 0, 0, OFFSET_NR), *((BPF_JEQ_K, "deny", 0, n) for n in numbers)]
+        if socketcall:
+            block += [(BPF_JEQ_K, 0, 2, socketcall[0]), (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
+                      (BPF_JEQ_K, "deny", 0, socketcall[1])]
+        block.append((BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
+        body += [(BPF_JEQ_K, 0, len(block), arch), *block]
+    program = [(BPF_LD_W_ABS, 0, 0, OFFSET_ARCH), *body, (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
+    deny = len(program)
+    program.append((BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | EACCES))
+    return [(code, deny - index - 1 if jt == "deny" else jt, jf, k) for index, (code, jt, jf, k) in enumerate(program)]
+
+
+class _Instruction(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+
+class _Program(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Instruction))]
+
+
+def deny_connect() -> None:
+    """No connect() at all. Landlock does not govern connecting to a Unix socket by its path
+    (only making one), and many sit at paths known in advance: the desktop's session bus
+    (/run/user/UID/bus, whose systemd starts any program outside the sandbox), the X server
+    (/tmp/.X11-unix/X0), docker.sock. A kernel only binds the sockets the grader connects to,
+    and TCP is denied already."""
+    program = connect_program(CONNECT_CALLS.get(platform.machine(), []))
+    instructions = (_Instruction * len(program))(*[_Instruction(*i) for i in program])
+    fprog = _Program(len(program), instructions)
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp filter")

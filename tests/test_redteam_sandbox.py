@@ -1,0 +1,151 @@
+"""Sandbox attacks the first tests did not try: keyring calls through the 32-bit entry
+(int 0x80) and the x32 numbers, and, under Landlock, connecting to a Unix socket by its path,
+which Landlock does not govern: a neighbour kernel's channels, the desktop's session bus."""
+import ctypes
+import glob
+import json
+import mmap
+import os
+import platform
+import shutil
+import socket
+import struct
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import SUBMISSIONS, expect_slow, own_run_environment
+from grader import keyrings, landlock, sandbox
+from test_landlock import WAYS, _private_ancestors, as_a_course_machine
+
+x86_64 = pytest.mark.skipif(platform.machine() != "x86_64", reason="the 32-bit entry is x86_64's")
+_libc = ctypes.CDLL(None, use_errno=True)
+X32 = 0x40000000
+
+
+def int80(number: int, *args: int) -> int:
+    """A system call through the 32-bit entry (int 0x80), as a 32-bit program makes it."""
+    a, b, c = (*args, 0, 0, 0)[:3]
+    code = (b"\x53" + b"\xb8" + struct.pack("<I", number) + b"\xbb" + struct.pack("<i", a)
+            + b"\xb9" + struct.pack("<i", b) + b"\xba" + struct.pack("<i", c) + b"\xcd\x80\x5b\xc3")
+    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    result = ctypes.CFUNCTYPE(ctypes.c_int)(address)()
+    return result
+
+
+def in_child(attack) -> dict:
+    """`attack()`'s report (a dict), run in a forked child so the filters stay there."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            report = attack()
+        except BaseException as exc:  # noqa: BLE001 - the report says what went wrong
+            report = {"error": repr(exc)}
+        os.write(write, json.dumps(report).encode())
+        os._exit(0)
+    os.close(write)
+    data = b""
+    while chunk := os.read(read, 65536):
+        data += chunk
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+@x86_64
+@pytest.mark.skipif(not keyrings.supported(), reason="needs seccomp")
+def test_keyring_calls_through_the_32_bit_entry_and_x32_are_refused():
+    def attack():
+        keyrings.isolate()
+        return {"int80": int80(288, 0, -3, 0),   # i386 keyctl(KEYCTL_GET_KEYRING_ID, session)
+                "x32": [_libc.syscall(X32 | 250, 0, -3, 0), ctypes.get_errno()]}
+    assert in_child(attack) == {"int80": -1, "x32": [-1, 1]}   # -EPERM; EPERM
+
+
+def _listening(path: Path) -> socket.socket:
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    return server
+
+
+@pytest.mark.skipif(landlock.abi() < 1 or platform.machine() not in ("x86_64", "aarch64"),
+                    reason="Landlock is not available here")
+def test_a_landlocked_process_connects_to_no_unix_socket_by_its_path(tmp_path):
+    own, outside = tmp_path / "own", tmp_path / "outside"
+    own.mkdir()
+    outside.mkdir()
+    server = _listening(outside / "neighbour.sock")
+
+    def attack():
+        landlock.restrict(landlock.ruleset(["/usr", "/lib", "/lib64"], [str(own)], []))
+        report = {}
+        client = socket.socket(socket.AF_UNIX)
+        try:
+            client.connect(str(outside / "neighbour.sock"))
+            report["connect"] = "connected"
+        except OSError as exc:
+            report["connect"] = exc.errno
+        mine = _listening(own / "mine.sock")   # a kernel binds its own sockets
+        a, b = socket.socketpair()
+        a.send(b"x")
+        report["own"] = [mine.getsockname() == str(own / "mine.sock"), b.recv(1).decode()]
+        if platform.machine() == "x86_64":
+            fd = client.fileno()
+            report["socketcall"] = int80(102, 3, 0)          # socketcall(SYS_CONNECT, NULL)
+            report["connect32"] = int80(362, fd, 0, 0)       # i386 connect
+            report["x32"] = [_libc.syscall(X32 | 42, fd, None, 0), ctypes.get_errno()]
+        return report
+    report = in_child(attack)
+    server.close()
+    assert report.pop("connect") == 13, report   # EACCES, as a TCP connect under Landlock
+    assert report.pop("own") == [True, "x"]
+    if platform.machine() == "x86_64":
+        assert report.pop("socketcall") == report.pop("connect32") == -13
+        assert report.pop("x32") == [-1, 13]
+    assert report == {}
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+@pytest.mark.skipif(landlock.abi() < 4, reason="Landlock with TCP rules (ABI 4) is not available here")
+@pytest.mark.parametrize("way", WAYS)
+def test_without_namespaces_a_kernel_reaches_no_unix_socket_outside(way, outside_tmp):
+    """A socket at a path known in advance that the kernel's user may connect to, as the
+    desktop's session bus is to the TA's own user: the kernel cannot connect to it (the bus's
+    systemd would start any program outside the sandbox); the notebook still scores in full."""
+    expect_slow()
+    if os.geteuid() != 0 or not all(shutil.which(p) for p in ("capsh", "setpriv", "unshare")):
+        pytest.skip("switching users and dropping capabilities needs root, capsh, setpriv and unshare")
+    if _private_ancestors() and not sandbox.namespaces_available():
+        pytest.skip("the interpreter is in a private folder and no mount namespace can open it")
+    sockets, batch, out, home = (outside_tmp / n for n in ("sockets", "batch", "out", "home"))
+    for folder in (sockets, batch, out, home):
+        folder.mkdir()
+        folder.chmod(0o777)
+    server = _listening(sockets / "neighbour.sock")
+    (sockets / "neighbour.sock").chmod(0o777)
+    nb = nbformat.read(SUBMISSIONS / "worked_solution.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(
+        f"# unix\nimport socket\nsocket.socket(socket.AF_UNIX).connect({str(sockets / 'neighbour.sock')!r})\n"
+        "raise RuntimeError('connected')"))
+    nbformat.write(nb, batch / "mallory.ipynb")
+    command = [*WAYS[way], shutil.which("grader"), "grade", str(batch), "-o", str(out), "--assignment", "rows",
+               "--cell-timeout", "10", "--call-timeout", "3"]
+    try:
+        done = subprocess.run(as_a_course_machine(command), capture_output=True, text=True, timeout=600,
+                              env={**own_run_environment(), "HOME": str(home)}, cwd=str(home))
+    finally:
+        server.close()
+    assert done.returncode == 0, done.stderr[-2000:]
+    (path,) = glob.glob(str(out / "*" / "result.json"))
+    result = json.loads(Path(path).read_text())
+    assert [(e["ename"], e["evalue"].split(":")[0]) for e in result["errors"]] == [
+        ("PermissionError", "[Errno 13] Permission denied")]
+    assert "landlock" in result["isolation"]["active"]
+    assert result["score"] == result["max_score"] == 25
