@@ -147,39 +147,60 @@ def ruleset(readable, writable, denied, devices=()) -> int:
 
 
 def restrict(fd: int) -> None:
-    """Confine this process, and everything it starts, to the ruleset, and let it connect no
-    socket (see deny_connect)."""
+    """Confine this process, and everything it starts, to the ruleset, and let it open no
+    connection (see deny_connections)."""
     # Lets an unprivileged process restrict itself; no program it starts gains privileges.
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     _check(_libc.syscall(SYS_RESTRICT_SELF, fd, 0), "landlock_restrict_self")
     os.close(fd)
-    deny_connect()
+    deny_connections()
 
 
-# connect() through each ABI a process may call the kernel with: its audit architecture, its
-# connect numbers, and, for i386's socketcall, (its number, the call that is a connect).
-CONNECT_CALLS = {
-    "x86_64": [(0xC000003E, (42, 0x40000000 | 42), None), (0x40000003, (362,), (102, 3))],
-    "aarch64": [(0xC00000B7, (203,), None), (0x40000028, (283,), None)],
+MSG_FASTOPEN = 0x20000000
+X32_BIT = 0x40000000
+IO_URING = (425, 426, 427)   # setup, enter, register: the same numbers on every architecture
+# Per machine, each ABI a process there may call the kernel through: its audit architecture;
+# the calls refused outright (connect, io_uring, whose operations no seccomp filter sees);
+# (call, index of its flags argument) refused with MSG_FASTOPEN (sendto, sendmsg, sendmmsg),
+# which opens a TCP connection without connect(); and for i386's socketcall, (its number, the
+# calls refused, whose flags it passes in memory a filter cannot read).
+CONNECTING_CALLS = {
+    "x86_64": [(0xC000003E, (42, *IO_URING, *(X32_BIT | n for n in (42, *IO_URING))),
+                ((44, 3), (46, 2), (307, 3), (X32_BIT | 44, 3), (X32_BIT | 46, 2), (X32_BIT | 518, 2),
+                 (X32_BIT | 307, 3), (X32_BIT | 538, 3)), None),
+               (0x40000003, (362, *IO_URING), ((369, 3), (370, 2), (345, 3)), (102, (3, 11, 16, 20)))],
+    "aarch64": [(0xC00000B7, (203, *IO_URING), ((206, 3), (211, 2), (269, 3)), None),
+                (0x40000028, (283, *IO_URING), ((290, 3), (296, 2), (374, 3), (289, 3)), None)],
 }
-BPF_LD_W_ABS, BPF_JEQ_K, BPF_RET_K = 0x20, 0x15, 0x06
+BPF_LD_W_ABS, BPF_JEQ_K, BPF_JSET_K, BPF_RET_K = 0x20, 0x15, 0x45, 0x06
 SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO, EACCES = 0x7FFF0000, 0x00050000, 13
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-OFFSET_NR, OFFSET_ARCH, OFFSET_ARG0 = 0, 4, 16   # in struct seccomp_data (little-endian)
+OFFSET_NR, OFFSET_ARCH = 0, 4   # in struct seccomp_data
 
 
-def connect_program(abis) -> list[tuple[int, int, int, int]]:
-    """A seccomp filter, as (code, jump if true, jump if false, k): connect() fails with
-    EACCES, as a TCP connect under Landlock does; everything else is allowed."""
+def _offset_of_arg(index: int) -> int:
+    return 16 + 8 * index   # its low 32 bits, on a little-endian machine
+
+
+def connecting_program(abis) -> list[tuple[int, int, int, int]]:
+    """A seccomp filter, as (code, jump if true, jump if false, k): the calls that open a
+    connection fail with EACCES, as a TCP connect under Landlock does; everything else is
+    allowed."""
+    allow = (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW)
     body = []
-    for arch, numbers, socketcall in abis:
-        block = [(BPF_LD_W_ABS, 0, 0, OFFSET_NR), *((BPF_JEQ_K, "deny", 0, n) for n in numbers)]
+    for arch, refused, flagged, socketcall in abis:
+        block = [(BPF_LD_W_ABS, 0, 0, OFFSET_NR), *((BPF_JEQ_K, "deny", 0, n) for n in refused)]
+        for number, index in flagged:
+            block += [(BPF_JEQ_K, 0, 3, number), (BPF_LD_W_ABS, 0, 0, _offset_of_arg(index)),
+                      (BPF_JSET_K, "deny", 0, MSG_FASTOPEN), allow]
         if socketcall:
-            block += [(BPF_JEQ_K, 0, 2, socketcall[0]), (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
-                      (BPF_JEQ_K, "deny", 0, socketcall[1])]
-        block.append((BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
-        body += [(BPF_JEQ_K, 0, len(block), arch), *block]
-    program = [(BPF_LD_W_ABS, 0, 0, OFFSET_ARCH), *body, (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
+            number, calls = socketcall
+            block += [(BPF_JEQ_K, 0, len(calls) + 1, number), (BPF_LD_W_ABS, 0, 0, _offset_of_arg(0)),
+                      *((BPF_JEQ_K, "deny", 0, call) for call in calls)]
+        block.append(allow)
+        # Not this ABI: on to the next block, which loads the architecture again.
+        body += [(BPF_LD_W_ABS, 0, 0, OFFSET_ARCH), (BPF_JEQ_K, 0, len(block), arch), *block]
+    program = [*body, allow]
     deny = len(program)
     program.append((BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | EACCES))
     return [(code, deny - index - 1 if jt == "deny" else jt, jf, k) for index, (code, jt, jf, k) in enumerate(program)]
@@ -193,13 +214,14 @@ class _Program(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Instruction))]
 
 
-def deny_connect() -> None:
-    """No connect() at all. Landlock does not govern connecting to a Unix socket by its path
-    (only making one), and many sit at paths known in advance: the desktop's session bus
-    (/run/user/UID/bus, whose systemd starts any program outside the sandbox), the X server
-    (/tmp/.X11-unix/X0), docker.sock. A kernel only binds the sockets the grader connects to,
-    and TCP is denied already."""
-    program = connect_program(CONNECT_CALLS.get(platform.machine(), []))
+def deny_connections() -> None:
+    """No connect(), no TCP Fast Open and no io_uring. Landlock does not govern connecting to
+    a Unix socket by its path (only making one), and many sit at paths known in advance: the
+    desktop's session bus (/run/user/UID/bus, whose systemd starts any program outside the
+    sandbox), the X server (/tmp/.X11-unix/X0), docker.sock. Nor does it see a TCP connection
+    that sendto() with MSG_FASTOPEN opens, or one io_uring makes. A kernel only binds the
+    sockets the grader connects to."""
+    program = connecting_program(CONNECTING_CALLS.get(platform.machine(), []))
     instructions = (_Instruction * len(program))(*[_Instruction(*i) for i in program])
     fprog = _Program(len(program), instructions)
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp filter")

@@ -1,6 +1,8 @@
 """Sandbox attacks the first tests did not try: keyring calls through the 32-bit entry
-(int 0x80) and the x32 numbers, and, under Landlock, connecting to a Unix socket by its path,
-which Landlock does not govern: a neighbour kernel's channels, the desktop's session bus."""
+(int 0x80) and the x32 numbers; and, under Landlock, what it does not govern: connecting to a
+Unix socket by its path (the desktop's session bus, the X server, docker.sock), and a TCP
+connection opened by sendto() with MSG_FASTOPEN or by io_uring instead of connect()."""
+import contextlib
 import ctypes
 import glob
 import json
@@ -27,9 +29,10 @@ X32 = 0x40000000
 
 def int80(number: int, *args: int) -> int:
     """A system call through the 32-bit entry (int 0x80), as a 32-bit program makes it."""
-    a, b, c = (*args, 0, 0, 0)[:3]
+    a, b, c, d = (*args, 0, 0, 0, 0)[:4]
     code = (b"\x53" + b"\xb8" + struct.pack("<I", number) + b"\xbb" + struct.pack("<i", a)
-            + b"\xb9" + struct.pack("<i", b) + b"\xba" + struct.pack("<i", c) + b"\xcd\x80\x5b\xc3")
+            + b"\xb9" + struct.pack("<i", b) + b"\xba" + struct.pack("<i", c) + b"\xbe" + struct.pack("<i", d)
+            + b"\xcd\x80\x5b\xc3")
     page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
     page.write(code)
     address = ctypes.addressof(ctypes.c_char.from_buffer(page))
@@ -74,23 +77,34 @@ def _listening(path: Path) -> socket.socket:
     return server
 
 
-@pytest.mark.skipif(landlock.abi() < 1 or platform.machine() not in ("x86_64", "aarch64"),
-                    reason="Landlock is not available here")
-def test_a_landlocked_process_connects_to_no_unix_socket_by_its_path(tmp_path):
+def _tried(call) -> object:
+    try:
+        call()
+        return "done"
+    except OSError as exc:
+        return exc.errno
+
+
+@pytest.mark.skipif(landlock.abi() < 4 or platform.machine() not in ("x86_64", "aarch64"),
+                    reason="Landlock with TCP rules (ABI 4) is not available here")
+def test_a_landlocked_process_connects_to_nothing(tmp_path):
     own, outside = tmp_path / "own", tmp_path / "outside"
     own.mkdir()
     outside.mkdir()
     server = _listening(outside / "neighbour.sock")
+    tcp = socket.create_server(("127.0.0.1", 0))
+    tcp.settimeout(2)
 
     def attack():
         landlock.restrict(landlock.ruleset(["/usr", "/lib", "/lib64"], [str(own)], []))
-        report = {}
         client = socket.socket(socket.AF_UNIX)
-        try:
-            client.connect(str(outside / "neighbour.sock"))
-            report["connect"] = "connected"
-        except OSError as exc:
-            report["connect"] = exc.errno
+        report = {"connect": _tried(lambda: client.connect(str(outside / "neighbour.sock"))),
+                  "tcp": _tried(lambda: socket.socket().connect(tcp.getsockname())),
+                  # TCP Fast Open: the SYN goes out with the data, and no connect() is made.
+                  "fastopen": _tried(lambda: socket.socket().sendto(b"x", socket.MSG_FASTOPEN, tcp.getsockname())),
+                  "io_uring": [_libc.syscall(425, 8, ctypes.create_string_buffer(120)), ctypes.get_errno()],
+                  "udp": _tried(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(
+                      b"x", tcp.getsockname()))}   # not a connection: documented as still going out
         mine = _listening(own / "mine.sock")   # a kernel binds its own sockets
         a, b = socket.socketpair()
         a.send(b"x")
@@ -100,15 +114,22 @@ def test_a_landlocked_process_connects_to_no_unix_socket_by_its_path(tmp_path):
             report["socketcall"] = int80(102, 3, 0)          # socketcall(SYS_CONNECT, NULL)
             report["connect32"] = int80(362, fd, 0, 0)       # i386 connect
             report["x32"] = [_libc.syscall(X32 | 42, fd, None, 0), ctypes.get_errno()]
+            report["sendto32"] = int80(369, fd, 0, 0, socket.MSG_FASTOPEN)
+            report["socketcall_sendto"] = int80(102, 11, 0)
         return report
     report = in_child(attack)
     server.close()
-    assert report.pop("connect") == 13, report   # EACCES, as a TCP connect under Landlock
-    assert report.pop("own") == [True, "x"]
+    with contextlib.suppress(OSError):
+        tcp.accept()
+        report["accepted"] = True
+    tcp.close()
+    assert report.pop("own") == [True, "x"] and report.pop("udp") == "done"
     if platform.machine() == "x86_64":
-        assert report.pop("socketcall") == report.pop("connect32") == -13
+        assert report.pop("socketcall") == report.pop("connect32") == -13, report
+        assert report.pop("sendto32") == report.pop("socketcall_sendto") == -13, report
         assert report.pop("x32") == [-1, 13]
-    assert report == {}
+    # EACCES, as a TCP connect under Landlock
+    assert report == {"connect": 13, "tcp": 13, "fastopen": 13, "io_uring": [-1, 13]}
 
 
 @pytest.mark.slow
@@ -130,9 +151,15 @@ def test_without_namespaces_a_kernel_reaches_no_unix_socket_outside(way, outside
         folder.chmod(0o777)
     server = _listening(sockets / "neighbour.sock")
     (sockets / "neighbour.sock").chmod(0o777)
+    tcp = socket.create_server(("127.0.0.1", 0))
+    tcp.settimeout(0.5)
     nb = nbformat.read(SUBMISSIONS / "worked_solution.ipynb", as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(
         f"# unix\nimport socket\nsocket.socket(socket.AF_UNIX).connect({str(sockets / 'neighbour.sock')!r})\n"
+        "raise RuntimeError('connected')"))
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "# fastopen\nimport socket\n"
+        f"socket.socket().sendto(b'x', socket.MSG_FASTOPEN, ('127.0.0.1', {tcp.getsockname()[1]}))\n"
         "raise RuntimeError('connected')"))
     nbformat.write(nb, batch / "mallory.ipynb")
     command = [*WAYS[way], shutil.which("grader"), "grade", str(batch), "-o", str(out), "--assignment", "rows",
@@ -142,10 +169,14 @@ def test_without_namespaces_a_kernel_reaches_no_unix_socket_outside(way, outside
                               env={**own_run_environment(), "HOME": str(home)}, cwd=str(home))
     finally:
         server.close()
+    with contextlib.suppress(OSError):
+        tcp.accept()
+        pytest.fail("the kernel opened a TCP connection")
+    tcp.close()
     assert done.returncode == 0, done.stderr[-2000:]
     (path,) = glob.glob(str(out / "*" / "result.json"))
     result = json.loads(Path(path).read_text())
     assert [(e["ename"], e["evalue"].split(":")[0]) for e in result["errors"]] == [
-        ("PermissionError", "[Errno 13] Permission denied")]
+        ("PermissionError", "[Errno 13] Permission denied")] * 2
     assert "landlock" in result["isolation"]["active"]
     assert result["score"] == result["max_score"] == 25
