@@ -147,30 +147,37 @@ def ruleset(readable, writable, denied, devices=()) -> int:
 
 
 def restrict(fd: int) -> None:
-    """Confine this process, and everything it starts, to the ruleset, and let it open no
-    connection (see deny_connections)."""
+    """Confine this process, and everything it starts, to the ruleset, and refuse it the calls
+    that reach past Landlock (see refuse_unguarded_calls)."""
     # Lets an unprivileged process restrict itself; no program it starts gains privileges.
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     _check(_libc.syscall(SYS_RESTRICT_SELF, fd, 0), "landlock_restrict_self")
     os.close(fd)
-    deny_connections()
+    refuse_unguarded_calls()
 
 
 MSG_FASTOPEN = 0x20000000
 X32_BIT = 0x40000000
 IO_URING = (425, 426, 427)   # setup, enter, register: the same numbers on every architecture
+# System V IPC: message queues, semaphores and shared memory, in the order get, control, use.
+SYSV_IPC = {"x86_64": (68, 71, 69, 70, 64, 66, 65, 220, 29, 31, 30, 67),
+            "i386": (117, *range(393, 403), 420), "aarch64": tuple(range(186, 198)),
+            "arm": (*range(298, 309), 312, 420)}
 # Per machine, each ABI a process there may call the kernel through: its audit architecture;
-# the calls refused outright (connect, io_uring, whose operations no seccomp filter sees);
+# the calls refused outright (connect; io_uring, whose operations no seccomp filter sees; System
+# V IPC);
 # (call, index of its flags argument) refused with MSG_FASTOPEN (sendto, sendmsg, sendmmsg),
 # which opens a TCP connection without connect(); and for i386's socketcall, (its number, the
 # calls refused, whose flags it passes in memory a filter cannot read).
-CONNECTING_CALLS = {
-    "x86_64": [(0xC000003E, (42, *IO_URING, *(X32_BIT | n for n in (42, *IO_URING))),
+UNGUARDED_CALLS = {
+    "x86_64": [(0xC000003E, (42, *IO_URING, *SYSV_IPC["x86_64"],
+                             *(X32_BIT | n for n in (42, *IO_URING, *SYSV_IPC["x86_64"]))),
                 ((44, 3), (46, 2), (307, 3), (X32_BIT | 44, 3), (X32_BIT | 46, 2), (X32_BIT | 518, 2),
                  (X32_BIT | 307, 3), (X32_BIT | 538, 3)), None),
-               (0x40000003, (362, *IO_URING), ((369, 3), (370, 2), (345, 3)), (102, (3, 11, 16, 20)))],
-    "aarch64": [(0xC00000B7, (203, *IO_URING), ((206, 3), (211, 2), (269, 3)), None),
-                (0x40000028, (283, *IO_URING), ((290, 3), (296, 2), (374, 3), (289, 3)), None)],
+               (0x40000003, (362, *IO_URING, *SYSV_IPC["i386"]), ((369, 3), (370, 2), (345, 3)),
+                (102, (3, 11, 16, 20)))],
+    "aarch64": [(0xC00000B7, (203, *IO_URING, *SYSV_IPC["aarch64"]), ((206, 3), (211, 2), (269, 3)), None),
+                (0x40000028, (283, *IO_URING, *SYSV_IPC["arm"]), ((290, 3), (296, 2), (374, 3), (289, 3)), None)],
 }
 BPF_LD_W_ABS, BPF_JEQ_K, BPF_JSET_K, BPF_RET_K = 0x20, 0x15, 0x45, 0x06
 SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO, EACCES = 0x7FFF0000, 0x00050000, 13
@@ -182,9 +189,9 @@ def _offset_of_arg(index: int) -> int:
     return 16 + 8 * index   # its low 32 bits, on a little-endian machine
 
 
-def connecting_program(abis) -> list[tuple[int, int, int, int]]:
-    """A seccomp filter, as (code, jump if true, jump if false, k): the calls that open a
-    connection fail with EACCES, as a TCP connect under Landlock does; everything else is
+def unguarded_program(abis) -> list[tuple[int, int, int, int]]:
+    """A seccomp filter, as (code, jump if true, jump if false, k): the calls that reach past
+    Landlock fail with EACCES, as a TCP connect under Landlock does; everything else is
     allowed."""
     allow = (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW)
     body = []
@@ -214,14 +221,16 @@ class _Program(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Instruction))]
 
 
-def deny_connections() -> None:
-    """No connect(), no TCP Fast Open and no io_uring. Landlock does not govern connecting to
+def refuse_unguarded_calls() -> None:
+    """No connect(), no TCP Fast Open, no io_uring and no System V IPC. Landlock does not govern connecting to
     a Unix socket by its path (only making one), and many sit at paths known in advance: the
     desktop's session bus (/run/user/UID/bus, whose systemd starts any program outside the
     sandbox), the X server (/tmp/.X11-unix/X0), docker.sock. Nor does it see a TCP connection
     that sendto() with MSG_FASTOPEN opens, or one io_uring makes. A kernel only binds the
-    sockets the grader connects to."""
-    program = connecting_program(CONNECTING_CALLS.get(platform.machine(), []))
+    sockets the grader connects to. And without an IPC namespace, System V message queues and
+    shared memory are the same for every kernel of the same user and outlive it: a notebook
+    could leave its code there for a later one."""
+    program = unguarded_program(UNGUARDED_CALLS.get(platform.machine(), []))
     instructions = (_Instruction * len(program))(*[_Instruction(*i) for i in program])
     fprog = _Program(len(program), instructions)
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp filter")

@@ -1,7 +1,8 @@
 """Sandbox attacks the first tests did not try: keyring calls through the 32-bit entry
 (int 0x80) and the x32 numbers; and, under Landlock, what it does not govern: connecting to a
 Unix socket by its path (the desktop's session bus, the X server, docker.sock), and a TCP
-connection opened by sendto() with MSG_FASTOPEN or by io_uring instead of connect()."""
+connection opened by sendto() with MSG_FASTOPEN or by io_uring instead of connect(), and
+System V IPC, which every kernel of the same user shares and which outlives it."""
 import contextlib
 import ctypes
 import glob
@@ -25,6 +26,25 @@ from test_landlock import WAYS, _private_ancestors, as_a_course_machine
 x86_64 = pytest.mark.skipif(platform.machine() != "x86_64", reason="the 32-bit entry is x86_64's")
 _libc = ctypes.CDLL(None, use_errno=True)
 X32 = 0x40000000
+IPC_CREAT, IPC_NOWAIT, IPC_RMID = 0o1000, 0o4000, 0
+DONOR_KEY = 0x5EED1234
+# A donor's notebook leaves its code in a System V message queue of a fixed key; a later one
+# reads it. Raises RuntimeError when the queue was made.
+LEAVE_CODE = (
+    "import ctypes\n_libc = ctypes.CDLL(None, use_errno=True)\n"
+    f"_queue = _libc.msgget({DONOR_KEY}, {IPC_CREAT | 0o666})\n"
+    "if _queue < 0:\n    raise PermissionError(ctypes.get_errno(), 'msgget refused')\n"
+    "raise RuntimeError('made a message queue every later kernel can read')")
+
+
+class Message(ctypes.Structure):
+    _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_char * 64)]
+
+
+def remove_the_donors_queue():
+    queue = _libc.msgget(DONOR_KEY, 0)
+    if queue >= 0:
+        _libc.msgctl(queue, IPC_RMID, None)
 
 
 def int80(number: int, *args: int) -> int:
@@ -132,6 +152,33 @@ def test_a_landlocked_process_connects_to_nothing(tmp_path):
     assert report == {"connect": 13, "tcp": 13, "fastopen": 13, "io_uring": [-1, 13]}
 
 
+@pytest.mark.skipif(landlock.abi() < 1 or platform.machine() not in ("x86_64", "aarch64"),
+                    reason="Landlock is not available here")
+def test_landlocked_processes_pass_nothing_through_system_v_ipc(tmp_path):
+    """A donor leaves its code in a message queue and exits; a later process of the same user
+    looks for it. Both under Landlock, as two kernels graded one after the other."""
+    remove_the_donors_queue()
+
+    def donor():
+        landlock.restrict(landlock.ruleset(["/usr", "/lib", "/lib64"], [str(tmp_path)], []))
+        queue = _libc.msgget(DONOR_KEY, IPC_CREAT | 0o666)
+        if queue < 0:
+            return {"msgget": ctypes.get_errno()}
+        return {"msgsnd": _libc.msgsnd(queue, ctypes.byref(Message(1, b"def softmax(x): ...")), 64, 0)}
+
+    def copier():
+        landlock.restrict(landlock.ruleset(["/usr", "/lib", "/lib64"], [str(tmp_path)], []))
+        message = Message()
+        found = [_libc.msgrcv(_libc.msgget(DONOR_KEY, 0), ctypes.byref(message), 64, 0, IPC_NOWAIT)]
+        found += [_libc.msgrcv(queue, ctypes.byref(message), 64, 0, IPC_NOWAIT) for queue in range(64)]
+        return {"read": message.mtext.decode()}
+    try:
+        assert in_child(donor) == {"msgget": 13}
+        assert in_child(copier) == {"read": ""}
+    finally:
+        remove_the_donors_queue()
+
+
 @pytest.mark.slow
 @pytest.mark.sandbox
 @pytest.mark.skipif(landlock.abi() < 4, reason="Landlock with TCP rules (ABI 4) is not available here")
@@ -161,6 +208,7 @@ def test_without_namespaces_a_kernel_reaches_no_unix_socket_outside(way, outside
         "# fastopen\nimport socket\n"
         f"socket.socket().sendto(b'x', socket.MSG_FASTOPEN, ('127.0.0.1', {tcp.getsockname()[1]}))\n"
         "raise RuntimeError('connected')"))
+    nb.cells.append(nbformat.v4.new_code_cell("# sysv\n" + LEAVE_CODE))
     nbformat.write(nb, batch / "mallory.ipynb")
     command = [*WAYS[way], shutil.which("grader"), "grade", str(batch), "-o", str(out), "--assignment", "rows",
                "--cell-timeout", "10", "--call-timeout", "3"]
@@ -169,6 +217,7 @@ def test_without_namespaces_a_kernel_reaches_no_unix_socket_outside(way, outside
                               env={**own_run_environment(), "HOME": str(home)}, cwd=str(home))
     finally:
         server.close()
+        remove_the_donors_queue()
     with contextlib.suppress(OSError):
         tcp.accept()
         pytest.fail("the kernel opened a TCP connection")
@@ -177,6 +226,6 @@ def test_without_namespaces_a_kernel_reaches_no_unix_socket_outside(way, outside
     (path,) = glob.glob(str(out / "*" / "result.json"))
     result = json.loads(Path(path).read_text())
     assert [(e["ename"], e["evalue"].split(":")[0]) for e in result["errors"]] == [
-        ("PermissionError", "[Errno 13] Permission denied")] * 2
+        ("PermissionError", "[Errno 13] Permission denied")] * 2 + [("PermissionError", "[Errno 13] msgget refused")]
     assert "landlock" in result["isolation"]["active"]
     assert result["score"] == result["max_score"] == 25
