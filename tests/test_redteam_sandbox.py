@@ -229,3 +229,24 @@ def test_without_namespaces_a_kernel_reaches_no_unix_socket_outside(way, outside
         ("PermissionError", "[Errno 13] Permission denied")] * 2 + [("PermissionError", "[Errno 13] msgget refused")]
     assert "landlock" in result["isolation"]["active"]
     assert result["score"] == result["max_score"] == 25
+
+
+@pytest.mark.skipif(landlock.abi() < 2, reason="Landlock with rules on linking (ABI 2) is not available here")
+def test_a_landlocked_process_reaches_no_denied_file_by_another_path(tmp_path):
+    """Held: a hard link or a rename of a course file into the kernel's own folder, where it
+    may read everything, and /proc/self/root, are refused."""
+    own, course = tmp_path / "own", tmp_path / "course"
+    own.mkdir()
+    course.mkdir()
+    (course / "solution.ipynb").write_text("COURSE-ONLY")
+
+    def attack():
+        landlock.restrict(landlock.ruleset(["/usr", "/lib", "/lib64"], [str(own)], [str(course)]))
+        return {"link": _tried(lambda: os.link(course / "solution.ipynb", own / "linked.ipynb")),
+                "rename": _tried(lambda: os.rename(course / "solution.ipynb", own / "moved.ipynb")),
+                "root": _tried(lambda: open(f"/proc/self/root{course}/solution.ipynb").read()),
+                "read": _tried(lambda: open(course / "solution.ipynb").read())}
+    report = in_child(attack)
+    assert report["link"] in (13, 18) and report["rename"] in (13, 18), report   # EACCES or EXDEV
+    assert report["root"] == report["read"] == 13, report
+    assert (course / "solution.ipynb").read_text() == "COURSE-ONLY" and not list(own.iterdir())
