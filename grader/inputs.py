@@ -65,6 +65,7 @@ class Submission:
     folder: str                # its own folder in the output (see output_name)
     problem: str | None = None  # why it cannot be graded at all, e.g. a damaged archive member
     identity: Identity | None = None
+    found_as: tuple[int, int] | None = None   # the file's (device, inode) when found: read only if still that file
 
     @property
     def name(self) -> str:
@@ -336,6 +337,18 @@ def given(path: Path, unpack_into: Path) -> list[Found]:
     return [found]
 
 
+def file_id(path: Path) -> tuple[int, int] | None:
+    """Which file `path` is now. Between finding a file and reading it, which in a batch may be
+    minutes, a student who can write the input folder could put a link in place of a folder on
+    the way to it (O_NOFOLLOW guards only the file's own name): the file read must still be this
+    one (grader/loader.py)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
 def collect(paths: list[Path], unpack_into: Path) -> tuple[list[Submission], list]:
     """The submissions, and the student ids that more than one of them claims."""
     found: list[Found] = []
@@ -354,7 +367,7 @@ def collect(paths: list[Path], unpack_into: Path) -> tuple[list[Submission], lis
             folder = output_name(identity.student, source, digits=64)
         folders.add(folder)
         identity = Identity(printable(identity.student), printable(identity.name), identity.lms, identity.attachment)
-        submissions.append(Submission(path, source, identity.student, folder, problem, identity))
+        submissions.append(Submission(path, source, identity.student, folder, problem, identity, file_id(path)))
     claims: dict[str, list[str]] = {}
     for s in submissions:
         claims.setdefault(s.student, []).append(printable(s.source))

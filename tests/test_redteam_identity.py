@@ -4,6 +4,9 @@ import os
 import zipfile
 from pathlib import Path
 
+import pytest
+
+from grader.errors import SubmissionError
 from grader.inputs import collect, identity_of
 
 
@@ -55,3 +58,27 @@ def test_a_path_the_staff_give_takes_its_outermost_lms_name(tmp_path):
     # What the LMS made alone still decides as before.
     assert identity_of(Path("canvas/bobsmith_333_100_hw.ipynb")).student == "333"
     assert identity_of(Path("moodle/Bob Smith_333_assignsubmission_file_/hw.ipynb")).student == "333"
+
+
+def test_a_folder_swapped_for_a_link_after_the_file_was_found_is_not_followed(tmp_path):
+    """A drop folder students may write while a batch runs: between finding Mallory's file and
+    reading it, her folder becomes a link to the course's; the grader, which may read the
+    course's files, must not read the course's file of the same name as hers."""
+    from grader.batch import planned_key
+    from grader.spec import load_assignment
+    course, drop = tmp_path / "course", tmp_path / "drop"
+    (drop / "mallory").mkdir(parents=True)
+    course.mkdir()
+    (course / "attention.ipynb").write_text("COURSE SOLUTION")
+    (drop / "mallory" / "attention.ipynb").write_text("mallory's own")
+    submissions, _ = collect([drop], tmp_path / "unpacked")
+    (s,) = submissions
+    assignment = load_assignment("rows")
+    key = planned_key(s, assignment, lambda s, content: {})   # what the batch reads, when it reads it
+    (drop / "mallory").rename(drop / "old")
+    os.symlink(course, drop / "mallory")
+    with pytest.raises(SubmissionError, match="replaced by another file after it was found"):
+        planned_key(s, assignment, lambda s, content: {})
+    (drop / "mallory").unlink()
+    (drop / "old").rename(drop / "mallory")
+    assert planned_key(s, assignment, lambda s, content: {}) == key
