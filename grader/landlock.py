@@ -156,37 +156,28 @@ def restrict(fd: int) -> None:
     refuse_unguarded_calls()
 
 
-MSG_FASTOPEN = 0x20000000
 X32_BIT = 0x40000000
 IO_URING = (425, 426, 427)   # setup, enter, register: the same numbers on every architecture
 # System V IPC: message queues, semaphores and shared memory, in the order get, control, use.
 SYSV_IPC = {"x86_64": (68, 71, 69, 70, 64, 66, 65, 220, 29, 31, 30, 67),
             "i386": (117, *range(393, 403), 420), "aarch64": tuple(range(186, 198)),
             "arm": (*range(298, 309), 312, 420)}
+AF_INET, AF_INET6 = 2, 10
 # Per machine, each ABI a process there may call the kernel through: its audit architecture;
-# the calls refused outright (connect; io_uring, whose operations no seccomp filter sees; System
-# V IPC);
-# (call, index of its flags argument) refused with MSG_FASTOPEN (sendto, sendmsg, sendmmsg),
-# which opens a TCP connection without connect(); and for i386's socketcall, (its number, the
-# calls refused, whose flags it passes in memory a filter cannot read).
+# the calls refused outright (connect; io_uring, whose operations no filter sees; System V
+# IPC); the number of socket(), refused for an internet socket; and for i386's socketcall,
+# (its number, the calls refused: socket, whose domain a filter cannot read there, and connect).
 UNGUARDED_CALLS = {
     "x86_64": [(0xC000003E, (42, *IO_URING, *SYSV_IPC["x86_64"],
-                             *(X32_BIT | n for n in (42, *IO_URING, *SYSV_IPC["x86_64"]))),
-                ((44, 3), (46, 2), (307, 3), (X32_BIT | 44, 3), (X32_BIT | 46, 2), (X32_BIT | 518, 2),
-                 (X32_BIT | 307, 3), (X32_BIT | 538, 3)), None),
-               (0x40000003, (362, *IO_URING, *SYSV_IPC["i386"]), ((369, 3), (370, 2), (345, 3)),
-                (102, (3, 11, 16, 20)))],
-    "aarch64": [(0xC00000B7, (203, *IO_URING, *SYSV_IPC["aarch64"]), ((206, 3), (211, 2), (269, 3)), None),
-                (0x40000028, (283, *IO_URING, *SYSV_IPC["arm"]), ((290, 3), (296, 2), (374, 3), (289, 3)), None)],
+                             *(X32_BIT | n for n in (42, *IO_URING, *SYSV_IPC["x86_64"]))), (41, X32_BIT | 41), None),
+               (0x40000003, (362, *IO_URING, *SYSV_IPC["i386"]), (359,), (102, (1, 3)))],
+    "aarch64": [(0xC00000B7, (203, *IO_URING, *SYSV_IPC["aarch64"]), (198,), None),
+                (0x40000028, (283, *IO_URING, *SYSV_IPC["arm"]), (281,), None)],
 }
-BPF_LD_W_ABS, BPF_JEQ_K, BPF_JSET_K, BPF_RET_K = 0x20, 0x15, 0x45, 0x06
+BPF_LD_W_ABS, BPF_JEQ_K, BPF_RET_K = 0x20, 0x15, 0x06
 SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO, EACCES = 0x7FFF0000, 0x00050000, 13
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-OFFSET_NR, OFFSET_ARCH = 0, 4   # in struct seccomp_data
-
-
-def _offset_of_arg(index: int) -> int:
-    return 16 + 8 * index   # its low 32 bits, on a little-endian machine
+OFFSET_NR, OFFSET_ARCH, OFFSET_ARG0 = 0, 4, 16   # in struct seccomp_data (an argument's low 32 bits)
 
 
 def unguarded_program(abis) -> list[tuple[int, int, int, int]]:
@@ -195,14 +186,14 @@ def unguarded_program(abis) -> list[tuple[int, int, int, int]]:
     allowed."""
     allow = (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW)
     body = []
-    for arch, refused, flagged, socketcall in abis:
+    for arch, refused, sockets, socketcall in abis:
         block = [(BPF_LD_W_ABS, 0, 0, OFFSET_NR), *((BPF_JEQ_K, "deny", 0, n) for n in refused)]
-        for number, index in flagged:
-            block += [(BPF_JEQ_K, 0, 3, number), (BPF_LD_W_ABS, 0, 0, _offset_of_arg(index)),
-                      (BPF_JSET_K, "deny", 0, MSG_FASTOPEN), allow]
+        for number in sockets:
+            block += [(BPF_JEQ_K, 0, 4, number), (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
+                      (BPF_JEQ_K, "deny", 0, AF_INET), (BPF_JEQ_K, "deny", 0, AF_INET6), allow]
         if socketcall:
             number, calls = socketcall
-            block += [(BPF_JEQ_K, 0, len(calls) + 1, number), (BPF_LD_W_ABS, 0, 0, _offset_of_arg(0)),
+            block += [(BPF_JEQ_K, 0, len(calls) + 1, number), (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
                       *((BPF_JEQ_K, "deny", 0, call) for call in calls)]
         block.append(allow)
         # Not this ABI: on to the next block, which loads the architecture again.
@@ -222,14 +213,16 @@ class _Program(ctypes.Structure):
 
 
 def refuse_unguarded_calls() -> None:
-    """No connect(), no TCP Fast Open, no io_uring and no System V IPC. Landlock does not govern connecting to
-    a Unix socket by its path (only making one), and many sit at paths known in advance: the
-    desktop's session bus (/run/user/UID/bus, whose systemd starts any program outside the
-    sandbox), the X server (/tmp/.X11-unix/X0), docker.sock. Nor does it see a TCP connection
-    that sendto() with MSG_FASTOPEN opens, or one io_uring makes. A kernel only binds the
-    sockets the grader connects to. And without an IPC namespace, System V message queues and
-    shared memory are the same for every kernel of the same user and outlive it: a notebook
-    could leave its code there for a later one."""
+    """No connect(), no internet socket, no io_uring and no System V IPC. Landlock
+    does not govern connecting to a Unix socket by its path (only making one), and many sit at
+    paths known in advance: the desktop's session bus (/run/user/UID/bus, whose systemd starts
+    any program outside the sandbox), the X server (/tmp/.X11-unix/X0), docker.sock. Nor does
+    it see a TCP connection that sendto() with MSG_FASTOPEN opens, or one io_uring makes, nor
+    UDP at all, which would carry a hidden case the function saw to a server of the student's.
+    A kernel only binds the Unix sockets the grader connects to and answers on them. And
+    without an IPC namespace, System V message queues and shared memory are the same for every
+    kernel of the same user and outlive it: a notebook could leave its code there for a later
+    one."""
     program = unguarded_program(UNGUARDED_CALLS.get(platform.machine(), []))
     instructions = (_Instruction * len(program))(*[_Instruction(*i) for i in program])
     fprog = _Program(len(program), instructions)

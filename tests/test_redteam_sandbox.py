@@ -1,7 +1,8 @@
 """Sandbox attacks the first tests did not try: keyring calls through the 32-bit entry
 (int 0x80) and the x32 numbers; and, under Landlock, what it does not govern: connecting to a
 Unix socket by its path (the desktop's session bus, the X server, docker.sock), and a TCP
-connection opened by sendto() with MSG_FASTOPEN or by io_uring instead of connect(), and
+connection opened by sendto() with MSG_FASTOPEN or by io_uring instead of connect(), a UDP
+datagram (which could carry a hidden case to the student's server): no internet socket, and
 System V IPC, which every kernel of the same user shares and which outlives it."""
 import contextlib
 import ctypes
@@ -49,10 +50,10 @@ def remove_the_donors_queue():
 
 def int80(number: int, *args: int) -> int:
     """A system call through the 32-bit entry (int 0x80), as a 32-bit program makes it."""
-    a, b, c, d = (*args, 0, 0, 0, 0)[:4]
+    a, b, c, d, e = (*args, 0, 0, 0, 0, 0)[:5]
     code = (b"\x53" + b"\xb8" + struct.pack("<I", number) + b"\xbb" + struct.pack("<i", a)
             + b"\xb9" + struct.pack("<i", b) + b"\xba" + struct.pack("<i", c) + b"\xbe" + struct.pack("<i", d)
-            + b"\xcd\x80\x5b\xc3")
+            + b"\xbf" + struct.pack("<i", e) + b"\xcd\x80\x5b\xc3")
     page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
     page.write(code)
     address = ctypes.addressof(ctypes.c_char.from_buffer(page))
@@ -124,7 +125,9 @@ def test_a_landlocked_process_connects_to_nothing(tmp_path):
                   "fastopen": _tried(lambda: socket.socket().sendto(b"x", socket.MSG_FASTOPEN, tcp.getsockname())),
                   "io_uring": [_libc.syscall(425, 8, ctypes.create_string_buffer(120)), ctypes.get_errno()],
                   "udp": _tried(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(
-                      b"x", tcp.getsockname()))}   # not a connection: documented as still going out
+                      b"x", tcp.getsockname())),
+                  "udp_sendmsg": _tried(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendmsg(
+                      [b"x"], [], 0, tcp.getsockname()))}
         mine = _listening(own / "mine.sock")   # a kernel binds its own sockets
         a, b = socket.socketpair()
         a.send(b"x")
@@ -134,8 +137,10 @@ def test_a_landlocked_process_connects_to_nothing(tmp_path):
             report["socketcall"] = int80(102, 3, 0)          # socketcall(SYS_CONNECT, NULL)
             report["connect32"] = int80(362, fd, 0, 0)       # i386 connect
             report["x32"] = [_libc.syscall(X32 | 42, fd, None, 0), ctypes.get_errno()]
-            report["sendto32"] = int80(369, fd, 0, 0, socket.MSG_FASTOPEN)
-            report["socketcall_sendto"] = int80(102, 11, 0)
+            report["socket32"] = int80(359, socket.AF_INET, socket.SOCK_DGRAM, 0)
+            report["unix32"] = int80(359, socket.AF_UNIX, socket.SOCK_STREAM, 0) > 0   # allowed
+            report["socketcall_socket"] = int80(102, 1, 0)
+            report["x32_socket"] = [_libc.syscall(X32 | 41, socket.AF_INET6, socket.SOCK_DGRAM, 0), ctypes.get_errno()]
         return report
     report = in_child(attack)
     server.close()
@@ -143,13 +148,14 @@ def test_a_landlocked_process_connects_to_nothing(tmp_path):
         tcp.accept()
         report["accepted"] = True
     tcp.close()
-    assert report.pop("own") == [True, "x"] and report.pop("udp") == "done"
+    assert report.pop("own") == [True, "x"]
     if platform.machine() == "x86_64":
         assert report.pop("socketcall") == report.pop("connect32") == -13, report
-        assert report.pop("sendto32") == report.pop("socketcall_sendto") == -13, report
+        assert report.pop("socket32") == report.pop("socketcall_socket") == -13, report
+        assert report.pop("unix32") is True and report.pop("x32_socket") == [-1, 13], report
         assert report.pop("x32") == [-1, 13]
     # EACCES, as a TCP connect under Landlock
-    assert report == {"connect": 13, "tcp": 13, "fastopen": 13, "io_uring": [-1, 13]}
+    assert report == {"connect": 13, "tcp": 13, "fastopen": 13, "io_uring": [-1, 13], "udp": 13, "udp_sendmsg": 13}
 
 
 @pytest.mark.skipif(landlock.abi() < 1 or platform.machine() not in ("x86_64", "aarch64"),
@@ -208,6 +214,10 @@ def test_without_namespaces_a_kernel_reaches_no_unix_socket_outside(way, outside
         "# fastopen\nimport socket\n"
         f"socket.socket().sendto(b'x', socket.MSG_FASTOPEN, ('127.0.0.1', {tcp.getsockname()[1]}))\n"
         "raise RuntimeError('connected')"))
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "# udp\nimport socket\n"
+        f"socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'case', ('127.0.0.1', {tcp.getsockname()[1]}))\n"
+        "raise RuntimeError('sent')"))
     nb.cells.append(nbformat.v4.new_code_cell("# sysv\n" + LEAVE_CODE))
     nbformat.write(nb, batch / "mallory.ipynb")
     command = [*WAYS[way], shutil.which("grader"), "grade", str(batch), "-o", str(out), "--assignment", "rows",
@@ -226,7 +236,7 @@ def test_without_namespaces_a_kernel_reaches_no_unix_socket_outside(way, outside
     (path,) = glob.glob(str(out / "*" / "result.json"))
     result = json.loads(Path(path).read_text())
     assert [(e["ename"], e["evalue"].split(":")[0]) for e in result["errors"]] == [
-        ("PermissionError", "[Errno 13] Permission denied")] * 2 + [("PermissionError", "[Errno 13] msgget refused")]
+        ("PermissionError", "[Errno 13] Permission denied")] * 3 + [("PermissionError", "[Errno 13] msgget refused")]
     assert "landlock" in result["isolation"]["active"]
     assert result["score"] == result["max_score"] == 25
 
