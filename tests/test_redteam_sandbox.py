@@ -189,10 +189,11 @@ def test_landlocked_processes_pass_nothing_through_system_v_ipc(tmp_path):
 @pytest.mark.sandbox
 @pytest.mark.skipif(landlock.abi() < 4, reason="Landlock with TCP rules (ABI 4) is not available here")
 @pytest.mark.parametrize("way", WAYS)
-def test_without_namespaces_a_kernel_reaches_no_unix_socket_outside(way, outside_tmp):
-    """A socket at a path known in advance that the kernel's user may connect to, as the
-    desktop's session bus is to the TA's own user: the kernel cannot connect to it (the bus's
-    systemd would start any program outside the sandbox); the notebook still scores in full."""
+def test_without_namespaces_a_kernel_reaches_nothing_landlock_does_not_govern(way, outside_tmp):
+    """The real grader, without namespaces: a socket at a path known in advance that the
+    kernel's user may connect to, as the desktop's session bus is to the TA's own user (its
+    systemd would start any program outside the sandbox); TCP through Fast Open; UDP; a System V
+    message queue a later kernel could read. None is reached; the notebook still scores in full."""
     expect_slow()
     if os.geteuid() != 0 or not all(shutil.which(p) for p in ("capsh", "setpriv", "unshare")):
         pytest.skip("switching users and dropping capabilities needs root, capsh, setpriv and unshare")
