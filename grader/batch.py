@@ -211,7 +211,7 @@ def planned_key(s: Submission, assignment, explicit_for) -> str:
     """The submission's resume key; raises when it cannot even be read."""
     if s.problem:
         raise SubmissionError(s.problem)
-    content = read_submission(s.path)
+    content = read_submission(s.path, s.found_as)
     return batch_key(content, assignment, settings_from(explicit_for(s, content), assignment.limits))
 
 
@@ -231,7 +231,7 @@ def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, 
 
         def submit(s, key, executor, function):
             try:
-                content = read_submission(s.path)
+                content = read_submission(s.path, s.found_as)
                 pending[executor.submit(function, s.name, content, spec, explicit_for(s, content))] = \
                     (s, key, executor)
             except BrokenProcessPool:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import answers, payloads, smallest, static_scan, wire
@@ -193,31 +194,33 @@ def _forbidden_uses(fn: FunctionSpec, info: dict, scan, forbidden) -> list[str]:
     return sorted({hit for m in modules if (hit := static_scan.matches(m, forbidden))})
 
 
-async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Context, call_timeout: float,
-                          deadline: float):
-    name = info.get("name", fn.name)
-    if not info.get("found"):
-        also = f" (nor {', '.join(fn.aliases)})" if fn.aliases else ""
-        return _not_implemented(fn, f"no function named `{fn.name}`{also} is defined after running the notebook")
-    if name in scan.stubs:
-        return _not_implemented(fn, f"`{name}` still has the template's placeholder body")
-    prober = FunctionProber(session, fn, call_timeout, deadline)
-    evidence_for = evidence_probes(fn, ctx)
-    contexts = {kind: check_context(ctx, kind in fn.hidden) for kind in fn.points}
-    probes_of = {kind: check_probes(kind, fn, contexts[kind]) for kind in fn.points}
-    # The evidence for the non-answer rule is called for first, so that a slow function which
-    # runs out of probing time is still judged on what it computes.
-    await prober.run([*evidence_for, *(p for probes in probes_of.values() for p in probes)])
-    evidence = [(p, prober.outcome(p)) for p in evidence_for]
-    results = []
-    for kind, points in fn.points.items():
-        check = CHECKS[kind]
-        outcomes = [(p, prober.outcome(p)) for p in probes_of[kind]]
+@dataclass
+class _Grading:
+    """One function's grading, made in two steps (see grade_notebook): its checks so far, in
+    the spec's order, and what its hidden checks still need."""
+    fn: FunctionSpec
+    info: dict
+    results: dict = field(default_factory=dict)   # kind -> CheckResult
+    prober: FunctionProber | None = None
+    contexts: dict = field(default_factory=dict)
+    probes_of: dict = field(default_factory=dict)
+    non_answer_reason: str = ""   # why the function is a non-answer, or ""
+    withheld: bool = False        # whether its checks' points were withheld as a non-answer's
+
+    def checks(self) -> list[CheckResult]:
+        return [self.results[kind] for kind in self.fn.points if kind in self.results]
+
+
+def _judge(grading: _Grading, kinds, ctx: Context) -> None:
+    fn, prober = grading.fn, grading.prober
+    for kind in kinds:
+        points, check = fn.points[kind], CHECKS[kind]
+        outcomes = [(p, prober.outcome(p)) for p in grading.probes_of[kind]]
         diagnosis, advice = None, ""
         try:
-            verdict = check.judge(fn, contexts[kind], outcomes)
+            verdict = check.judge(fn, grading.contexts[kind], outcomes)
             if verdict.status == "failed":
-                diagnosis, note = diagnose(fn, kind, outcomes, ctx.tolerance, info, ctx.predictions,
+                diagnosis, note = diagnose(fn, kind, outcomes, ctx.tolerance, grading.info, ctx.predictions,
                                            verdict.message)
                 if diagnosis:
                     advice = note.strip()
@@ -227,18 +230,68 @@ async def _grade_function(session, fn: FunctionSpec, info: dict, scan, ctx: Cont
             verdict = Verdict("error", f"The grader could not judge what the function returned "
                                        f"({type(exc).__name__}: {exc}).")
         status = _status(verdict.status, points) if not check.policy else verdict.status
-        results.append(CheckResult(f"{fn.name}.{kind}", fn.name, kind, check.title, status,
-                                   points if status == "passed" else 0.0, points, verdict.message,
-                                   diagnosis=diagnosis, hidden=kind in fn.hidden, figures=verdict.figures,
-                                   advice=advice))
+        grading.results[kind] = CheckResult(f"{fn.name}.{kind}", fn.name, kind, check.title, status,
+                                            points if status == "passed" else 0.0, points, verdict.message,
+                                            diagnosis=diagnosis, hidden=kind in fn.hidden, figures=verdict.figures,
+                                            advice=advice)
+
+
+def _withhold(grading: _Grading, checks: list[CheckResult]) -> None:
+    """A non-answer's checks score nothing, all of them once any has points (else every check
+    already failed, saying why)."""
+    if not grading.non_answer_reason:
+        return
+    if grading.withheld:
+        answers.withhold(checks, grading.non_answer_reason)
+    elif any(c.points for c in checks):
+        grading.withheld = True
+        answers.withhold(grading.checks(), grading.non_answer_reason)
+
+
+async def _grade_visible(session, fn: FunctionSpec, info: dict, scan, ctx: Context, call_timeout: float,
+                         deadline: float) -> _Grading:
+    """The evidence for the non-answer rule, the visible checks and the smallest failing case."""
+    grading = _Grading(fn, info)
+    name = info.get("name", fn.name)
+    if not info.get("found"):
+        also = f" (nor {', '.join(fn.aliases)})" if fn.aliases else ""
+        grading.results = {c.kind: c for c in _not_implemented(
+            fn, f"no function named `{fn.name}`{also} is defined after running the notebook")}
+        return grading
+    if name in scan.stubs:
+        grading.results = {c.kind: c for c in _not_implemented(fn, f"`{name}` still has the template's "
+                                                                   "placeholder body")}
+        return grading
+    prober = grading.prober = FunctionProber(session, fn, call_timeout, deadline)
+    evidence_for = evidence_probes(fn, ctx)
+    grading.contexts = {kind: check_context(ctx, kind in fn.hidden) for kind in fn.points}
+    grading.probes_of = {kind: check_probes(kind, fn, grading.contexts[kind]) for kind in fn.points}
+    visible = [kind for kind in fn.points if kind not in fn.hidden]
+    # The evidence for the non-answer rule is called for first, so that a slow function which
+    # runs out of probing time is still judged on what it computes.
+    await prober.run([*evidence_for, *(p for kind in visible for p in grading.probes_of[kind])])
+    evidence = [(p, prober.outcome(p)) for p in evidence_for]
     info["non_answer"] = not answers.recognised(fn.convention, evidence, ctx.tolerance, ctx.predictions)
-    if info["non_answer"] and any(c.points for c in results):   # else every check already failed, saying why
-        answers.withhold(results, answers.reason(evidence))
-    found = await smallest.find(prober, fn, ctx, results, name)
+    grading.non_answer_reason = answers.reason(evidence) if info["non_answer"] else ""
+    _judge(grading, visible, ctx)
+    _withhold(grading, grading.checks())
+    found = await smallest.find(prober, fn, ctx, grading.checks(), name)
     if found:
         info["smallest_failing"] = found
     info["called_by_keyword"] = prober.by_keyword
-    return results
+    return grading
+
+
+async def _grade_hidden(grading: _Grading, ctx: Context) -> list[CheckResult]:
+    """The hidden checks, once every call whose result a student may see has been made: the
+    function sees a hidden case, and could otherwise carry it into a later visible check's
+    message or figures, or into the smallest failing case."""
+    hidden = [kind for kind in grading.fn.points if kind in grading.fn.hidden and kind not in grading.results]
+    if hidden and grading.prober is not None:
+        await grading.prober.run([p for kind in hidden for p in grading.probes_of[kind]])
+        _judge(grading, hidden, ctx)
+        _withhold(grading, [grading.results[kind] for kind in hidden])
+    return grading.checks()
 
 
 def _apply_penalty(checks: list[CheckResult], fn: FunctionSpec, uses: list[str], penalty: str) -> None:
@@ -332,10 +385,12 @@ async def _grade_functions(session, result: GradeResult, assignment: Assignment,
         uses[fn.name] = _forbidden_uses(fn, info, scan, assignment.forbidden)
         result.functions[fn.name] = info
     ctx = Context(settings.seed, assignment.tolerance, uses)
-    for fn in assignment.functions:
-        checks = await _grade_function(session, fn, result.functions[fn.name], scan, ctx, settings.call_timeout,
-                                       probing_started + settings.probe_timeout)
-        _apply_penalty(checks, fn, uses[fn.name], assignment.penalty)
+    # Every function's visible checks before any hidden one (see _grade_hidden).
+    gradings = [await _grade_visible(session, fn, result.functions[fn.name], scan, ctx, settings.call_timeout,
+                                     probing_started + settings.probe_timeout) for fn in assignment.functions]
+    for grading in gradings:
+        checks = await _grade_hidden(grading, ctx)
+        _apply_penalty(checks, grading.fn, uses[grading.fn.name], assignment.penalty)
         result.checks.extend(checks)
     if error and not described["functions"]:
         result.status = "error"

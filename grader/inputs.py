@@ -39,8 +39,10 @@ CANVAS = re.compile(r"^(?P<name>[^\s/\\]+?)_(?:late_)?(?P<id>\d+)_(?P<attachment
 CANVAS_ANONYMOUS = re.compile(r"^(?:late_)?(?P<id>anon_[A-Za-z0-9]+)_(?P<attachment>\d+)_.+$", re.IGNORECASE)
 # Moodle (mod/assign): a folder "Full Name_N_assignsubmission_file" (with a trailing "_" before
 # Moodle 4), or, when the teacher turned folders off, "Full Name_N_assignsubmission_file_NAME".
-MOODLE = re.compile(r"^(?P<name>.+)_(?P<id>\d+)_assignsubmission_file_?$", re.IGNORECASE)
-MOODLE_FLAT = re.compile(r"^(?P<name>.+)_(?P<id>\d+)_assignsubmission_file_.+$", re.IGNORECASE)
+# Moodle turns every "_" of the name into a space, so the name holds none: NAME, which the
+# student chose ("x_333_assignsubmission_file_hw.ipynb"), can never move where the id is read.
+MOODLE = re.compile(r"^(?P<name>[^_/]+)_(?P<id>\d+)_assignsubmission_file_?$", re.IGNORECASE)
+MOODLE_FLAT = re.compile(r"^(?P<name>[^_/]+)_(?P<id>\d+)_assignsubmission_file_.+$", re.IGNORECASE)
 # Gradescope's export: assignment_<id>_export/submission_<id>/...
 GRADESCOPE = re.compile(r"^submission_(?P<id>\d+)$", re.IGNORECASE)
 GRADESCOPE_EXPORT = re.compile(r"^assignment_\d+_export$", re.IGNORECASE)
@@ -63,6 +65,7 @@ class Submission:
     folder: str                # its own folder in the output (see output_name)
     problem: str | None = None  # why it cannot be graded at all, e.g. a damaged archive member
     identity: Identity | None = None
+    found_as: tuple[int, int] | None = None   # the file's (device, inode) when found: read only if still that file
 
     @property
     def name(self) -> str:
@@ -119,17 +122,16 @@ def named_folder(name: str) -> Identity | None:
 
 
 def given_identity(path: PurePath, is_folder: bool = False) -> Identity | None:
-    """What a path the staff gave says about whose it is: a file's own LMS name, else the
-    nearest of its folders that an LMS made for one student."""
+    """What a path the staff gave says about whose it is: the outermost of its folders that an
+    LMS made for one student, else a file's own LMS name. Outermost: below an LMS's folder,
+    every name (a subfolder, the file's own) is the student's, who may name it like another's
+    (Mallory X_222_assignsubmission_file_/bobsmith_333_9_hw.ipynb is 222's)."""
     path = PurePath(path)
-    own = None if is_folder else named_file(path.name)
-    if own:
-        return own
-    for folder in ([path] if is_folder else []) + list(path.parents):
+    for folder in reversed(([path] if is_folder else []) + list(path.parents)):
         found = named_folder(folder.name)
         if found:
             return found
-    return None
+    return None if is_folder else named_file(path.name)
 
 
 def identity_of(path: PurePath) -> Identity:
@@ -335,6 +337,18 @@ def given(path: Path, unpack_into: Path) -> list[Found]:
     return [found]
 
 
+def file_id(path: Path) -> tuple[int, int] | None:
+    """Which file `path` is now. Between finding a file and reading it, which in a batch may be
+    minutes, a student who can write the input folder could put a link in place of a folder on
+    the way to it (O_NOFOLLOW guards only the file's own name): the file read must still be this
+    one (grader/loader.py)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
 def collect(paths: list[Path], unpack_into: Path) -> tuple[list[Submission], list]:
     """The submissions, and the student ids that more than one of them claims."""
     found: list[Found] = []
@@ -353,7 +367,7 @@ def collect(paths: list[Path], unpack_into: Path) -> tuple[list[Submission], lis
             folder = output_name(identity.student, source, digits=64)
         folders.add(folder)
         identity = Identity(printable(identity.student), printable(identity.name), identity.lms, identity.attachment)
-        submissions.append(Submission(path, source, identity.student, folder, problem, identity))
+        submissions.append(Submission(path, source, identity.student, folder, problem, identity, file_id(path)))
     claims: dict[str, list[str]] = {}
     for s in submissions:
         claims.setdefault(s.student, []).append(printable(s.source))

@@ -14,6 +14,7 @@ Loaded by path, never as part of the grader, by sandbox_launcher.py; the standar
 import ctypes
 import glob
 import os
+import platform
 import stat
 import struct
 
@@ -146,8 +147,83 @@ def ruleset(readable, writable, denied, devices=()) -> int:
 
 
 def restrict(fd: int) -> None:
-    """Confine this process, and everything it starts, to the ruleset."""
+    """Confine this process, and everything it starts, to the ruleset, and refuse it the calls
+    that reach past Landlock (see refuse_unguarded_calls)."""
     # Lets an unprivileged process restrict itself; no program it starts gains privileges.
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     _check(_libc.syscall(SYS_RESTRICT_SELF, fd, 0), "landlock_restrict_self")
     os.close(fd)
+    refuse_unguarded_calls()
+
+
+X32_BIT = 0x40000000
+IO_URING = (425, 426, 427)   # setup, enter, register: the same numbers on every architecture
+# System V IPC: message queues, semaphores and shared memory, in the order get, control, use.
+SYSV_IPC = {"x86_64": (68, 71, 69, 70, 64, 66, 65, 220, 29, 31, 30, 67),
+            "i386": (117, *range(393, 403), 420), "aarch64": tuple(range(186, 198)),
+            "arm": (*range(298, 309), 312, 420)}
+AF_INET, AF_INET6 = 2, 10
+# Per machine, each ABI a process there may call the kernel through: its audit architecture;
+# the calls refused outright (connect; io_uring, whose operations no filter sees; System V
+# IPC); the number of socket(), refused for an internet socket; and for i386's socketcall,
+# (its number, the calls refused: socket, whose domain a filter cannot read there, and connect).
+UNGUARDED_CALLS = {
+    "x86_64": [(0xC000003E, (42, *IO_URING, *SYSV_IPC["x86_64"],
+                             *(X32_BIT | n for n in (42, *IO_URING, *SYSV_IPC["x86_64"]))), (41, X32_BIT | 41), None),
+               (0x40000003, (362, *IO_URING, *SYSV_IPC["i386"]), (359,), (102, (1, 3)))],
+    "aarch64": [(0xC00000B7, (203, *IO_URING, *SYSV_IPC["aarch64"]), (198,), None),
+                (0x40000028, (283, *IO_URING, *SYSV_IPC["arm"]), (281,), None)],
+}
+BPF_LD_W_ABS, BPF_JEQ_K, BPF_RET_K = 0x20, 0x15, 0x06
+SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO, EACCES = 0x7FFF0000, 0x00050000, 13
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+OFFSET_NR, OFFSET_ARCH, OFFSET_ARG0 = 0, 4, 16   # in struct seccomp_data (an argument's low 32 bits)
+
+
+def unguarded_program(abis) -> list[tuple[int, int, int, int]]:
+    """A seccomp filter, as (code, jump if true, jump if false, k): the calls that reach past
+    Landlock fail with EACCES, as a TCP connect under Landlock does; everything else is
+    allowed."""
+    allow = (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW)
+    body = []
+    for arch, refused, sockets, socketcall in abis:
+        block = [(BPF_LD_W_ABS, 0, 0, OFFSET_NR), *((BPF_JEQ_K, "deny", 0, n) for n in refused)]
+        for number in sockets:
+            block += [(BPF_JEQ_K, 0, 4, number), (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
+                      (BPF_JEQ_K, "deny", 0, AF_INET), (BPF_JEQ_K, "deny", 0, AF_INET6), allow]
+        if socketcall:
+            number, calls = socketcall
+            block += [(BPF_JEQ_K, 0, len(calls) + 1, number), (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
+                      *((BPF_JEQ_K, "deny", 0, call) for call in calls)]
+        block.append(allow)
+        # Not this ABI: on to the next block, which loads the architecture again.
+        body += [(BPF_LD_W_ABS, 0, 0, OFFSET_ARCH), (BPF_JEQ_K, 0, len(block), arch), *block]
+    program = [*body, allow]
+    deny = len(program)
+    program.append((BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | EACCES))
+    return [(code, deny - index - 1 if jt == "deny" else jt, jf, k) for index, (code, jt, jf, k) in enumerate(program)]
+
+
+class _Instruction(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+
+class _Program(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Instruction))]
+
+
+def refuse_unguarded_calls() -> None:
+    """No connect(), no internet socket, no io_uring and no System V IPC. Landlock
+    does not govern connecting to a Unix socket by its path (only making one), and many sit at
+    paths known in advance: the desktop's session bus (/run/user/UID/bus, whose systemd starts
+    any program outside the sandbox), the X server (/tmp/.X11-unix/X0), docker.sock. Nor does
+    it see a TCP connection that sendto() with MSG_FASTOPEN opens, or one io_uring makes, nor
+    UDP at all, which would carry a hidden case the function saw to a server of the student's.
+    A kernel only binds the Unix sockets the grader connects to and answers on them. And
+    without an IPC namespace, System V message queues and shared memory are the same for every
+    kernel of the same user and outlive it: a notebook could leave its code there for a later
+    one."""
+    program = unguarded_program(UNGUARDED_CALLS.get(platform.machine(), []))
+    instructions = (_Instruction * len(program))(*[_Instruction(*i) for i in program])
+    fprog = _Program(len(program), instructions)
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp filter")

@@ -56,12 +56,14 @@ def link_outside(name: str) -> str:
     return f"{name} is a symbolic link to a file outside the submission"
 
 
-def read_submission(path: Path) -> bytes:
+def read_submission(path: Path, found_as: tuple[int, int] | None = None) -> bytes:
     """The file's bytes, never through a symbolic link: a link inside a submission was
     resolved, within it, when the submission was found (grader/inputs.py, grader/lms.py), so
     a link here leaves the submission (a student's own, or one put in the file's place since).
     The opened file itself must be a regular file within the size limit (open, then fstat:
-    nothing can be swapped in between), and nothing else is read."""
+    nothing can be swapped in between), and nothing else is read; with `found_as`, it must be
+    the file found then (its device and inode), not one reached since through a folder on the
+    way that became a link."""
     path = Path(path)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC   # O_NONBLOCK: a FIFO never blocks the grader
     try:
@@ -76,6 +78,8 @@ def read_submission(path: Path) -> bytes:
         info = os.fstat(file.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise SubmissionError(f"not a file: {path}")
+        if found_as is not None and (info.st_dev, info.st_ino) != tuple(found_as):
+            raise SubmissionError(f"{path.name} was replaced by another file after it was found")
         if info.st_size > MAX_SUBMISSION_BYTES:
             raise SubmissionError(f"{path.name} is larger than {MAX_SUBMISSION_BYTES // 2**20} MiB")
         data = file.read(MAX_SUBMISSION_BYTES + 1)
