@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, grade
+from conftest import FIXTURES, SUBMISSIONS, grade
 
 pytestmark = pytest.mark.slow
 
 
-def test_huge_output_does_not_grow_the_grader(tmp_path):
-    """200 MB printed by a cell; the grader process's peak memory stays far below that."""
+def _grader_peak(tmp_path, notebook: Path) -> tuple[float, int, int]:
+    """(score, characters of output the grader kept, the grading process's peak memory in KiB)."""
     script = textwrap.dedent(f"""
         import resource, sys
         from pathlib import Path
         from grader.grade import grade_path
         from grader.settings import Settings
         from grader.spec import load_assignment
-        result = grade_path(Path({str(FIXTURES / 'hostile_huge_output.ipynb')!r}), load_assignment('rows'),
+        result = grade_path(Path({str(notebook)!r}), load_assignment('rows'),
                             Settings(cell_timeout=60.0, call_timeout=5.0))
         print(result.score, result.timing["output_characters"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     """)
@@ -28,9 +28,18 @@ def test_huge_output_does_not_grow_the_grader(tmp_path):
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     score, printed, peak_kib = done.stdout.split()
-    assert float(score) == 25
-    assert int(printed) < 2_000_000, "the kernel-side cap should discard most of the output"
-    assert int(peak_kib) < 200 * 1024
+    return float(score), int(printed), int(peak_kib)
+
+
+def test_huge_output_does_not_grow_the_grader(tmp_path):
+    """200 MB printed by a cell; the grader process's peak memory stays far below that: within
+    128 MiB of what grading an ordinary notebook takes on this machine, measured in the same run
+    (the bound on what the kernel's sockets may queue is 8 messages of 8 MiB each)."""
+    _, _, ordinary_kib = _grader_peak(tmp_path, SUBMISSIONS / "worked_solution.ipynb")
+    score, printed, peak_kib = _grader_peak(tmp_path, FIXTURES / "hostile_huge_output.ipynb")
+    assert score == 25
+    assert printed < 2_000_000, "the kernel-side cap should discard most of the output"
+    assert peak_kib < ordinary_kib + 128 * 1024, (peak_kib, ordinary_kib)
 
 
 def test_a_message_flood_does_not_grow_the_grader(tmp_path):
@@ -70,7 +79,6 @@ def test_kernel_death_is_reported_and_the_notebook_rerun_without_that_cell():
 def test_a_python3_kernel_spec_installed_for_the_user_is_not_used(tmp_path, monkeypatch, fork_server):
     """The kernel runs on the grader's own interpreter and ipykernel whatever "python3" kernel
     spec the user or the system has installed (here one that cannot start a kernel)."""
-    from conftest import SUBMISSIONS
     spec = tmp_path / "kernels" / "python3"
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(json.dumps({"argv": ["/bin/false", "{connection_file}"],
