@@ -64,6 +64,8 @@ def _function(out: _Writer, fn: FunctionView, advised: dict) -> None:
     verdict = "all checks passed" if fn.passed else f"likely mistake: {fn.main_mistake}" if fn.main_mistake else ""
     out.line(out.paint(f"{fn.name}: {fn.points:g} / {plural(fn.max_points, 'point')}", "bold")
              + (f"  {verdict}" if verdict else ""))
+    if fn.defining_cell:
+        out.wrapped(fn.defining_cell, 4, "    Its defining cell failed: ")
     # Each mistake's meaning once: here for the function it first appears in, later a pointer back.
     for c in fn.checks:
         if not c.advice or c.withheld or (c.diagnosis, c.advice) in advised.get(fn.name, ()):
