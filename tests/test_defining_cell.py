@@ -116,3 +116,23 @@ def test_a_kernel_cannot_say_a_defining_cell_failed():
         "cell": "<script>", "line": 1, "ename": "x", "evalue": "y"}}}, "imported": []}
     described = describe_reply(forged, ["self_attention"])
     assert "defining_cell_failed" not in described["functions"]["self_attention"]
+
+
+@pytest.mark.slow
+def test_the_report_in_a_real_browser_says_it_at_the_function_with_the_problems_cell_number(tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from conftest import chromium_path
+    from grader.report_html import write_html
+    from test_report_browser import LAUNCH_ARGS
+    if not chromium_path():
+        pytest.fail("Chromium is not installed (apt-get install chromium)")
+    write_html(grade(NOTEBOOKS / "syntax_error.ipynb", "rows"), tmp_path / "report.html")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS)
+        page = browser.new_page()
+        page.goto((tmp_path / "report.html").as_uri())
+        function = page.inner_text("section#self_attention")
+        whole = page.inner_text("body")
+        browser.close()
+    assert function.count(REASONS["syntax_error"]) == 1 and whole.count(REASONS["syntax_error"]) == 1
+    assert "cell 5 (def self_attention(X, Wq, Wk, Wv):): SyntaxError" in whole   # the problems list
