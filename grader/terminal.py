@@ -128,7 +128,8 @@ def _closing(out: _Writer, view, functions: list[FunctionView]) -> None:
         out.line("Look first at: the problems above, which stopped the grading.")
     elif first is not None:
         lost = first.max_points - first.points
-        why = f"{first.main_mistake}, " if first.main_mistake else ""
+        why = f"{first.main_mistake}, " if first.main_mistake else \
+            "its defining cell failed, " if first.defining_cell else ""
         out.wrapped(f"{first.name} ({why}{plural(lost, 'point')} lost); the functions after it may depend "
                     "on it.", 15, "Look first at: ")
     elif view.score >= view.max_score:

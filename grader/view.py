@@ -191,8 +191,9 @@ def result_view(result: GradeResult, staff: bool = False) -> ResultView:
 
 def student_feedback_line(result: GradeResult | dict) -> str:
     """One line a student may read about a result (a GradeResult, or its JSON as result.json
-    and a batch's rows hold it), for feedback an LMS shows beside the grade: the score and the
-    likely mistakes of the student view, or why it was not graded. Nothing a hidden check
+    and a batch's rows hold it), for feedback an LMS shows beside the grade: the score, the
+    likely mistakes of the student view and the functions whose defining cell failed, or why
+    it was not graded. Nothing a hidden check
     found, and no seed."""
     if isinstance(result, dict):
         result = GradeResult.from_json(result)
@@ -202,8 +203,10 @@ def student_feedback_line(result: GradeResult | dict) -> str:
         return f"Not graded: {why.strip().splitlines()[0]}" if why.strip() else "Not graded."
     mistakes = "; ".join(f"{fn}: {mistake}" for fn, mistake in view.likely_mistakes)
     status = " (the notebook ran out of time)" if view.status == "timeout" else ""
+    failed_cells = "".join(f" {fn.name} was not graded, its defining cell failed: {fn.defining_cell}."
+                           for fn in view.by_function if fn.defining_cell)
     return f"Autograded {view.score:g} / {view.max_score:g}{status}." + (f" Likely mistakes: {mistakes}." if mistakes
-                                                                        else "")
+                                                                        else "") + failed_cells
 
 
 def failing_line(error: dict) -> str:

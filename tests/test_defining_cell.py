@@ -15,6 +15,7 @@ from grader.report_html import render
 from grader.spec import load_assignment
 from grader.static_scan import scan
 from grader.terminal import summary
+from grader.view import student_feedback_line
 
 NOTEBOOKS = FIXTURES / "defining_cell"
 CHECK_MESSAGE = "Not graded: its defining cell, cell 5, failed."
@@ -67,6 +68,8 @@ def test_the_function_says_once_which_cell_failed_and_its_checks_only_that_it_fa
                   [t["message"] for t in prairielearn["tests"] if t["name"].startswith("self_attention.")]):
         assert shown and all(CHECK_MESSAGE in text for text in shown)
     assert "no function named" not in json.dumps([gradescope, prairielearn])
+    # The comment beside the grade in Canvas and Moodle (grader/gradebook.py) says it too.
+    assert student_feedback_line(stored).count(reason) == 1
 
 
 def test_the_cells_that_define_a_function_are_found_whether_or_not_they_parse():
