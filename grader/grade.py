@@ -173,7 +173,7 @@ def _not_implemented(fn: FunctionSpec, why: str) -> list[CheckResult]:
     return _unrun_checks(fn, lambda points: _status("failed", points), f"Not implemented: {why}.")
 
 
-def _defining_cell_failed(fn: FunctionSpec, failure: dict) -> list[CheckResult]:
+def _not_graded_for_failed_cell(fn: FunctionSpec, failure: dict) -> list[CheckResult]:
     # Short: the function's view says once which cell failed and why (view.cell_failure).
     return _unrun_checks(fn, lambda points: _status("failed", points),
                          f"Not graded: its defining cell, cell {cell_number(failure['cell'])}, failed.")
@@ -192,8 +192,7 @@ def failed_definition(fn: FunctionSpec, scan, errors: list[dict]) -> dict | None
         return None
     error = next(e for e in failed if e["cell"] == failed[-1]["cell"])
     if error["cell"] in scan.unparsable:
-        line, why = scan.unparsable[error["cell"]]
-        ename, evalue = why.split(": ", 1)
+        line, ename, evalue = scan.unparsable[error["cell"]]
     else:
         line, ename, evalue = failing_line_number(error), str(error.get("ename", "")), str(error.get("evalue", ""))
     # One line: the cell's own entry under the notebook's problems has the rest.
@@ -283,7 +282,7 @@ async def _grade_visible(session, fn: FunctionSpec, info: dict, scan, ctx: Conte
     grading = _Grading(fn, info)
     name = info.get("name", fn.name)
     if not info.get("found") and info.get("defining_cell_failed"):
-        grading.results = {c.kind: c for c in _defining_cell_failed(fn, info["defining_cell_failed"])}
+        grading.results = {c.kind: c for c in _not_graded_for_failed_cell(fn, info["defining_cell_failed"])}
         return grading
     if not info.get("found"):
         also = f" (nor {', '.join(fn.aliases)})" if fn.aliases else ""

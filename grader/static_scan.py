@@ -18,7 +18,7 @@ class StaticScan:
     function_imports: dict = field(default_factory=dict)
     # graded name -> indexes of the cells whose source defines it (or would, had it run)
     definers: dict = field(default_factory=dict)
-    # cell index -> (line, "SyntaxError: ...") for a cell that does not parse, as Python
+    # cell index -> (line, exception name, message) for a cell that does not parse, as Python
     # itself says it when it compiles the cell
     unparsable: dict = field(default_factory=dict)
 
@@ -139,7 +139,7 @@ def scan(cells: list[tuple[int, str]], graded_names: set[str]) -> StaticScan:
         try:
             tree = ast.parse(python_source(source))
         except SyntaxError as exc:
-            result.unparsable[index] = (exc.lineno, f"{type(exc).__name__}: {exc.msg}")
+            result.unparsable[index] = (exc.lineno, type(exc).__name__, exc.msg)
             _add_definers(result, index, sorted(defined_textually(source, graded_names)))
             continue
         _add_definers(result, index, sorted({node.name for node in ast.walk(tree)

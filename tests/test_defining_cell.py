@@ -78,7 +78,7 @@ def test_the_cells_that_define_a_function_are_found_whether_or_not_they_parse():
              (6, "def helper():\n    pass")]
     found = scan(cells, {"self_attention", "multi_head_attention"})
     assert found.definers == {"self_attention": [3], "multi_head_attention": [4]}
-    assert found.unparsable == {3: (2, "SyntaxError: invalid syntax")}
+    assert found.unparsable == {3: (2, "SyntaxError", "invalid syntax")}
 
 
 def test_a_cell_that_does_not_parse_is_described_by_the_grader_not_by_what_the_kernel_said():
