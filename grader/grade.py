@@ -14,10 +14,11 @@ from .kernel import HARNESS, HARNESS_MODULE, CallsEnd, Kernel
 from .kernel_client import default_kernel_manager
 from .loader import code_cells, load_submission
 from .result import CheckResult, ErrorRecord, GradeResult
-from .runner import executed_notebook
+from .runner import REST_RUN, executed_notebook
 from .sandbox import ENFORCES_POLICY
 from .returns import canonical_parts
 from .spec import Assignment, FunctionSpec, metadata_assignment
+from .view import cell_number, failing_line_number
 
 
 
@@ -172,6 +173,33 @@ def _not_implemented(fn: FunctionSpec, why: str) -> list[CheckResult]:
     return _unrun_checks(fn, lambda points: _status("failed", points), f"Not implemented: {why}.")
 
 
+def _not_graded_for_failed_cell(fn: FunctionSpec, failure: dict) -> list[CheckResult]:
+    # Short: the function's view says once which cell failed and why (view.cell_failure).
+    return _unrun_checks(fn, lambda points: _status("failed", points),
+                         f"Not graded: its defining cell, cell {cell_number(failure['cell'])}, failed.")
+
+
+def failed_definition(fn: FunctionSpec, scan, errors: list[dict]) -> dict | None:
+    """Why `fn`, not defined after the notebook ran, was not: the first error of the last cell
+    whose source defines it (the cell did not parse, or raised before its `def` ran, as after
+    a failed import), as {"cell", "line", "ename", "evalue"}; None when no such cell failed.
+    The first error, because the rest of a cell runs after its first failing statement: a
+    later error is often only a consequence, and its line is counted from that statement.
+    A cell that does not parse is described as the grader's own parse of the file finds it."""
+    cells = {cell for name in fn.names for cell in scan.definers.get(name, [])}
+    failed = [e for e in errors if e.get("cell", -1) in cells]
+    if not failed:
+        return None
+    error = next(e for e in failed if e["cell"] == failed[-1]["cell"])
+    if error["cell"] in scan.unparsable:
+        line, ename, evalue = scan.unparsable[error["cell"]]
+    else:
+        line, ename, evalue = failing_line_number(error), str(error.get("ename", "")), str(error.get("evalue", ""))
+    # One line: the cell's own entry under the notebook's problems has the rest.
+    first = (evalue.replace(REST_RUN, "").strip().splitlines() or [""])[0][:200]
+    return {"cell": error["cell"], "line": line, "ename": ename[:100], "evalue": first}
+
+
 def not_graded(submission: str, assignment: Assignment | str, seed: int, kind: str, ename: str,
                why: str) -> GradeResult:
     """The one result of a submission that could not be graded at all: `why` as its only
@@ -253,6 +281,9 @@ async def _grade_visible(session, fn: FunctionSpec, info: dict, scan, ctx: Conte
     """The evidence for the non-answer rule, the visible checks and the smallest failing case."""
     grading = _Grading(fn, info)
     name = info.get("name", fn.name)
+    if not info.get("found") and info.get("defining_cell_failed"):
+        grading.results = {c.kind: c for c in _not_graded_for_failed_cell(fn, info["defining_cell_failed"])}
+        return grading
     if not info.get("found"):
         also = f" (nor {', '.join(fn.aliases)})" if fn.aliases else ""
         grading.results = {c.kind: c for c in _not_implemented(
@@ -382,6 +413,9 @@ async def _grade_functions(session, result: GradeResult, assignment: Assignment,
     for fn in assignment.functions:
         info = dict(described["functions"].get(fn.name, {"found": False}))
         info["stub"] = info.get("name", fn.name) in scan.stubs
+        info.pop("defining_cell_failed", None)   # the grader's finding alone, never the kernel's
+        if not info.get("found") and (failure := failed_definition(fn, scan, result.errors)):
+            info["defining_cell_failed"] = failure
         uses[fn.name] = _forbidden_uses(fn, info, scan, assignment.forbidden)
         result.functions[fn.name] = info
     ctx = Context(settings.seed, assignment.tolerance, uses)

@@ -172,6 +172,8 @@ def summary_text(view: ResultView, problem: str) -> str:
     for fn in view.by_function:
         lines.append(f"{fn.name}: {fn.points:g} / {fn.max_points:g}"
                      + (f", likely mistake: {fn.main_mistake}" if fn.main_mistake else ""))
+        if fn.defining_cell:
+            lines.append(f"  Its defining cell failed: {fn.defining_cell}")
         advice = next((c.advice for c in fn.checks if c.advice and c.diagnosis == fn.main_mistake), "")
         if advice:
             lines.append(f"  {advice}")
@@ -195,6 +197,8 @@ def summary_html(view: ResultView, problem: str) -> str:
              f"isolation {escape(view.isolation.get('level', 'none'))}).</p>"]
     for fn in view.by_function:
         parts.append(f"<h3>{escape(fn.name)}: {fn.points:g} / {fn.max_points:g}</h3>")
+        if fn.defining_cell:
+            parts.append(f"<p><b>Its defining cell failed:</b> {escape(fn.defining_cell)}</p>")
         if fn.main_mistake:
             advice = next((c.advice for c in fn.checks if c.advice and c.diagnosis == fn.main_mistake), "")
             parts.append(f"<p><b>Likely mistake: {escape(fn.main_mistake)}.</b> {escape(advice)}</p>")

@@ -118,11 +118,15 @@ class NotebookRunner:
             rest = remaining_statements(source, error) if error.kind == "error" else None
             if not rest or deadline - self.clock() <= 0:
                 return
-            error.evalue += " (the rest of the cell was run after the failing statement)"
+            error.evalue += REST_RUN
             source = rest
             # The rest takes the cell's place in the notebook, so a run in a new kernel after a
             # fatal cell runs only the rest of this one.
             nb.cells[index] = nbformat.v4.new_code_cell(rest)
+
+
+# Said after the error of a statement whose cell went on running: only for the cell's errors.
+REST_RUN = " (the rest of the cell was run after the failing statement)"
 
 
 @asynccontextmanager

@@ -1,8 +1,10 @@
 """What can be learned from the submission's source without running it: graded functions
-that are still stubs, imports of forbidden libraries."""
+that are still stubs, imports of forbidden libraries, the cells that define each graded
+function and the cells that are not Python."""
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 from functools import cache
@@ -14,6 +16,11 @@ class StaticScan:
     imports: list = field(default_factory=list)     # (cell index, line, module)
     # function name -> modules it imports, or reaches through a name the notebook imported
     function_imports: dict = field(default_factory=dict)
+    # graded name -> indexes of the cells whose source defines it (or would, had it run)
+    definers: dict = field(default_factory=dict)
+    # cell index -> (line, exception name, message) for a cell that does not parse, as Python
+    # itself says it when it compiles the cell
+    unparsable: dict = field(default_factory=dict)
 
 
 @cache
@@ -114,14 +121,30 @@ def reached_modules(function: ast.AST, bound: dict[str, str]) -> set[str]:
     return found
 
 
+def defined_textually(source: str, graded_names: set[str]) -> set[str]:
+    """The graded names a `def` line of a cell that does not parse would define."""
+    return {m.group(1) for m in re.finditer(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", source, re.MULTILINE)
+            if m.group(1) in graded_names}
+
+
+def _add_definers(result: StaticScan, index: int, names) -> None:
+    for name in names:
+        result.definers.setdefault(name, []).append(index)
+
+
 def scan(cells: list[tuple[int, str]], graded_names: set[str]) -> StaticScan:
     result = StaticScan()
     bound: dict[str, str] = {}
     for index, source in cells:
         try:
             tree = ast.parse(python_source(source))
-        except SyntaxError:
+        except SyntaxError as exc:
+            result.unparsable[index] = (exc.lineno, type(exc).__name__, exc.msg)
+            _add_definers(result, index, sorted(defined_textually(source, graded_names)))
             continue
+        _add_definers(result, index, sorted({node.name for node in ast.walk(tree)
+                                             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                                             and node.name in graded_names}))
         for line, module in imported_modules(tree):
             result.imports.append((index, line, module))
         bound.update(imported_names(tree.body))

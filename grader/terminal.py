@@ -64,6 +64,8 @@ def _function(out: _Writer, fn: FunctionView, advised: dict) -> None:
     verdict = "all checks passed" if fn.passed else f"likely mistake: {fn.main_mistake}" if fn.main_mistake else ""
     out.line(out.paint(f"{fn.name}: {fn.points:g} / {plural(fn.max_points, 'point')}", "bold")
              + (f"  {verdict}" if verdict else ""))
+    if fn.defining_cell:
+        out.wrapped(fn.defining_cell, 4, "    Its defining cell failed: ")
     # Each mistake's meaning once: here for the function it first appears in, later a pointer back.
     for c in fn.checks:
         if not c.advice or c.withheld or (c.diagnosis, c.advice) in advised.get(fn.name, ()):
@@ -126,7 +128,8 @@ def _closing(out: _Writer, view, functions: list[FunctionView]) -> None:
         out.line("Look first at: the problems above, which stopped the grading.")
     elif first is not None:
         lost = first.max_points - first.points
-        why = f"{first.main_mistake}, " if first.main_mistake else ""
+        why = f"{first.main_mistake}, " if first.main_mistake else \
+            "its defining cell failed, " if first.defining_cell else ""
         out.wrapped(f"{first.name} ({why}{plural(lost, 'point')} lost); the functions after it may depend "
                     "on it.", 15, "Look first at: ")
     elif view.score >= view.max_score:

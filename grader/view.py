@@ -69,6 +69,9 @@ class FunctionView:
     # The smallest input it fails on, as a cell ({"case", "code"}); only beside a failure its
     # reader may see (grader/smallest.py).
     smallest_failing: dict | None = None
+    # Why it was not graded when the cell that defines it failed ("cell 5, line 6: SyntaxError:
+    # ..."): said here once, each of its checks saying only that its defining cell failed.
+    defining_cell: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -151,7 +154,11 @@ class ResultView:
         def smallest(name, checks):
             shown = any(c.lost_points and not c.withheld for c in checks)
             return self.functions.get(name, {}).get("smallest_failing") if shown else None
-        return [FunctionView(n, sum(c.points for c in g), sum(c.max_points for c in g), g, smallest(n, g))
+        def failed_cell(name):
+            failure = self.functions.get(name, {}).get("defining_cell_failed")
+            return cell_failure(failure) if failure else None
+        return [FunctionView(n, sum(c.points for c in g), sum(c.max_points for c in g), g, smallest(n, g),
+                             failed_cell(n))
                 for n, g in zip(names, grouped)]
 
     def to_json(self) -> dict:
@@ -184,8 +191,9 @@ def result_view(result: GradeResult, staff: bool = False) -> ResultView:
 
 def student_feedback_line(result: GradeResult | dict) -> str:
     """One line a student may read about a result (a GradeResult, or its JSON as result.json
-    and a batch's rows hold it), for feedback an LMS shows beside the grade: the score and the
-    likely mistakes of the student view, or why it was not graded. Nothing a hidden check
+    and a batch's rows hold it), for feedback an LMS shows beside the grade: the score, the
+    likely mistakes of the student view and the functions whose defining cell failed, or why
+    it was not graded. Nothing a hidden check
     found, and no seed."""
     if isinstance(result, dict):
         result = GradeResult.from_json(result)
@@ -195,8 +203,10 @@ def student_feedback_line(result: GradeResult | dict) -> str:
         return f"Not graded: {why.strip().splitlines()[0]}" if why.strip() else "Not graded."
     mistakes = "; ".join(f"{fn}: {mistake}" for fn, mistake in view.likely_mistakes)
     status = " (the notebook ran out of time)" if view.status == "timeout" else ""
+    failed_cells = "".join(f" {fn.name} was not graded, its defining cell failed: {fn.defining_cell}."
+                           for fn in view.by_function if fn.defining_cell)
     return f"Autograded {view.score:g} / {view.max_score:g}{status}." + (f" Likely mistakes: {mistakes}." if mistakes
-                                                                        else "")
+                                                                        else "") + failed_cells
 
 
 def failing_line(error: dict) -> str:
@@ -209,10 +219,32 @@ def failing_line(error: dict) -> str:
     return next((s.strip() for s in str(error.get("source", "")).splitlines() if s.strip()), "")
 
 
+def failing_line_number(error: dict) -> int | None:
+    """The number of the cell's line that raised, from IPython's traceback (its first "---->"
+    marker, which is in the cell itself), else None."""
+    for line in ANSI.sub("", str(error.get("traceback", ""))).splitlines():
+        marker = re.match(r"\s*-+>\s*(\d+)\s", line)
+        if marker:
+            return int(marker.group(1))
+    return None
+
+
+def cell_number(index: int) -> int:
+    """A cell's number as a student finds it in the notebook: every cell counted, from 1."""
+    return index + 1
+
+
 def where(error: dict) -> str:
-    """Where an error happened, as a student finds it: the cell's number, counting every cell
-    of the notebook from 1, and its failing line; or the grader's own code."""
+    """Where an error happened, as a student finds it: the cell's number (cell_number) and
+    its failing line; or the grader's own code."""
     if error.get("cell", -1) < 0:
         return "grader"
     line = failing_line(error)
-    return f"cell {error['cell'] + 1}" + (f" ({line[:60]})" if line else "")
+    return f"cell {cell_number(error['cell'])}" + (f" ({line[:60]})" if line else "")
+
+
+def cell_failure(failure: dict) -> str:
+    """A failed defining cell (result.functions[name]["defining_cell_failed"]) in one line:
+    "cell 5, line 6: SyntaxError: invalid syntax"."""
+    line = f", line {failure['line']}" if failure.get("line") else ""
+    return f"cell {cell_number(failure['cell'])}{line}: {failure['ename']}: {failure['evalue']}"

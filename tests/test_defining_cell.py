@@ -1,0 +1,141 @@
+"""A function whose defining cell failed (it does not parse, it raised before its `def` ran,
+its import failed) says once, at the function, which cell failed and why, and each of its
+checks only that its defining cell failed; the cell's number is the same in result.json, the
+terminal, the HTML report and both LMS results. Notebooks: tests/make_defining_cell_fixtures.py."""
+import html
+import json
+import re
+
+import pytest
+
+from conftest import FIXTURES, grade
+from grader.grade import failed_definition
+from grader.lms import PLATFORMS
+from grader.report_html import render
+from grader.spec import load_assignment
+from grader.static_scan import scan
+from grader.terminal import summary
+from grader.view import student_feedback_line
+
+NOTEBOOKS = FIXTURES / "defining_cell"
+CHECK_MESSAGE = "Not graded: its defining cell, cell 5, failed."
+# What the function says once, per notebook: the fifth cell of the notebook (a markdown cell
+# comes first) is its index 4.
+REASONS = {
+    "syntax_error": "cell 5, line 6: SyntaxError: invalid syntax",
+    "name_error_before_def": "cell 5, line 1: NameError: name 'use_float64' is not defined",
+    "failing_import": "cell 5, line 1: ModuleNotFoundError: No module named 'attention_types'",
+}
+
+
+def _plain(report: str) -> str:
+    """The text a reader of the HTML report sees."""
+    return html.unescape(re.sub(r"<[^>]+>", " ", report))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(REASONS))
+def test_the_function_says_once_which_cell_failed_and_its_checks_only_that_it_failed(name, tmp_path):
+    result = grade(NOTEBOOKS / f"{name}.ipynb", "rows")
+    reason = REASONS[name]
+    self_attention = [c for c in result.checks if c.function == "self_attention"]
+    multi_head = [c for c in result.checks if c.function == "multi_head_attention"]
+    assert self_attention and all(c.message == CHECK_MESSAGE and c.points == 0 for c in self_attention)
+    assert {c.status for c in self_attention} == {"failed", "info"}
+    # multi_head_attention, defined in a cell of its own, is graded as usual: full marks.
+    assert all(c.status == "passed" for c in multi_head)
+    assert result.score == pytest.approx(sum(c.max_points for c in multi_head))
+
+    result.write_json(tmp_path / "result.json")
+    stored = json.loads((tmp_path / "result.json").read_text())
+    failure = stored["functions"]["self_attention"]["defining_cell_failed"]
+    assert failure["cell"] == 4 and any(e["cell"] == 4 for e in stored["errors"])
+    assert all(c["message"] == CHECK_MESSAGE for c in stored["checks"] if c["function"] == "self_attention")
+
+    documents = {"terminal": summary(result), "staff terminal": summary(result, staff=True),
+                 "report.html": _plain(render(result))}
+    for platform in ("gradescope", "prairielearn"):
+        documents[platform] = PLATFORMS[platform].render(result, "", 1.0, load_assignment("rows"))
+    for where in ("terminal", "staff terminal", "report.html"):
+        text = " ".join(documents[where].split())   # the terminal wraps long lines
+        assert text.count(reason) == 1, f"{where}: {documents[where]}"
+        assert text.count(CHECK_MESSAGE) == len(self_attention), where
+        assert "no function named" not in text, where
+    gradescope, prairielearn = documents["gradescope"], documents["prairielearn"]
+    assert _plain(gradescope["output"]).count(reason) == 1
+    assert prairielearn["output"].count(reason) == 1
+    for shown in ([t["output"] for t in gradescope["tests"] if t["name"].startswith("self_attention.")],
+                  [t["message"] for t in prairielearn["tests"] if t["name"].startswith("self_attention.")]):
+        assert shown and all(CHECK_MESSAGE in text for text in shown)
+    assert "no function named" not in json.dumps([gradescope, prairielearn])
+    # The comment beside the grade in Canvas and Moodle (grader/gradebook.py) says it too.
+    assert student_feedback_line(stored).count(reason) == 1
+
+
+def test_the_cells_that_define_a_function_are_found_whether_or_not_they_parse():
+    cells = [(1, "import numpy as np"), (3, "def self_attention(X):\n    return X @"),
+             (4, "if flag:\n    def multi_head_attention(X, H):\n        return X"),
+             (6, "def helper():\n    pass")]
+    found = scan(cells, {"self_attention", "multi_head_attention"})
+    assert found.definers == {"self_attention": [3], "multi_head_attention": [4]}
+    assert found.unparsable == {3: (2, "SyntaxError", "invalid syntax")}
+
+
+def test_a_cell_that_does_not_parse_is_described_by_the_grader_not_by_what_the_kernel_said():
+    """The kernel's report of a cell's error may be forged; where the grader's own parse of
+    the notebook finds the cell is not Python, that is what the function says."""
+    assignment = load_assignment("rows")
+    fn = next(f for f in assignment.functions if f.name == "self_attention")
+    found = scan([(4, "def self_attention(X, Wq, Wk, Wv):\n    return = X\n")], set(fn.names))
+    forged = {"cell": 4, "kind": "error", "ename": "MemoryError", "evalue": "the grader is out of memory",
+              "traceback": "----> 9 whatever"}
+    failure = failed_definition(fn, found, [forged])
+    assert failure == {"cell": 4, "line": 2, "ename": "SyntaxError", "evalue": "invalid syntax"}
+
+
+def test_the_first_error_of_the_last_failed_defining_cell_is_the_reason():
+    """The rest of a cell runs after its first failing statement, so its later errors follow
+    from the first and count their lines from that statement."""
+    assignment = load_assignment("rows")
+    fn = next(f for f in assignment.functions if f.name == "self_attention")
+    source = "from attention_types import Matrix\n\ndef self_attention(X: Matrix, Wq, Wk, Wv):\n    return X\n"
+    found = scan([(2, source), (6, source)], set(fn.names))
+    errors = [{"cell": 2, "ename": "ModuleNotFoundError", "evalue": "old", "traceback": ""},
+              {"cell": 6, "ename": "ModuleNotFoundError",
+               "evalue": "No module named 'attention_types' (the rest of the cell was run after the failing "
+                         "statement)", "traceback": "----> 1 from attention_types import Matrix"},
+              {"cell": 6, "ename": "NameError", "evalue": "name 'Matrix' is not defined",
+               "traceback": "----> 1 def self_attention(X: Matrix, Wq, Wk, Wv):"}]
+    assert failed_definition(fn, found, errors) == {"cell": 6, "line": 1, "ename": "ModuleNotFoundError",
+                                                    "evalue": "No module named 'attention_types'"}
+    assert failed_definition(fn, found, [{"cell": 3, "ename": "NameError", "evalue": "x", "traceback": ""}]) is None
+
+
+def test_a_kernel_cannot_say_a_defining_cell_failed():
+    """`defining_cell_failed` is the grader's finding alone: a description of the functions
+    that carries one (a replaced harness) is not believed."""
+    from grader.payloads import describe_reply
+    forged = {"functions": {"self_attention": {"found": False, "defining_cell_failed": {
+        "cell": "<script>", "line": 1, "ename": "x", "evalue": "y"}}}, "imported": []}
+    described = describe_reply(forged, ["self_attention"])
+    assert "defining_cell_failed" not in described["functions"]["self_attention"]
+
+
+@pytest.mark.slow
+def test_the_report_in_a_real_browser_says_it_at_the_function_with_the_problems_cell_number(tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from conftest import chromium_path
+    from grader.report_html import write_html
+    from test_report_browser import LAUNCH_ARGS
+    if not chromium_path():
+        pytest.fail("Chromium is not installed (apt-get install chromium)")
+    write_html(grade(NOTEBOOKS / "syntax_error.ipynb", "rows"), tmp_path / "report.html")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS)
+        page = browser.new_page()
+        page.goto((tmp_path / "report.html").as_uri())
+        function = page.inner_text("section#self_attention")
+        whole = page.inner_text("body")
+        browser.close()
+    assert function.count(REASONS["syntax_error"]) == 1 and whole.count(REASONS["syntax_error"]) == 1
+    assert "cell 5 (def self_attention(X, Wq, Wk, Wv):): SyntaxError" in whole   # the problems list
