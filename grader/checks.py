@@ -312,7 +312,11 @@ def _causal_parts(conv: Convention) -> list[str]:
 
 
 def _rows(value, last: int):
-    return [np.asarray(v)[:last + 1] for v in value] if isinstance(value, list) else np.asarray(value)[:last + 1]
+    """Rows 0 to `last` (of each head's array); what has no rows is compared whole."""
+    if isinstance(value, list):
+        return [_rows(v, last) for v in value]
+    value = np.asarray(value)
+    return value[:last + 1] if value.ndim else value
 
 
 def judge_causal(fn, ctx: Context, results) -> Verdict:

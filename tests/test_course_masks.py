@@ -11,7 +11,6 @@ import pytest
 from conftest import FIXTURES, ROOT, grade
 from grader import cases
 from grader.checks import Context, check_probes
-from grader.conventions import given_keep
 from grader.explain import applicable, features
 from grader.reference.attention import attention, softmax_rows
 from grader.reference.masks import FORMS, course_scores
@@ -113,6 +112,7 @@ def test_a_mask_keeps_its_course_dtype_in_the_integer_and_float32_variants():
 
 
 def test_the_sheet_data_is_sent_with_a_mask_that_hides_nothing():
+    from grader.conventions import given_keep
     fn = parse(SPEC.read_text(), "course.toml").functions[1]
     assert fn.fixed_data == "sheet_000" and fn.points["fixed"] == 3
     probes = check_probes("fixed", fn, Context(seed=1, tolerance=Tolerance()))
@@ -191,3 +191,33 @@ def causal_multihead(x, W_q, W_k, W_v, W_o, b_o, n_heads):
     causal = checks["causal_multihead.causal_future"]
     assert causal.status == "failed" and "Changing the tokens after token" in causal.message
     assert checks["causal_multihead.random_shapes"].status == "failed"
+
+
+@pytest.mark.parametrize("weights, words", [
+    (np.float64(0.5), "are (), not Lq x Lk"),
+    (np.ones((5, 4)), "are (5, 4), not Lq x Lk = (5, 5)"),
+    (np.full((5, 5), np.nan), "gives masked key"),
+])
+def test_odd_weights_fail_the_masked_keys_check_in_one_sentence(weights, words):
+    """Whatever a function returns (decoded from the kernel, so anything) is judged, never a crash."""
+    from grader.checks import Outcome, judge_masked_keys
+    from grader.returns import Parts
+    fn = _masked_qkv("keep")
+    ctx = Context(seed=2, tolerance=Tolerance())
+    probe, = check_probes("masked_keys_zero_weight", fn, ctx)[:1]
+    outcome = Outcome("ok", Parts(values={"output": np.zeros((5, 6)), "weights": weights}))
+    verdict = judge_masked_keys(fn, ctx, [(probe, outcome)])
+    assert verdict.status == "failed" and words in verdict.message and "\n" not in verdict.message
+
+
+def test_a_scalar_output_fails_the_causal_check_without_a_crash():
+    from grader.checks import Outcome, judge_causal
+    from grader.returns import Parts
+    fn = _convention(QKV + ', { name = "c", role = "causal" }]\nreturns = "output"\n')
+    ctx = Context(seed=2, tolerance=Tolerance())
+    probes = check_probes("causal_future", fn, ctx)
+    results = [(probes[0], Outcome("ok", Parts(values={"output": np.float64(1.0)}))),
+               (probes[1], Outcome("ok", Parts(values={"output": np.float64(2.0)})))]
+    assert judge_causal(fn, ctx, results).status == "failed"
+    same = [(p, Outcome("ok", Parts(values={"output": np.ones((p.case.n, 3))}))) for p in probes]
+    assert judge_causal(fn, ctx, same).status == "passed"
