@@ -161,10 +161,22 @@ def test_the_new_checks_catch_what_they_are_for():
     assert mistakes["masked_attention.weights_distribution"].status == "failed"
 
 
+def test_a_mask_or_causal_mask_not_applied_is_the_reference_without_it():
+    from grader.reference.mistakes import MISTAKES, mistaken_attention
+    by_id = {m.id: m for m in MISTAKES}
+    conv = _masked_qkv("keep", "causal = true\n").convention
+    case = cases.base_case(conv, 4)
+    assert case.mask is not None and case.causal
+    ignored = mistaken_attention(case, by_id["mask_ignored"].variant)
+    assert np.allclose(ignored["output"], attention(cases.replace(case, mask=None))["output"])
+    ignored = mistaken_attention(case, by_id["causal_ignored"].variant)
+    assert np.allclose(ignored["output"], attention(cases.replace(case, causal=False))["output"])
+
+
 @pytest.mark.slow
-def test_a_function_that_ignores_its_mask_fails_the_mask_checks_themselves(tmp_path):
-    """Attention with the mask left out: the checks a mask is there for find it on their own
-    (no known mistake is "mask ignored", so the non-answer rule takes its points as well)."""
+def test_a_function_that_ignores_its_mask_is_told_so_and_keeps_what_it_earns(tmp_path):
+    """Attention with the mask left out is a genuine attempt with a known mistake: it is named,
+    the checks a mask is there for fail on their own, and the properties it keeps still count."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell('''import numpy as np
 
@@ -190,7 +202,10 @@ def causal_multihead(x, W_q, W_k, W_v, W_o, b_o, n_heads):
     assert masked.status == "failed" and "gives masked key" in masked.message
     causal = checks["causal_multihead.causal_future"]
     assert causal.status == "failed" and "Changing the tokens after token" in causal.message
-    assert checks["causal_multihead.random_shapes"].status == "failed"
+    assert "mask not applied" in checks["masked_attention.random_shapes"].diagnosis
+    assert "causal mask not applied" in checks["causal_multihead.random_shapes"].diagnosis
+    assert checks["masked_attention.permutation_equivariance"].points == 1
+    assert checks["causal_multihead.inputs_unmodified"].points == 1
 
 
 @pytest.mark.parametrize("weights, words", [
