@@ -42,8 +42,21 @@ def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: i
     else:
         x = rng.normal(size=(n, d))
     wo = rng.normal(size=(n_heads * d_k, d)) if conv.projection else None
-    return conv.prepare(Case(x=x, heads=tuple(heads), wo=wo,
-                             label=label or f"random N = {n}, D = {d}, H = {n_heads}"))
+    case = Case(x=x, heads=tuple(heads), wo=wo, label=label or f"random N = {n}, D = {d}, H = {n_heads}")
+    return conv.prepare(with_convention_features(conv, case, rng))
+
+
+def with_convention_features(conv: Convention, case: Case, rng: np.random.Generator) -> Case:
+    """The case with what the convention's roles add: a revealing mask for a function that
+    takes one, the causal mask for one that builds it, an output projection bias. Under a
+    causal mask each query keeps itself, so no row is left with nothing to attend."""
+    case = with_course_features(case, rng, mask=conv.masked, causal=conv.causal,
+                                projection_bias=conv.projection_bias)
+    if conv.masked and conv.causal:
+        keep = case.mask.copy()
+        np.fill_diagonal(keep, True)
+        case = replace(case, mask=keep)
+    return case
 
 
 def random_cases(conv: Convention, seed: int, shapes=RANDOM_SHAPES) -> list[Case]:
@@ -94,7 +107,7 @@ def shaped_like(sheet_cases: list[Case], seed: int) -> list[Case]:
     for case in sheet_cases:
         heads = tuple(Head(like(h.wq), like(h.wk), like(h.wv), like(h.bq), like(h.bk), like(h.bv))
                       for h in case.heads)
-        shaped.append(replace(case, x=like(case.x), heads=heads, wo=like(case.wo),
+        shaped.append(replace(case, x=like(case.x), heads=heads, wo=like(case.wo), bo=like(case.bo),
                               label=f"random values in the shapes of the {case.label}"))
     return shaped
 

@@ -74,8 +74,10 @@ class Probe:
         return self.case.label + self.variant.words
 
     def arguments(self, conv: Convention) -> list:
-        """The arguments the function is called with: the case's, in the variant's dtype."""
-        return [self.variant.convert(a) for a in conv.call_arguments(self.case)]
+        """The arguments the function is called with: the case's, in the variant's dtype. A
+        mask keeps its course form's dtype (a 0 / -inf mask has no integer form)."""
+        return [a if p.role == "mask" else self.variant.convert(a)
+                for p, a in zip(conv.params, conv.call_arguments(self.case))]
 
 
 @dataclass
@@ -303,6 +305,65 @@ def judge_permutation(fn, ctx: Context, results) -> Verdict:
     return Verdict("passed", f"Permuting the tokens (order {order.tolist()}) permutes the results the same way.")
 
 
+def _causal_parts(conv: Convention) -> list[str]:
+    """The returned parts with one row per query: what a later token may not change."""
+    return [p for p in conv.returns if p in ("output", "weights", "weights_per_head", "scores",
+                                              "scores_per_head", "heads")]
+
+
+def _rows(value, last: int):
+    """Rows 0 to `last` (of each head's array); what has no rows is compared whole."""
+    if isinstance(value, list):
+        return [_rows(v, last) for v in value]
+    value = np.asarray(value)
+    return value[:last + 1] if value.ndim else value
+
+
+def judge_causal(fn, ctx: Context, results) -> Verdict:
+    """Under a causal mask query i attends only tokens up to i: changing the tokens after
+    `kept` may change no row up to it."""
+    (base_probe, base), (probe, changed) = results
+    for p, o in results:
+        failed = _failed_call(p, o)
+        if failed:
+            return failed
+    kept = future_start(base_probe.case.n) - 1
+    for part in _causal_parts(fn.convention):
+        for p, o in results:
+            if part not in o.parts.values:
+                return _missing_part(p, o.parts, part)
+        problem = compare(_rows(changed.parts.values[part], kept), _rows(base.parts.values[part], kept),
+                          ctx.tolerance, against="the rows computed before the later tokens changed")
+        if problem:
+            return Verdict("failed", f"Changing the tokens after token {kept} changed the {PART_WORDS[part]} "
+                                     f"of tokens 0 to {kept}: {problem}. Under a causal mask token i attends "
+                                     "only tokens 0 to i.")
+    return Verdict("passed", f"Changing the tokens after token {kept} leaves tokens 0 to {kept} unchanged.")
+
+
+def judge_masked_keys(fn, ctx: Context, results) -> Verdict:
+    """Every key the masks hide from a query gets exactly zero weight (up to the tolerance)."""
+    for probe, outcome in results:
+        failed = _failed_call(probe, outcome)
+        if failed:
+            return failed
+        for part in _weight_parts(fn.convention):
+            if part not in outcome.parts.values:
+                return _missing_part(probe, outcome.parts, part)
+        hidden = ~fn.convention.prepare(probe.case).keep
+        for what, w in _weights_in(outcome.parts):
+            w = np.asarray(w, dtype=np.float64)
+            if w.shape != hidden.shape:
+                return Verdict("failed", f"On {probe.label}: the {what} are {w.shape}, not Lq x Lk = {hidden.shape}.")
+            leaked = np.where(hidden, np.nan_to_num(np.abs(w), nan=np.inf), 0.0)
+            if leaked.max() > ctx.tolerance.atol:
+                i, j = np.unravel_index(int(np.argmax(leaked)), leaked.shape)
+                return Verdict("failed", f"On {probe.label}: query {i} gives masked key {j} weight "
+                                         f"{w[i, j]:.4g} in the {what}; a masked key gets weight 0.",
+                               weight_heatmaps(fn.convention, probe, outcome.parts))
+    return Verdict("passed", f"Masked keys get zero weight on {len(results)} case(s).")
+
+
 def _unchanged(sent, after) -> bool:
     """An argument is as it was sent: each array of it (those in a list or a dict included)
     has its shape and values; ints and flags cannot be changed in place."""
@@ -380,6 +441,24 @@ def _permutation(fn, ctx):
     return [Probe(base), Probe(base.permuted(make.token_permutation(base.n, ctx.seed)))]
 
 
+def future_start(n: int) -> int:
+    """The first token the causal check changes: the later half of the sequence."""
+    return max(1, n // 2)
+
+
+def _future_changed(fn, ctx):
+    """The base case, and the same case with every token from future_start on redrawn."""
+    base = make.base_case(fn.convention, ctx.seed)
+    start = future_start(base.n)
+    x = base.x.copy()
+    x[start:] = np.random.default_rng(ctx.seed + 8).normal(size=x[start:].shape)
+    return [Probe(base), Probe(replace(base, x=x, label=f"{base.label} (tokens after {start - 1} changed)"))]
+
+
+def _masked(conv: Convention) -> bool:
+    return conv.masked or conv.causal
+
+
 def _layouts(fn, ctx):
     return [_base(fn, ctx, variant=InputVariant.FORTRAN), _base(fn, ctx, variant=InputVariant.STRIDED)]
 
@@ -405,8 +484,15 @@ CHECKS: dict[str, CheckKind] = {c.name: c for c in [
     CheckKind("weights_distribution", "Attention weights are a distribution", 1,
               lambda conv, f: _returns_weights(conv),
               lambda fn, ctx: [_base(fn, ctx), *_random(fn, ctx)], judge_distribution),
-    CheckKind("permutation_equivariance", "Permuting tokens permutes the results", 1, _always,
-              _permutation, judge_permutation),
+    # Under a causal mask the order of the tokens is the point: no permutation is the same
+    # problem (a fixed mask is permuted with the tokens, rows and columns, by Case.permuted).
+    CheckKind("permutation_equivariance", "Permuting tokens permutes the results", 1,
+              lambda conv, f: not conv.causal, _permutation, judge_permutation),
+    CheckKind("causal_future", "Under a causal mask, a token ignores the tokens after it", 1,
+              lambda conv, f: conv.causal, _future_changed, judge_causal),
+    CheckKind("masked_keys_zero_weight", "Masked keys get zero weight", 1,
+              lambda conv, f: _masked(conv) and _returns_weights(conv),
+              lambda fn, ctx: [_base(fn, ctx), *_random(fn, ctx)], judge_masked_keys),
     CheckKind("memory_layout", "Fortran-ordered and non-contiguous inputs", 1, _always,
               _layouts, judge_against_reference),
     CheckKind("dtypes", "float32 and integer inputs", 1, _always, _dtypes, judge_against_reference),

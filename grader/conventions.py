@@ -16,6 +16,7 @@ from importlib import resources
 import numpy as np
 
 from grader.reference.attention import Case, attention
+from grader.reference.masks import FORMS, FULLY_MASKED_RULES
 
 from .errors import SpecError
 from .toml_text import load_toml
@@ -41,14 +42,16 @@ ROLES = {
     "bq": "the query bias", "bk": "the key bias", "bv": "the value bias",
     "bqkv": "the query, key and value biases side by side (Q | K | V)",
     "wo": "the output projection",
+    "bo": "the output projection's bias",
+    "mask": "an attention mask (Lq x Lk), in the form its form = ... names",
+    "causal": "a flag: whether each query attends only the keys up to itself (a causal mask)",
     "n_heads": "the number of heads",
     "scale": "a flag: whether to divide the scores by sqrt(d_k)",
     "dict": "a dict holding other roles under the keys given",
 }
 # Roles the next steps of the calling conventions will give meaning to. A spec naming one is
 # refused in one line rather than graded as if it were absent.
-NOT_SUPPORTED_YET = {"mask": "masks", "memory": "cross-attention (a second sequence)",
-                     "bo": "an output projection bias"}
+NOT_SUPPORTED_YET = {"memory": "cross-attention (a second sequence)"}
 RETURN_NAMES = ("output", "weights", "scores", "q", "k", "v", "heads")
 
 WEIGHT_ROLES = ("wq", "wk", "wv", "bq", "bk", "bv")
@@ -61,8 +64,11 @@ RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "heads": 4, "
 STEPS = ((1, "projections"), (2, "scores"), (3, "softmax"))
 
 CONVENTION_KEYS = ("description", "params", "returns", "weights", "tokens", "scaled", "axis", "square",
-                   "per_head_returns", "batch")
-PARAM_KEYS = ("name", "role", "heads", "head", "keys")
+                   "per_head_returns", "batch", "causal", "fully_masked")
+PARAM_KEYS = ("name", "role", "heads", "head", "keys", "form")
+# What a row with no key left to attend gives when a convention does not say: the rule its
+# mask form implies by arithmetic (an additive -inf mask gives NaN), else all weights zero.
+DEFAULT_FULLY_MASKED = "zeros"
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ class Param:
     heads: str = "fused"        # fused: heads side by side | per_head: a list | axis: one array, heads axis first
     head: int | None = None     # this one head's matrix (1-based), for conventions with a fixed head count
     keys: tuple = ()            # role dict: (key, Param) pairs
+    form: str | None = None     # role mask: how the course spells it (reference/masks.py FORMS)
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,8 @@ class Convention:
     scaled: bool = True
     square: bool = False        # per-head dimension must equal D
     per_head_returns: str = "list"   # list | axis: how per-head parts are shown (both are read)
+    causal_inside: bool = False      # the function builds a causal mask itself, with no argument
+    fully_masked: str = DEFAULT_FULLY_MASKED   # what a row with every key masked gives
     flat: tuple[Param, ...] = field(default=(), compare=False)   # every role, dicts' keys included
 
     # What follows is derived from the declared roles and returns, never declared.
@@ -141,6 +150,21 @@ class Convention:
         return "wo" in self.roles
 
     @property
+    def projection_bias(self) -> bool:
+        return "bo" in self.roles
+
+    @property
+    def masked(self) -> bool:
+        """The function takes an attention mask as an argument."""
+        return "mask" in self.roles
+
+    @property
+    def causal(self) -> bool:
+        """Every case is causal: the function builds the mask itself, or is told to by a flag
+        (always set: the grader asks for the causal computation)."""
+        return self.causal_inside or "causal" in self.roles
+
+    @property
     def steps(self) -> frozenset:
         """The steps of attention its functions compute themselves: from its inputs to its last return."""
         last = max(RETURN_STAGE[p] for p in self.return_names)
@@ -160,7 +184,7 @@ class Convention:
         return self.return_keys is None and len(self.returns) > 1
 
     def prepare(self, case: Case) -> Case:
-        return replace(case, scaled=self.scaled)
+        return replace(case, scaled=self.scaled, causal=self.causal, fully_masked=self.fully_masked)
 
     def expected_parts(self, case: Case) -> dict:
         case = self.prepare(case)
@@ -203,6 +227,12 @@ class Convention:
             return len(case.heads)
         if role == "scale":
             return self.scaled
+        if role == "causal":
+            return True
+        if role == "mask":
+            return FORMS[param.form].to_course(given_keep(case))
+        if role == "bo":
+            return self._bias(case.bo)
         if role == "x":
             return self._tokens(case.x)
         if role == "wo":
@@ -235,6 +265,11 @@ class Convention:
         if (case.wo is not None) != self.projection:
             return "it has an output projection, the convention none" if case.wo is not None else \
                 "the convention takes an output projection, it has none"
+        if (case.bo is not None) != self.projection_bias:
+            return "it has an output projection bias, the convention none" if case.bo is not None else \
+                "the convention takes an output projection bias, it has none"
+        if (case.mask is not None or case.key_mask is not None) and not self.masked:
+            return "it has a mask, the convention takes none"
         return None
 
     def _tokens(self, value: np.ndarray) -> np.ndarray:
@@ -248,6 +283,18 @@ class Convention:
 
 
 _RETURN_NAME = {"weights_per_head": "weights", "scores_per_head": "scores"}
+
+
+def given_keep(case: Case) -> np.ndarray:
+    """The mask a function is handed as its argument, canonical (Lq x Lk, True = may attend):
+    the case's attention and key-padding masks, never the causal one a function builds itself;
+    all True when the case has none (a sheet's data without a mask)."""
+    keep = np.ones((case.n, case.lk), dtype=bool)
+    if case.mask is not None:
+        keep &= case.mask
+    if case.key_mask is not None:
+        keep &= case.key_mask[None, :]
+    return keep
 
 
 def _fused_bias(case: Case, name: str) -> np.ndarray:
@@ -296,6 +343,13 @@ def _param(raw, where: str, inside_dict: bool = False) -> Param:
             _fail(where, f"param {name}: head must be a head number from 1 to 16, not {head!r}"[:200])
         if "heads" in raw:
             _fail(where, f"param {name}: give either head (one head's matrix) or heads, not both")
+    form = None
+    if role == "mask":
+        if inside_dict:
+            _fail(where, f"param {name}: a mask is its own param, not a key of a dict")
+        form = _choice(raw, "form", tuple(FORMS), None, f"{where}: param {name}")
+    elif "form" in raw:
+        _fail(where, f"param {name}: form applies to role \"mask\" only")
     keys = ()
     if role == "dict":
         if inside_dict:
@@ -308,7 +362,7 @@ def _param(raw, where: str, inside_dict: bool = False) -> Param:
                      for key, inner in table.items())
     elif "keys" in raw:
         _fail(where, f"param {name}: keys applies to role \"dict\" only")
-    return Param(name, role, heads, head, keys)
+    return Param(name, role, heads, head, keys, form)
 
 
 def _returns(raw, where: str) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
@@ -386,6 +440,25 @@ def _check_roles(conv: Convention, where: str) -> None:
         _fail(where, "an output projection (wo) needs the output among the returns")
     if conv.square and (start != 0 or conv.heads != "one"):
         _fail(where, "square applies to single-head conventions on the tokens X only")
+    if "bo" in roles and "wo" not in roles:
+        _fail(where, "an output projection bias (bo) needs the output projection (wo)")
+    if conv.causal_inside and "causal" in roles:
+        _fail(where, "causal: give causal = true (built inside) or a param with role causal (a flag), not both")
+    if (conv.masked or conv.causal) and "softmax" not in conv.steps:
+        _fail(where, "a mask (or causal) needs a function that computes the softmax itself")
+    if (conv.masked or conv.causal) and conv.columns:
+        _fail(where, "a mask (or causal) with tokens as columns is not supported yet")
+
+
+def _fully_masked(raw: dict, flat: tuple, where: str) -> str:
+    """The rule for a row with every key masked: as declared, else as the mask's form implies."""
+    forms = [p.form for p in flat if p.role == "mask"]
+    if "fully_masked" in raw:
+        if not forms and raw.get("causal") is not True and not any(p.role == "causal" for p in flat):
+            _fail(where, "fully_masked applies to a convention with a mask or causal only")
+        return _choice(raw, "fully_masked", FULLY_MASKED_RULES, None, where)
+    implied = FORMS[forms[0]].fully_masked if forms else None
+    return implied or DEFAULT_FULLY_MASKED
 
 
 def parse_convention(raw, name: str, where: str) -> Convention:
@@ -421,7 +494,9 @@ def parse_convention(raw, name: str, where: str) -> Convention:
         name=name, description=raw.get("description", ""), params=params, returns=return_names, return_keys=keys,
         weights=_choice(raw, "weights", ("in_out", "out_in"), "in_out", where), columns=columns,
         scaled=raw.get("scaled", True), square=raw.get("square", False),
-        per_head_returns=_choice(raw, "per_head_returns", ("list", "axis"), "list", where), flat=flat)
+        per_head_returns=_choice(raw, "per_head_returns", ("list", "axis"), "list", where), flat=flat,
+        causal_inside=_choice(raw, "causal", (False, True), False, where),
+        fully_masked=_fully_masked(raw, flat, where))
     multi = conv.heads != "one"
     canonical = tuple(f"{p}_per_head" if multi and p in ("weights", "scores") else p for p in return_names)
     conv = replace(conv, returns=canonical)

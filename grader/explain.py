@@ -63,6 +63,12 @@ def features(conv: Convention) -> set[str]:
         found.add("square")
     if "output" in conv.returns:
         found.add("output")
+    if conv.masked:
+        found.add("mask")
+    if conv.causal:
+        found.add("causal")
+    if conv.projection_bias:
+        found.add("projection_bias")
     return found
 
 

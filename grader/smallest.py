@@ -7,11 +7,13 @@ whose only failures are hidden checks gets none, since its existence would tell.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from grader.reference.attention import Case, Head
 
-from .cases import head_count
+from .cases import head_count, with_convention_features
 from .checks import Outcome, Probe, probe_tolerance
 from .conventions import Convention
 from .explain import CORRECT, agrees
@@ -51,7 +53,8 @@ def candidates(conv: Convention, seed: int) -> list[Case]:
             x = rng.integers(-2, 3, size=(n, d))
             wo = small(heads * d_k, d) if conv.projection else None
             label = f"{LABEL} N = {n}, D = {d}, H = {heads}" + (f" #{draw + 1}" if draw else "")
-            found.append(conv.prepare(Case(x=x, heads=head_list, wo=wo, label=label)))
+            case = Case(x=x, heads=head_list, wo=wo, label=label)
+            found.append(conv.prepare(with_convention_features(conv, case, rng)))
     return found
 
 
@@ -72,7 +75,10 @@ def _literal(value, prefix: str = "") -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k!r}: {_literal(v, prefix)}" for k, v in value.items()) + "}"
     if isinstance(value, np.ndarray):
-        return f"np.array({np.round(value, 4).tolist()!r})"
+        if value.dtype == bool:
+            return f"np.array({value.tolist()!r})"
+        # A mask's -inf (and a broken function's NaN) spelled so that the cell runs as printed.
+        return "np.array(" + re.sub(r"\b(inf|nan)\b", r"np.\1", repr(np.round(value, 4).tolist())) + ")"
     return repr(value)
 
 

@@ -45,8 +45,8 @@ class Variant:
     projection: str = "right"       # right | missing | transposed
     biases: str = "after"           # after | missing | before
     output: str = "plain"           # plain | transposed
-    mask: str = "before"            # before | after_softmax | inverted | multiplied | wrong_sign
-    causal: str = "lower"           # lower | strict (diagonal excluded) | upper (upper triangle kept)
+    mask: str = "before"            # before | after_softmax | inverted | multiplied | wrong_sign | ignored
+    causal: str = "lower"           # lower | strict (diagonal excluded) | upper (upper triangle kept) | ignored
     causal_step: str = "before"     # before | after_softmax | multiplied: how the causal mask is applied
     kv_source: str = "memory"       # memory | x (keys and values from X) | swapped (queries from the memory)
     layout: str = "right"           # right | transposed (x @ W for a framework-layout W)
@@ -110,11 +110,13 @@ def _keep(case: Case, v: Variant) -> dict | None:
     given = [case.mask, None if case.key_mask is None else case.key_mask[None, :]]
     if v.mask == "inverted":
         given = [None if g is None else ~g for g in given]
+    if v.mask == "ignored":
+        given = []
     built = None
-    if case.causal:
+    if case.causal and v.causal != "ignored":
         ones = np.ones((case.n, case.lk), dtype=bool)
         built = {"lower": causal_keep(case.n, case.lk), "strict": np.tril(ones, -1), "upper": np.triu(ones)}[v.causal]
-    given_step = "before" if v.mask == "inverted" else v.mask
+    given_step = "before" if v.mask in ("inverted", "ignored") else v.mask
     parts = {step: [] for step in _MASK_STEPS}
     parts[given_step] += given
     parts[v.causal_step].append(built)
@@ -458,6 +460,10 @@ MISTAKES: tuple[Mistake, ...] = (
        "A large positive number is added to the masked scores, so the masked keys take all of the weight.",
        "Look at the sign of the number you add to the masked scores: it must push them down, not up.",
        needs={"mask", "softmax"}, mask="wrong_sign"),
+    _m("mask_ignored", "mask not applied",
+       "The mask argument is never used, so every query attends every key.",
+       "Look at where the mask goes: masked scores become -inf (or a large negative number) before the softmax.",
+       needs={"mask"}, mask="ignored"),
     _m("causal_diagonal_excluded", "causal mask excludes the diagonal",
        "Each token is kept from attending to itself: the causal mask is off by one and lets query i "
        "see only keys before i.",
@@ -467,6 +473,11 @@ MISTAKES: tuple[Mistake, ...] = (
        "The causal mask lets each query attend the keys after it instead of before it.",
        "Look at which triangle your mask keeps: query i may attend keys j <= i (the lower triangle).",
        needs={"causal"}, causal="upper"),
+    _m("causal_ignored", "causal mask not applied",
+       "No causal mask is applied, so each token attends the tokens after it too.",
+       "Mask the scores of keys j > i with -inf (or a large negative number) before the softmax, e.g. with "
+       "np.triu(np.ones((N, N), dtype=bool), 1).",
+       needs={"causal"}, causal="ignored"),
     _m("causal_after_softmax", "causal mask applied after the softmax",
        "The weights of later tokens are zeroed after the softmax, so each query's remaining weights no "
        "longer sum to 1.",

@@ -150,11 +150,27 @@ QKV = 'params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name 
     ('params = ["Q", "K", "V"]\nreturns = "output"\n', "param 'Q' needs a role"),
     (QKV + 'returns = "output"\nbatch = 1\n', "batch: leading batch axes are not supported yet"),
     (QKV[:-2] + ', { name = "mask", role = "mask" }]\nreturns = "output"\n',
-     "param mask: role 'mask' (masks) is not supported yet"),
+     "param mask: form must be one of 'keep', 'ignore', 'additive_inf'"),
+    (QKV[:-2] + ', { name = "mask", role = "mask", form = "additive" }]\nreturns = "output"\n',
+     "param mask: form must be one of 'keep', 'ignore', 'additive_inf', 'additive_big', 'float_keep'"),
+    (QKV[:-2] + ', { name = "mask", role = "mask", form = "keep" }]\nreturns = "output"\nfully_masked = "ones"\n',
+     "fully_masked must be one of 'zeros', 'uniform', 'nan', 'unmasked'"),
+    (QKV + 'returns = "output"\nfully_masked = "zeros"\n', "fully_masked applies to a convention with a mask"),
+    ('params = [{ name = "Q", role = "q", form = "keep" }, { name = "K", role = "k" }, { name = "V", role = "v" }]\n'
+     'returns = "output"\n', "param Q: form applies to role \"mask\" only"),
+    (QKV[:-2] + ', { name = "c", role = "causal" }]\nreturns = "output"\ncausal = true\n',
+     "give causal = true (built inside) or a param with role causal (a flag), not both"),
+    (QKV + 'returns = "output"\ncausal = 1\n', "causal must be one of False, True, not 1"),
+    ('params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name = "m", role = "mask", form = "keep" }]\n'
+     'returns = "scores"\n', "a mask (or causal) needs a function that computes the softmax itself"),
+    (QKV[:-2] + ', { name = "m", role = "mask", form = "keep" }]\nreturns = "output"\ntokens = "columns"\n',
+     "a mask (or causal) with tokens as columns is not supported yet"),
+    ('params = [{ name = "X", role = "x" }, { name = "p", role = "dict", keys = { w = "wqkv", m = "mask" } }]\n'
+     'returns = "output"\n', "a mask is its own param, not a key of a dict"),
+    ('params = [{ name = "X", role = "x" }, { name = "W", role = "wqkv" }, { name = "b_o", role = "bo" }]\n'
+     'returns = "output"\n', "an output projection bias (bo) needs the output projection (wo)"),
     (QKV[:-2] + ', { name = "memory", role = "memory" }]\nreturns = "output"\n',
      "role 'memory' (cross-attention (a second sequence)) is not supported yet"),
-    (QKV[:-2] + ', { name = "b_o", role = "bo" }]\nreturns = "output"\n',
-     "role 'bo' (an output projection bias) is not supported yet"),
     (QKV[:-2] + ', { name = "Q2", role = "q" }]\nreturns = "output"\n', "role 'q' is given twice (Q and Q2)"),
     ('params = [{ name = "X", role = "x" }, { name = "p", role = "dict", keys = { w = "wqkv", o = "wout" } }]\n'
      'returns = "output"\n', "param p key 'o': param p_o: unknown role 'wout'"),
@@ -181,12 +197,13 @@ def test_params_of_an_inline_convention_are_named_only_inside_it():
 
 def test_the_command_line_refuses_such_a_spec_with_exit_2(tmp_path):
     spec = tmp_path / "course.toml"
-    spec.write_text(FUNCTION + QKV[:-2] + ', { name = "mask", role = "mask" }]\nreturns = "output"\n')
+    spec.write_text(FUNCTION + QKV[:-2] + ', { name = "memory", role = "memory" }]\nreturns = "output"\n')
     done = subprocess.run([sys.executable, "-m", "grader.cli", "check", str(SUBMISSIONS / "worked_solution.ipynb"),
                            "--assignment", str(spec)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "attend: convention: param mask: role 'mask' (masks) is not supported yet" in lines[0]
+    assert len(lines) == 1 and "attend: convention: param memory: role 'memory' (cross-attention (a second " \
+                               "sequence)) is not supported yet" in lines[0]
 
 
 def test_the_readme_example_is_a_spec_and_names_every_role():
