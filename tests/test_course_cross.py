@@ -152,3 +152,73 @@ def cross_attention(X, memory, W_q, W_k, W_v):
     check = checks["cross_attention.memory_permutation"]
     assert check.status == "failed" and "should leave the output unchanged" in check.message
     assert checks["cross_attention.permutation_equivariance"].status == "passed"
+
+
+def _softmax(s):
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _masked_cross(X, memory, W_q, W_k, W_v, mask):
+    Q, K, V = X @ W_q, memory @ W_k, memory @ W_v
+    weights = _softmax(np.where(mask, Q @ K.T / np.sqrt(K.shape[1]), -1e9))
+    return weights @ V, weights
+
+
+def _causal_cross(X, memory, W_q, W_k, W_v, is_causal):
+    Q, K, V = X @ W_q, memory @ W_k, memory @ W_v
+    scores = Q @ K.T / np.sqrt(K.shape[1])
+    if is_causal:
+        scores = np.where(np.tril(np.ones(scores.shape, dtype=bool)), scores, -np.inf)
+    weights = _softmax(scores)
+    return weights @ V, weights
+
+
+def _columns_cross(X, M, W_q, W_k, W_v, b_q, b_k, b_v):
+    """Tokens as columns, framework layout: W is out x in, applied as W @ X + b."""
+    Q, K, V = W_q @ X + b_q, W_k @ M + b_k, W_v @ M + b_v
+    return V @ _softmax((K.T @ Q / np.sqrt(K.shape[0])).T).T
+
+
+def _per_head_cross(x, memory, W_q, W_k, W_v, W_o):
+    heads = [_softmax(x @ q @ (memory @ k).T / np.sqrt(k.shape[1])) @ (memory @ v) for q, k, v in zip(W_q, W_k, W_v)]
+    return np.concatenate(heads, axis=1) @ W_o
+
+
+XM = 'params = [{ name = "X", role = "x" }, { name = "memory", role = "memory" }, '
+WQKV = '{ name = "W_q", role = "wq" }, { name = "W_k", role = "wk" }, { name = "W_v", role = "wv" }, '
+CROSS_FORMS = {
+    "mask": (XM + WQKV + '{ name = "mask", role = "mask", form = "keep" }]\n'
+             'returns = ["output", "weights"]\nfully_masked = "uniform"\n', _masked_cross),
+    "causal": (XM + WQKV + '{ name = "c", role = "causal" }]\nreturns = ["output", "weights"]\n', _causal_cross),
+    "columns": ('params = [{ name = "X", role = "x" }, { name = "M", role = "memory" }, ' + WQKV +
+                '{ name = "b_q", role = "bq" }, { name = "b_k", role = "bk" }, { name = "b_v", role = "bv" }]\n'
+                'returns = "output"\ntokens = "columns"\nweights = "out_in"\n', _columns_cross),
+    "per_head": ('params = [{ name = "x", role = "x" }, { name = "memory", role = "memory" }, '
+                 '{ name = "W_q", role = "wq", heads = "per_head" }, '
+                 '{ name = "W_k", role = "wk", heads = "per_head" }, '
+                 '{ name = "W_v", role = "wv", heads = "per_head" }, { name = "W_o", role = "wo" }]\n'
+                 'returns = "output"\n', _per_head_cross),
+}
+
+
+@pytest.mark.parametrize("form", sorted(CROSS_FORMS))
+def test_a_memory_is_sent_in_every_course_form_and_a_course_function_meets_the_reference(form):
+    """A memory with a mask, causal, tokens as columns in the framework layout, or per-head
+    weights: a course's function written from the README's words computes the reference."""
+    text, course_function = CROSS_FORMS[form]
+    fn = parse('[[functions]]\nname = "attend"\n[functions.convention]\n' + text, "course.toml").functions[0]
+    conv = fn.convention
+    ctx = Context(seed=11, tolerance=Tolerance())
+    probes = [*check_probes("random_shapes", fn, ctx), *check_probes("dtypes", fn, ctx)[:1]]
+    if not conv.causal:
+        probes += check_probes("memory_permutation", fn, ctx)
+    for probe in probes:
+        case = probe.case
+        assert case.memory is not None and case.lk != case.n and case.causal == conv.causal, case.label
+        returned = course_function(*conv.call_arguments(case))
+        returned = returned if isinstance(returned, tuple) else (returned,)
+        expected = conv.expected_parts(case)
+        for part, value in zip(conv.returns, returned):
+            value = value.T if conv.columns else value
+            assert np.allclose(value, expected[part]), (form, part, case.label)
