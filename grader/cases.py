@@ -13,6 +13,15 @@ from .conventions import Convention
 RANDOM_SHAPES = ((4, 6, 2), (1, 4, 2), (64, 8, 4), (7, 12, 3), (5, 6, 3))
 # Seed 002's largest score is about 756: past exp's float64 range (about 709).
 LARGE_SCORE = 800.0
+# Cross-attention: the memory always has other than N tokens (Lk = N + 2), and a width of its
+# own (D_mem = D + 2) from this many query tokens on. The shorter cases keep D_mem = D, so that
+# a function taking its keys and values from the wrong sequence still runs and is named.
+MEMORY_EXTRA_TOKENS = 2
+WIDE_MEMORY_FROM = 7
+
+
+def memory_shape(n: int, d: int) -> tuple[int, int]:
+    return n + MEMORY_EXTRA_TOKENS, d + 2 if n >= WIDE_MEMORY_FROM else d
 
 
 def head_count(conv: Convention, requested: int) -> int:
@@ -43,6 +52,11 @@ def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: i
         x = rng.normal(size=(n, d))
     wo = rng.normal(size=(n_heads * d_k, d)) if conv.projection else None
     case = Case(x=x, heads=tuple(heads), wo=wo, label=label or f"random N = {n}, D = {d}, H = {n_heads}")
+    if conv.cross:
+        rows, width = memory_shape(n, d)
+        case = with_course_features(case, rng, memory_rows=rows, d_memory=width)
+        if integral:
+            case = replace(case, memory=rng.integers(-2, 3, size=case.memory.shape))
     return conv.prepare(with_convention_features(conv, case, rng))
 
 
@@ -107,17 +121,23 @@ def shaped_like(sheet_cases: list[Case], seed: int) -> list[Case]:
     for case in sheet_cases:
         heads = tuple(Head(like(h.wq), like(h.wk), like(h.wv), like(h.bq), like(h.bk), like(h.bv))
                       for h in case.heads)
-        shaped.append(replace(case, x=like(case.x), heads=heads, wo=like(case.wo), bo=like(case.bo),
+        shaped.append(replace(case, x=like(case.x), memory=like(case.memory), heads=heads, wo=like(case.wo),
+                              bo=like(case.bo),
                               label=f"random values in the shapes of the {case.label}"))
     return shaped
 
 
-def token_permutation(n: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed + 5)
+def token_permutation(n: int, seed: int, offset: int = 5) -> np.ndarray:
+    rng = np.random.default_rng(seed + offset)
     order = rng.permutation(n)
     while n > 1 and np.array_equal(order, np.arange(n)):
         order = rng.permutation(n)
     return order
+
+
+def memory_permutation(lk: int, seed: int) -> np.ndarray:
+    """An order of the memory's rows, drawn apart from the query tokens' one."""
+    return token_permutation(lk, seed, offset=9)
 
 
 def revealing_keep(rng: np.random.Generator, lq: int, lk: int) -> np.ndarray:

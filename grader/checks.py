@@ -18,7 +18,7 @@ from grader.reference.attention import Case
 from grader.reference.sheets import FIXED_DATA
 
 from . import cases as make
-from .conventions import PART_WORDS, PER_HEAD_PARTS, TOKEN_AXES, Convention
+from .conventions import MEMORY_AXES, PART_WORDS, PER_HEAD_PARTS, Convention
 from .explain import CORRECT, Predictions, agrees, differs_from_reference, explanations, overflow
 from .returns import Parts, Tolerance, compare
 from .seeds import hidden_cases_seed
@@ -297,12 +297,46 @@ def judge_permutation(fn, ctx: Context, results) -> Verdict:
             if part not in o.parts.values:
                 return _missing_part(p, o.parts, part)
     for part, value in base.parts.values.items():
-        problem = compare(permuted.parts.values[part], _permute(value, order, TOKEN_AXES[part]), ctx.tolerance,
+        problem = compare(permuted.parts.values[part], _permute(value, order, fn.convention.token_axes(part)),
+                          ctx.tolerance,
                           against="the original order's result, permuted")
         if problem:
             return Verdict("failed", f"Permuting the tokens (order {order.tolist()}) should permute the "
                                      f"{PART_WORDS[part]} the same way, but the result {problem}.")
     return Verdict("passed", f"Permuting the tokens (order {order.tolist()}) permutes the results the same way.")
+
+
+def judge_memory_permutation(fn, ctx: Context, results) -> Verdict:
+    """Cross-attention attends a set of keys with their values: reordering the memory's rows
+    reorders the keys' axis of what is returned and leaves the output as it was."""
+    (base_probe, base), (probe, permuted) = results
+    for p, o in results:
+        failed = _failed_call(p, o)
+        if failed:
+            return failed
+    order = make.memory_permutation(base_probe.case.lk, ctx.seed)
+    for part in fn.convention.returns:
+        for p, o in results:
+            if part not in o.parts.values:
+                return _missing_part(p, o.parts, part)
+    for part, value in base.parts.values.items():
+        # The returned values are the student's: an axis that does not run over the memory's
+        # rows is a wrong answer, never a permutation the grader cannot make.
+        for array in value if isinstance(value, list) else [value]:
+            shape = np.shape(array)
+            for axis in MEMORY_AXES[part]:
+                if len(shape) <= axis or shape[axis] != len(order):
+                    return Verdict("failed", f"On {base_probe.label}: the {PART_WORDS[part]} has shape "
+                                             f"{shape}; its axis {axis} should run over the memory's "
+                                             f"{len(order)} rows (keys).")
+        problem = compare(permuted.parts.values[part], _permute(value, order, MEMORY_AXES[part]), ctx.tolerance,
+                          against="the original order's result" + (", permuted" if MEMORY_AXES[part] else ""))
+        if problem:
+            return Verdict("failed", f"Permuting the memory's rows (keys and values together, order "
+                                     f"{order.tolist()}) should leave the {PART_WORDS[part]} "
+                                     f"{'permuted the same way' if MEMORY_AXES[part] else 'unchanged'}, "
+                                     f"but the result {problem}.")
+    return Verdict("passed", f"Permuting the memory's rows (order {order.tolist()}) leaves the output unchanged.")
 
 
 def _causal_parts(conv: Convention) -> list[str]:
@@ -441,6 +475,11 @@ def _permutation(fn, ctx):
     return [Probe(base), Probe(base.permuted(make.token_permutation(base.n, ctx.seed)))]
 
 
+def _memory_permutation(fn, ctx):
+    base = make.base_case(fn.convention, ctx.seed)
+    return [Probe(base), Probe(base.memory_permuted(make.memory_permutation(base.lk, ctx.seed)))]
+
+
 def future_start(n: int) -> int:
     """The first token the causal check changes: the later half of the sequence."""
     return max(1, n // 2)
@@ -488,6 +527,9 @@ CHECKS: dict[str, CheckKind] = {c.name: c for c in [
     # problem (a fixed mask is permuted with the tokens, rows and columns, by Case.permuted).
     CheckKind("permutation_equivariance", "Permuting tokens permutes the results", 1,
               lambda conv, f: not conv.causal, _permutation, judge_permutation),
+    # Keys and values move together, so the memory's order is not the problem's (unless causal).
+    CheckKind("memory_permutation", "Permuting the memory's rows leaves a cross-attention output unchanged", 1,
+              lambda conv, f: conv.cross and not conv.causal, _memory_permutation, judge_memory_permutation),
     CheckKind("causal_future", "Under a causal mask, a token ignores the tokens after it", 1,
               lambda conv, f: conv.causal, _future_changed, judge_causal),
     CheckKind("masked_keys_zero_weight", "Masked keys get zero weight", 1,

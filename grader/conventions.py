@@ -24,6 +24,12 @@ from .toml_text import load_toml
 # How tokens index each canonical part, for the permutation property.
 TOKEN_AXES = {"output": (0,), "q": (0,), "k": (0,), "v": (0,), "heads": (0,),
               "scores": (0, 1), "weights": (0, 1), "weights_per_head": (0, 1), "scores_per_head": (0, 1)}
+# In cross-attention the keys and values come from the memory: permuting the query tokens
+# moves the queries' axis only, and permuting the memory's rows moves the keys' axis only.
+QUERY_AXES = {"output": (0,), "q": (0,), "k": (), "v": (), "heads": (0,),
+              "scores": (0,), "weights": (0,), "weights_per_head": (0,), "scores_per_head": (0,)}
+MEMORY_AXES = {"output": (), "q": (), "k": (0,), "v": (0,), "heads": (),
+               "scores": (1,), "weights": (1,), "weights_per_head": (1,), "scores_per_head": (1,)}
 
 PART_WORDS = {"output": "output", "weights": "attention weights", "scores": "attention scores",
               "weights_per_head": "per-head attention weights", "scores_per_head": "per-head attention scores",
@@ -35,6 +41,7 @@ PER_HEAD_PARTS = ("weights_per_head", "scores_per_head", "heads")
 # The roles a parameter may have, and what it receives.
 ROLES = {
     "x": "the tokens X",
+    "memory": "the second sequence keys and values are projected from (cross-attention; Lk x D_mem)",
     "q": "the queries Q", "k": "the keys K", "v": "the values V",
     "scores": "the attention scores (the input of a softmax helper)",
     "wq": "the query projection", "wk": "the key projection", "wv": "the value projection",
@@ -51,7 +58,7 @@ ROLES = {
 }
 # Roles the next steps of the calling conventions will give meaning to. A spec naming one is
 # refused in one line rather than graded as if it were absent.
-NOT_SUPPORTED_YET = {"memory": "cross-attention (a second sequence)"}
+NOT_SUPPORTED_YET: dict[str, str] = {}
 RETURN_NAMES = ("output", "weights", "scores", "q", "k", "v", "heads")
 
 WEIGHT_ROLES = ("wq", "wk", "wv", "bq", "bk", "bv")
@@ -154,6 +161,15 @@ class Convention:
         return "bo" in self.roles
 
     @property
+    def cross(self) -> bool:
+        """Keys and values come from a second sequence (the memory), queries from X."""
+        return "memory" in self.roles
+
+    def token_axes(self, part: str) -> tuple:
+        """The axes of a returned part that the query tokens index (for the permutation check)."""
+        return (QUERY_AXES if self.cross else TOKEN_AXES)[part]
+
+    @property
     def masked(self) -> bool:
         """The function takes an attention mask as an argument."""
         return "mask" in self.roles
@@ -235,6 +251,8 @@ class Convention:
             return self._bias(case.bo)
         if role == "x":
             return self._tokens(case.x)
+        if role == "memory":
+            return self._tokens(case.keys)
         if role == "wo":
             return self._matrix(case.wo)
         if role == "wqkv":
@@ -268,6 +286,9 @@ class Convention:
         if (case.bo is not None) != self.projection_bias:
             return "it has an output projection bias, the convention none" if case.bo is not None else \
                 "the convention takes an output projection bias, it has none"
+        if (case.memory is not None) != self.cross:
+            return "it has a second sequence (memory), the convention none" if case.memory is not None else \
+                "the convention takes a second sequence (memory, cross-attention), it has none"
         if (case.mask is not None or case.key_mask is not None) and not self.masked:
             return "it has a mask, the convention takes none"
         return None
@@ -440,6 +461,8 @@ def _check_roles(conv: Convention, where: str) -> None:
         _fail(where, "an output projection (wo) needs the output among the returns")
     if conv.square and (start != 0 or conv.heads != "one"):
         _fail(where, "square applies to single-head conventions on the tokens X only")
+    if "memory" in roles and start != 0:
+        _fail(where, "a memory (cross-attention) needs the tokens X as input (role x) and projections from them")
     if "bo" in roles and "wo" not in roles:
         _fail(where, "an output projection bias (bo) needs the output projection (wo)")
     if conv.causal_inside and "causal" in roles:

@@ -69,6 +69,8 @@ def features(conv: Convention) -> set[str]:
         found.add("causal")
     if conv.projection_bias:
         found.add("projection_bias")
+    if conv.cross:
+        found.add("cross")
     return found
 
 

@@ -170,7 +170,7 @@ QKV = 'params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name 
     ('params = [{ name = "X", role = "x" }, { name = "W", role = "wqkv" }, { name = "b_o", role = "bo" }]\n'
      'returns = "output"\n', "an output projection bias (bo) needs the output projection (wo)"),
     (QKV[:-2] + ', { name = "memory", role = "memory" }]\nreturns = "output"\n',
-     "role 'memory' (cross-attention (a second sequence)) is not supported yet"),
+     "a memory (cross-attention) needs the tokens X as input (role x)"),
     (QKV[:-2] + ', { name = "Q2", role = "q" }]\nreturns = "output"\n', "role 'q' is given twice (Q and Q2)"),
     ('params = [{ name = "X", role = "x" }, { name = "p", role = "dict", keys = { w = "wqkv", o = "wout" } }]\n'
      'returns = "output"\n', "param p key 'o': param p_o: unknown role 'wout'"),
@@ -202,8 +202,8 @@ def test_the_command_line_refuses_such_a_spec_with_exit_2(tmp_path):
                            "--assignment", str(spec)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "attend: convention: param memory: role 'memory' (cross-attention (a second " \
-                               "sequence)) is not supported yet" in lines[0]
+    assert len(lines) == 1 and "attend: convention: a memory (cross-attention) needs the tokens X as input " \
+                               "(role x)" in lines[0]
 
 
 def test_the_readme_example_is_a_spec_and_names_every_role():
