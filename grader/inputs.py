@@ -56,7 +56,8 @@ class Identity:
     lms: str = ""             # canvas | moodle | gradescope | "" (not an export's naming)
     attachment: int | None = None   # Canvas's attachment id (the number after the user id)
     # Canvas's "LATE" in the file's name: Canvas's own flag, set where the LMS made the name.
-    # Moodle's and Gradescope's downloads carry no such mark in their names, so theirs stay False.
+    # Moodle's download names hold only the full name, the participant id and the plugin
+    # (mod/assign/classes/downloader.php), Gradescope's only the submission id: theirs stay False.
     late: bool = False
 
 
