@@ -124,8 +124,8 @@ def test_class_summary_reads_in_a_minute_in_a_real_browser(tmp_path):
         status_of = "([...document.querySelectorAll('table.students tbody tr')]" \
                     ".map(r => [r.cells[0].innerText, r.cells[3].innerText]))"
         statuses = dict(page.evaluate(status_of))
-        problems_list = page.inner_text("h2:has-text('Errors and timeouts') ~ ul")
-        injected = page.locator("ul img, table.students img").count()
+        problems_list = page.inner_text("ul.problems")
+        injected = page.locator("ul.problems img, table.students img").count()
         page.screenshot(path=str(tmp_path / "summary.png"), full_page=True)
         browser.close()
     assert problems == [] and dialogs == []
