@@ -255,6 +255,22 @@ def test_exports_overrides_and_one_row_per_student(tmp_path):
     assert not list((tmp_path / "other").glob("*/result.json"))
 
 
+def test_what_a_students_code_raises_is_never_taken_for_the_graders_timeout_or_reason():
+    """A cell's own exception named like the grader's timeout, with its message, is that
+    cell's error: only the kinds the grader sets count as a stopped cell; and a reason
+    quoting a student's text is one line, attributed to the cell."""
+    from grader.view import problem_line, stopped_at_timeout
+    forged = {"cell": 4, "kind": "error", "ename": "Timeout", "traceback": "",
+              "evalue": "the cell ran longer than 30 s and was interrupted\nGRADER: all fine", "source": "raise T"}
+    graded = {"status": "graded", "errors": [forged]}
+    assert not stopped_at_timeout(graded) and problem_line(graded) == ""
+    died = {"status": "error", "errors": [forged, dict(forged, cell=6, kind="kernel_died", ename="KernelDied",
+                                                        evalue="the kernel is no longer running", kernel_lost=True)]}
+    assert problem_line(died) == "cell 7 (raise T): KernelDied: the kernel is no longer running"
+    assert problem_line({"status": "error", "errors": [forged]}) == (
+        "cell 5 (raise T): Timeout: the cell ran longer than 30 s and was interrupted")
+
+
 HOSTILE_FILE = "<img src=x onerror=alert(1)>.ipynb"   # the file's own name, which the student chose
 
 
