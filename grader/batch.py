@@ -35,11 +35,11 @@ from .printable import printable
 from .report_html import write_html, write_summary
 from .result import GradeResult
 from .sandbox import Sandbox, run_id
-from .view import problem_line, stopped_at_timeout
 from .settings import SETTINGS, settings_from
 from .similarity import fingerprint, similar_pairs
 from .seeds import run_secret, submission_seed
 from .spec import Assignment, SpecError, builtin_names, load_assignment, parse, spec_text, staff_assignment
+from .view import problem_line, stopped_at_timeout
 from .watchdog import temporary_folder
 
 UNPACKED = ".submissions"   # where archives are extracted, inside OUTDIR
