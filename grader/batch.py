@@ -39,6 +39,7 @@ from .settings import SETTINGS, settings_from
 from .similarity import fingerprint, similar_pairs
 from .seeds import run_secret, submission_seed
 from .spec import Assignment, SpecError, builtin_names, load_assignment, parse, spec_text, staff_assignment
+from .view import problem_line, stopped_at_timeout
 from .watchdog import temporary_folder
 
 UNPACKED = ".submissions"   # where archives are extracted, inside OUTDIR
@@ -158,8 +159,9 @@ def summary_row(row: dict) -> dict:
     """What a batch keeps of a submission's result until grades.csv and the class summary are
     written: everything but the checks' messages and figures and the errors' tracebacks, which
     are in its result.json. Kept whole, a class's worth of them made the grader's memory grow
-    with the size of the batch."""
-    return {**row, "checks": [dict(c, message="", figures=[]) for c in row.get("checks", [])],
+    with the size of the batch. What the summary says of its errors is taken first, from all of them."""
+    return {**row, "problem": problem_line(row), "timed_out": stopped_at_timeout(row),
+            "checks": [dict(c, message="", figures=[]) for c in row.get("checks", [])],
             "errors": [{k: e.get(k) for k in ("cell", "kind", "ename", "evalue")} for e in row.get("errors", [])[:1]]}
 
 

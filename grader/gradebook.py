@@ -51,6 +51,9 @@ class StudentRow:
     others: list = field(default_factory=list)   # the folders of the student's files that do not count
     feedback: str = ""         # what the student may read of the grading (grader/view.py)
     graded_at: float | None = None   # when the file that counts was graded (seconds since the epoch)
+    late: bool = False         # the LMS marked the file that counts late (grader/inputs.py, Identity.late)
+    problem: str = ""          # one line: why it was not graded, or which cell was stopped (batch.summary_row)
+    timed_out: bool = False    # a cell was stopped at its timeout, or the notebook ran out of time
 
     @property
     def final_score(self) -> float | None:
@@ -125,7 +128,9 @@ def class_rows(submissions: list[Submission], rows: dict[str, dict], functions: 
             folder=chosen.folder, duplicate_note=decided[chosen.folder][1],
             override=applied(staff, row.get("score", 0.0), row.get("max_score", 0.0)) if staff else None,
             others=[s.folder for s in theirs if s is not chosen],
-            feedback=student_feedback_line(GradeResult.from_json(row)), graded_at=row.get("graded_at")))
+            feedback=student_feedback_line(GradeResult.from_json(row)), graded_at=row.get("graded_at"),
+            late=bool(identity and identity.late), problem=row.get("problem", ""),
+            timed_out=bool(row.get("timed_out"))))
     return students, decisions
 
 
@@ -133,13 +138,13 @@ def write_grades_csv(students: list[StudentRow], functions: list[str], path: Pat
     """grades.csv: one row per student who counts; per-check detail stays in each result.json."""
     buffer = io.StringIO()
     out = csv.writer(buffer)
-    out.writerow(["student", "name", "assignment", "score", "max_score", "status",
+    out.writerow(["student", "name", "assignment", "score", "max_score", "status", "late",
                   *(f"{n} {what}" for n in functions for what in ("points", "mistake")),
                   "graded_score", "override", "submission", "duplicates"])
     for s in students:
         per_function = [v for f in s.functions for v in (number(f["points"]), cell(f["mistake"]))]
         override = f"{number(s.override['score'])}: {s.override['reason']}" if s.override else ""
         out.writerow([cell(s.student), cell(s.name), cell(s.assignment), number(s.final_score),
-                      number(s.max_score), s.status, *per_function, number(s.score), cell(override),
-                      cell(s.submission), cell(s.duplicate_note)])
+                      number(s.max_score), s.status, "yes" if s.late else "", *per_function, number(s.score),
+                      cell(override), cell(s.submission), cell(s.duplicate_note)])
     write_atomically(path, buffer.getvalue())

@@ -35,8 +35,8 @@ MAX_LABEL_CHARS = 64
 # "LATE" for a late submission, the user id (or "anon_" and the anonymous id when the
 # assignment hides names), then the attachment id and the file's own name. Like Canvas's own
 # upload of marked files, the first two numbers are the ids.
-CANVAS = re.compile(r"^(?P<name>[^\s/\\]+?)_(?:late_)?(?P<id>\d+)_(?P<attachment>\d+)_.+$", re.IGNORECASE)
-CANVAS_ANONYMOUS = re.compile(r"^(?:late_)?(?P<id>anon_[A-Za-z0-9]+)_(?P<attachment>\d+)_.+$", re.IGNORECASE)
+CANVAS = re.compile(r"^(?P<name>[^\s/\\]+?)_(?P<late>late_)?(?P<id>\d+)_(?P<attachment>\d+)_.+$", re.IGNORECASE)
+CANVAS_ANONYMOUS = re.compile(r"^(?P<late>late_)?(?P<id>anon_[A-Za-z0-9]+)_(?P<attachment>\d+)_.+$", re.IGNORECASE)
 # Moodle (mod/assign): a folder "Full Name_N_assignsubmission_file" (with a trailing "_" before
 # Moodle 4), or, when the teacher turned folders off, "Full Name_N_assignsubmission_file_NAME".
 # Moodle turns every "_" of the name into a space, so the name holds none: NAME, which the
@@ -55,6 +55,10 @@ class Identity:
     name: str = ""            # Canvas's "lastfirst", Moodle's full name; else ""
     lms: str = ""             # canvas | moodle | gradescope | "" (not an export's naming)
     attachment: int | None = None   # Canvas's attachment id (the number after the user id)
+    # Canvas's "LATE" in the file's name: Canvas's own flag, set where the LMS made the name.
+    # Moodle's download names hold only the full name, the participant id and the plugin
+    # (mod/assign/classes/downloader.php), Gradescope's only the submission id: theirs stay False.
+    late: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,11 +101,12 @@ def named_file(name: str) -> Identity | None:
         return Identity(match["id"], match["name"].strip(), "moodle")
     match = CANVAS_ANONYMOUS.match(name)
     if match:
-        return Identity(match["id"], "", "canvas", int(match["attachment"]))
+        return Identity(match["id"], "", "canvas", int(match["attachment"]), bool(match["late"]))
     match = CANVAS.match(name)
     if match and is_canvas_name(match["name"]):
         # NFC: a name extracted on macOS arrives decomposed (e and a combining mark for é).
-        return Identity(match["id"], unicodedata.normalize("NFC", match["name"]), "canvas", int(match["attachment"]))
+        return Identity(match["id"], unicodedata.normalize("NFC", match["name"]), "canvas", int(match["attachment"]),
+                        bool(match["late"]))
     return None
 
 
@@ -366,7 +371,8 @@ def collect(paths: list[Path], unpack_into: Path) -> tuple[list[Submission], lis
         if folder in folders:  # two sources whose short hashes agree: the full hash parts them
             folder = output_name(identity.student, source, digits=64)
         folders.add(folder)
-        identity = Identity(printable(identity.student), printable(identity.name), identity.lms, identity.attachment)
+        identity = Identity(printable(identity.student), printable(identity.name), identity.lms, identity.attachment,
+                            identity.late)
         submissions.append(Submission(path, source, identity.student, folder, problem, identity, file_id(path)))
     claims: dict[str, list[str]] = {}
     for s in submissions:

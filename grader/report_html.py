@@ -86,9 +86,10 @@ def class_summary(students: list, rows: dict[str, dict], people: dict[str, dict]
     return {
         "header": header, "students": students, "people": people, "similar": similar,
         "counts": {"students": len(students), "submissions": len(rows), "graded": status["graded"],
-                   "errors": status["error"], "timeouts": status["timeout"],
+                   "errors": status["error"], "timeouts": sum(1 for s in students if s.timed_out),
                    "duplicates": sum(1 for s in students if s.others),
-                   "overrides": sum(1 for s in students if s.override)},
+                   "overrides": sum(1 for s in students if s.override),
+                   "late": sum(1 for s in students if s.late)},
         "bins": histogram([100 * s.final_score / s.max_score for s in scored]),
         "mean": sum(100 * s.final_score / s.max_score for s in scored) / len(scored) if scored else 0.0,
         "functions": [dict(f, rate=100 * f["passed"] / f["count"], mean=f["points"] / f["count"])
@@ -97,7 +98,7 @@ def class_summary(students: list, rows: dict[str, dict], people: dict[str, dict]
                      for (fn, m), n in mistakes.most_common(15)],
         "main": {s.folder: "; ".join(f"{f['name']}: {f['mistake']}" for f in s.functions if f["mistake"])
                  for s in students},
-        "problems": [s for s in students if s.status != "graded"],
+        "problems": [s for s in students if s.status != "graded" or s.timed_out],
     }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 
+from .printable import printable
 from .result import NOT_GRADED, CheckResult, GradeResult
 from .settings import PUBLIC_SEED
 
@@ -248,3 +249,39 @@ def cell_failure(failure: dict) -> str:
     "cell 5, line 6: SyntaxError: invalid syntax"."""
     line = f", line {failure['line']}" if failure.get("line") else ""
     return f"cell {cell_number(failure['cell'])}{line}: {failure['ename']}: {failure['evalue']}"
+
+
+# A cell's error kinds that mean it was stopped at its time limit: interrupted (timeout),
+# killed when it ignored the interrupt (unresponsive), or never run because the notebook's
+# own time ran out (deadline). Set by the grader's kernel client and runner, never by the kernel.
+STOPPED_AT_TIMEOUT = ("timeout", "unresponsive", "deadline")
+PROBLEM_CHARS = 200
+
+
+def stopped_at_timeout(result: dict) -> bool:
+    """A cell of the notebook was stopped at its timeout, or the notebook ran out of time,
+    whether or not the submission was otherwise graded."""
+    return result.get("status") == "timeout" or any(
+        e.get("kind") in STOPPED_AT_TIMEOUT and e.get("cell", -1) >= 0 for e in result.get("errors", []))
+
+
+def problem_line(result: dict) -> str:
+    """One line for the staff's class summary: why the file was not graded, or which cell was
+    stopped at its timeout; "" when nothing went wrong that way. Names the cell, so a message a
+    student's code raised reads as that cell's, never as the grader's."""
+    errors = result.get("errors", [])
+    if result.get("status") == "error":
+        chosen = (next((e for e in errors if e.get("kind") in NOT_GRADED), None)
+                  or next((e for e in errors if e.get("kernel_lost") or e.get("kind") == "kernel_died"), None)
+                  or next(iter(errors), None))
+        if chosen is None:
+            return "not graded"
+        text = (chosen.get("evalue", "") if chosen.get("kind") in NOT_GRADED else
+                f"{where(chosen)}: {chosen.get('ename', '')}: {chosen.get('evalue', '')}")
+    elif stopped_at_timeout(result):
+        chosen = next((e for e in errors if e.get("kind") in STOPPED_AT_TIMEOUT), None)
+        text = f"{where(chosen)}: {chosen.get('evalue', '')}" if chosen else "the notebook ran out of time"
+    else:
+        return ""
+    line = next((part for part in ANSI.sub("", str(text)).splitlines() if part.strip()), "").strip()
+    return printable(line[:PROBLEM_CHARS] + ("…" if len(line) > PROBLEM_CHARS else ""), one_line=True)

@@ -255,6 +255,60 @@ def test_exports_overrides_and_one_row_per_student(tmp_path):
     assert not list((tmp_path / "other").glob("*/result.json"))
 
 
+def test_what_a_students_code_raises_is_never_taken_for_the_graders_timeout_or_reason():
+    """A cell's own exception named like the grader's timeout, with its message, is that
+    cell's error: only the kinds the grader sets count as a stopped cell; and a reason
+    quoting a student's text is one line, attributed to the cell."""
+    from grader.view import problem_line, stopped_at_timeout
+    forged = {"cell": 4, "kind": "error", "ename": "Timeout", "traceback": "",
+              "evalue": "the cell ran longer than 30 s and was interrupted\nGRADER: all fine", "source": "raise T"}
+    graded = {"status": "graded", "errors": [forged]}
+    assert not stopped_at_timeout(graded) and problem_line(graded) == ""
+    died = {"status": "error", "errors": [forged, dict(forged, cell=6, kind="kernel_died", ename="KernelDied",
+                                                        evalue="the kernel is no longer running", kernel_lost=True)]}
+    assert problem_line(died) == "cell 7 (raise T): KernelDied: the kernel is no longer running"
+    assert problem_line({"status": "error", "errors": [forged]}) == (
+        "cell 5 (raise T): Timeout: the cell ran longer than 30 s and was interrupted")
+
+
+HOSTILE_FILE = "<img src=x onerror=alert(1)>.ipynb"   # the file's own name, which the student chose
+
+
+@pytest.mark.slow
+def test_the_summary_shows_a_late_file_why_one_was_not_graded_and_a_stopped_cell(tmp_path):
+    """A Canvas download: a file Canvas marked LATE (grades.csv's `late` column, "late" in the
+    summary's table), a file that is not a notebook (its one-line reason in the summary, its
+    hostile name as text), and two notebooks graded in full with a cell stopped at its timeout,
+    one interrupted and one whose kernel was stopped when it ignored the interrupt (each
+    counted under timeouts, with the cell named)."""
+    download = tmp_path / "canvas.zip"
+    with zipfile.ZipFile(download, "w") as zf:
+        zf.writestr("leeann_LATE_222_1003_hw.ipynb", _notebook("mistake_no_scaling.ipynb"))
+        zf.writestr(f"kimbo_333_1004_{HOSTILE_FILE}", b'{"cells": [')
+        zf.writestr("doejane_111_1001_hw.ipynb", (FIXTURES / "hostile_infinite_loop_cell.ipynb").read_bytes())
+        zf.writestr("smithbo_444_1005_hw.ipynb", (FIXTURES / "hostile_ignores_interrupt.ipynb").read_bytes())
+    out = tmp_path / "out"
+    code, _, stderr, _ = run_grader(["grade", download, "-o", out, "--cell-timeout", "2", "--call-timeout", "2",
+                                     "--seed", "7"])
+    assert code == 0, stderr
+    rows = {r["student"]: r for r in read_csv(out / "grades.csv")}
+    assert {s: r["late"] for s, r in rows.items()} == {"222": "yes", "333": "", "111": "", "444": ""}
+    assert [rows[s]["status"] for s in ("222", "111", "444")] == ["graded"] * 3
+    assert rows["111"]["score"] == rows["444"]["score"] == "25"   # the stopped cells defined nothing graded
+    page = (out / "summary.html").read_text()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))
+    assert "2 with a cell stopped at its timeout" in text and "1 late" in text and "1 errors" in text
+    late_row = next(r for r in re.findall(r"<tr>.*?</tr>", page, re.S) if ">222<" in r)
+    assert re.search(r">\s*late\s*<", late_row)
+    problems = page.split("<h2>Errors and timeouts</h2>")[1].split("<h2>")[0]
+    assert "cell 10 (while True:): the cell ran longer than 2 s and was interrupted" in problems
+    assert re.search(r"smithbo.*graded: cell 3 \(import signal\): the cell ran longer than 2 s and was still "
+                     r"running \d+ s after its interrupt; the kernel was stopped", problems)
+    assert "is not a notebook: not valid JSON" in problems
+    # Hostile text is shown as text: escaped wherever it appears, never markup.
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in problems
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("inputs", [[], ["notes.txt"]])
 def test_nothing_gradable_is_exit_2_in_one_line(tmp_path, inputs):

@@ -112,6 +112,20 @@ def test_canvas_names_in_any_script_anonymous_and_late():
     assert student_of(Path("Jörg Müller_4242_assignsubmission_file/hw.ipynb")) == "4242"   # Moodle 4's folders
 
 
+def test_only_canvass_own_late_mark_makes_a_file_late():
+    """Late is Canvas's "LATE" where Canvas puts it, before the user id; never a word of the
+    file's own name, which the student chose, nor of a Moodle, Gradescope or staff name."""
+    assert identity_of(Path("o_brienann_LATE_12345_67890_my_hw_2.ipynb")).late
+    assert identity_of(Path("o_brienann_late_12345_67890_hw.ipynb")).late   # older downloads
+    assert identity_of(Path("LATE_anon_Xb3kP_67890_hw.ipynb")).late
+    for name in ("obrienann_12345_67890_hw.ipynb", "obrienann_12345_67890_LATE_hw.ipynb",
+                 "anon_Xb3kP_67890_late_1_2_hw.ipynb", "late_12345_67890_hw.ipynb",
+                 "Late Ann_4242_assignsubmission_file_LATE_1_2_hw.ipynb",
+                 "Late Ann_4242_assignsubmission_file/x_LATE_1_2_hw.ipynb", "submission_77/x_LATE_1_2_hw.ipynb",
+                 "LATE_1_2_hw.ipynb"):
+        assert not identity_of(Path(name)).late, name
+
+
 def test_zip_names_written_without_the_utf8_flag_are_read_as_utf8(tmp_path):
     """Linux's zip writes a name's UTF-8 bytes without the flag, which Python reads as cp437."""
     from grader.inputs import member_name

@@ -45,11 +45,17 @@ def test_report_renders_without_console_errors_or_fetches(tmp_path, name, assign
 
 
 HOSTILE_NAMES = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>']
+# Why a file was not graded, as the summary shows it: it quotes the file's name, which the
+# student chose, so it is hostile text too; and one long word, which must wrap, not scroll.
+HOSTILE_REASON = '<img src=x onerror=alert(3)>.ipynb is not a notebook: ' + "x" * 300
 
 
 def a_class(tmp_path):
     """About thirty students from a few really graded notebooks, two with hostile names, one
-    with a second file that does not count, one overridden and one not graded."""
+    with a second file that does not count, one overridden, one not graded (with a hostile
+    reason), one whose file Canvas marked late and one with a cell stopped at its timeout.
+    Every row goes through the batch's summary_row, as in `grader grade`."""
+    from grader.batch import summary_row
     from grader.gradebook import class_rows
     from grader.inputs import Identity, Submission
     from grader.grade import not_graded
@@ -57,8 +63,13 @@ def a_class(tmp_path):
     names = ("worked_solution.ipynb", "mistake_softmax_axis.ipynb", "mistake_global_D.ipynb",
              "mistake_no_scaling.ipynb")
     graded = [grade(SUBMISSIONS / n, "rows").to_json() for n in names]
-    broken = not_graded("broken.ipynb", load_assignment("rows"), 1, "unreadable", "SubmissionError",
-                        "not valid JSON").to_json()
+    broken = summary_row(not_graded("broken.ipynb", load_assignment("rows"), 1, "unreadable", "SubmissionError",
+                                    HOSTILE_REASON).to_json())
+    graded = [summary_row(row) for row in graded]
+    # The grader's record of a cell it interrupted (grader/kernel.py), on a file otherwise graded.
+    stopped = {"cell": 9, "kind": "timeout", "ename": "Timeout", "evalue": "the cell ran longer than 30 s and was "
+               "interrupted", "traceback": "", "source": "while True:\n    pass"}
+    timed_out = summary_row(dict(graded[0], errors=[stopped]))
     submissions, rows = [], {}
     for i in range(30):
         name = HOSTILE_NAMES[i] if i < len(HOSTILE_NAMES) else f"Student {i}"
@@ -67,8 +78,8 @@ def a_class(tmp_path):
         path = tmp_path / f"{folder}.ipynb"
         path.write_text("{}")
         submissions.append(Submission(path, str(path), student, folder,
-                                      identity=Identity(student, name, "canvas", i)))
-        rows[folder] = broken if i == 5 else graded[i % len(graded)]
+                                      identity=Identity(student, name, "canvas", i, late=i == 6)))
+        rows[folder] = broken if i == 5 else timed_out if i == 8 else graded[i % len(graded)]
     overrides = {"1003": {"student": "1003", "score": 20.0, "reason": "late penalty waived", "file": "o.csv"}}
     students, decisions = class_rows(submissions, rows, ["self_attention", "multi_head_attention"], overrides)
     people = {s.folder: {"student": s.student, "name": s.identity.name, "submission": s.name,
@@ -110,19 +121,27 @@ def test_class_summary_reads_in_a_minute_in_a_real_browser(tmp_path):
         descending = page.evaluate(score_cells)
         names = page.inner_text("table.students")
         mistakes = page.inner_text("h2:has-text('Most common mistakes') + table")
+        status_of = "([...document.querySelectorAll('table.students tbody tr')]" \
+                    ".map(r => [r.cells[0].innerText, r.cells[3].innerText]))"
+        statuses = dict(page.evaluate(status_of))
+        problems_list = page.inner_text("ul.problems")
+        injected = page.locator("ul.problems img, table.students img").count()
         page.screenshot(path=str(tmp_path / "summary.png"), full_page=True)
         browser.close()
     assert problems == [] and dialogs == []
     assert all(url.startswith("file://") for url in requests), requests
     assert width <= 1280
     for words in ("2026-11-23", "seed 42", "grader 9.9", "29 students", "30 files", "1 errors", "1 overrides",
-                  "1 with several files"):
+                  "1 with several files", "1 with a cell stopped at its timeout", "1 late"):
         assert words in header, words
     assert bars == 10 and functions == 3
     assert len(before) == 29   # one row per student
     numbers = [float(v) for v in ascending]
     assert numbers == sorted(numbers) and [float(v) for v in descending] == sorted(numbers, reverse=True)
     assert HOSTILE_NAMES[0] in names and HOSTILE_NAMES[1] in names
+    assert statuses["1006"] == "graded late" and statuses["1005"] == "error" and statuses["1007"] == "graded"
+    assert f"error: {HOSTILE_REASON[:200]}…" in problems_list and injected == 0   # one line, as text
+    assert "graded: cell 10 (while True:): the cell ran longer than 30 s and was interrupted" in problems_list
     # Per student: the wrong-axis notebook was given to 7 students (every fourth of 29, less the broken one).
     axis = next(line for line in mistakes.splitlines() if "softmax over the wrong axis" in line)
     assert "\t7\t" in axis
