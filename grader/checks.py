@@ -285,17 +285,26 @@ def _permute(value, order: np.ndarray, axes: tuple):
     return value
 
 
-def judge_permutation(fn, ctx: Context, results) -> Verdict:
-    (base_probe, base), (probe, permuted) = results
+def _pair_problem(fn, results) -> Verdict | None:
+    """Why a pair of calls (the original and the permuted) cannot be compared: a call that
+    failed, or a part the convention returns that one of them lacks."""
     for p, o in results:
         failed = _failed_call(p, o)
         if failed:
             return failed
-    order = make.token_permutation(base_probe.case.n, ctx.seed)
     for part in fn.convention.returns:
         for p, o in results:
             if part not in o.parts.values:
                 return _missing_part(p, o.parts, part)
+    return None
+
+
+def judge_permutation(fn, ctx: Context, results) -> Verdict:
+    (base_probe, base), (probe, permuted) = results
+    problem = _pair_problem(fn, results)
+    if problem:
+        return problem
+    order = make.token_permutation(base_probe.case.n, ctx.seed)
     for part, value in base.parts.values.items():
         problem = compare(permuted.parts.values[part], _permute(value, order, fn.convention.token_axes(part)),
                           ctx.tolerance,
@@ -310,15 +319,10 @@ def judge_memory_permutation(fn, ctx: Context, results) -> Verdict:
     """Cross-attention attends a set of keys with their values: reordering the memory's rows
     reorders the keys' axis of what is returned and leaves the output as it was."""
     (base_probe, base), (probe, permuted) = results
-    for p, o in results:
-        failed = _failed_call(p, o)
-        if failed:
-            return failed
+    problem = _pair_problem(fn, results)
+    if problem:
+        return problem
     order = make.memory_permutation(base_probe.case.lk, ctx.seed)
-    for part in fn.convention.returns:
-        for p, o in results:
-            if part not in o.parts.values:
-                return _missing_part(p, o.parts, part)
     for part, value in base.parts.values.items():
         # The returned values are the student's: an axis that does not run over the memory's
         # rows is a wrong answer, never a permutation the grader cannot make.
