@@ -93,15 +93,28 @@ def notebook(bodies: dict) -> nbformat.NotebookNode:
     return nb
 
 
+ROW_SOFTMAX = '''
+def softmax(scores):
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+'''
+
+
+def planted(worked: dict, mistakes: dict) -> dict:
+    """The worked bodies, each with its one line replaced by its mistake (`mistakes`:
+    function -> (line, replacement, the mistake's title)): every function has one."""
+    bodies = {}
+    for name, body in worked.items():
+        line, replacement, _ = mistakes[name]
+        assert line in body, name
+        bodies[name] = body.replace(line, replacement)
+    return bodies
+
+
 def main():
     HERE.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook(WORKED), HERE / "worked.ipynb")
-    mistaken = {}
-    for name, body in WORKED.items():
-        line, replacement, _ = MISTAKES[name]
-        assert line in body, name
-        mistaken[name] = body.replace(line, replacement)
-    nbformat.write(notebook(mistaken), HERE / "mistakes.ipynb")
+    nbformat.write(notebook(planted(WORKED, MISTAKES)), HERE / "mistakes.ipynb")
     nbformat.write(notebook({"softmax": WORKED["softmax"], **MODIFIES_INPUTS}), HERE / "modifies_inputs.ipynb")
 
 

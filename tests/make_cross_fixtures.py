@@ -8,15 +8,11 @@ from pathlib import Path
 
 import nbformat
 
-from make_convention_fixtures import notebook
+from make_convention_fixtures import ROW_SOFTMAX, notebook, planted
 
 HERE = Path(__file__).resolve().parent / "fixtures" / "cross"
 
-SOFTMAX = '''
-def softmax(scores):
-    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-'''
+SOFTMAX = ROW_SOFTMAX
 
 # Each function, worked; MISTAKES replaces one line of it to make the mistake named.
 WORKED = {
@@ -49,13 +45,8 @@ MISTAKES = {
 }
 
 
-def mistaken(planted: dict) -> dict:
-    bodies = {"softmax": SOFTMAX}
-    for name, body in WORKED.items():
-        line, replacement, _ = planted[name]
-        assert line in body, name
-        bodies[name] = body.replace(line, replacement)
-    return bodies
+def mistaken(mistakes: dict) -> dict:
+    return {"softmax": SOFTMAX, **planted(WORKED, mistakes)}
 
 
 def main():
