@@ -251,12 +251,9 @@ def _weight_parts(conv: Convention) -> list[str]:
 
 def judge_distribution(fn, ctx: Context, results) -> Verdict:
     for probe, outcome in results:
-        failed = _failed_call(probe, outcome)
-        if failed:
-            return failed
-        for part in _weight_parts(fn.convention):
-            if part not in outcome.parts.values:
-                return _missing_part(probe, outcome.parts, part)
+        problem = _unusable([(probe, outcome)], _weight_parts(fn.convention))
+        if problem:
+            return problem
         weights = _weights_in(outcome.parts)
         if not weights:
             return Verdict("failed", f"On {probe.label}: no attention weights were returned.")
@@ -285,14 +282,14 @@ def _permute(value, order: np.ndarray, axes: tuple):
     return value
 
 
-def _pair_problem(fn, results) -> Verdict | None:
-    """Why a pair of calls (the original and the permuted) cannot be compared: a call that
-    failed, or a part the convention returns that one of them lacks."""
+def _unusable(results, parts) -> Verdict | None:
+    """Why calls cannot be judged on `parts`: one of them failed, or lacks one of the parts
+    (every failure is said before any missing part)."""
     for p, o in results:
         failed = _failed_call(p, o)
         if failed:
             return failed
-    for part in fn.convention.returns:
+    for part in parts:
         for p, o in results:
             if part not in o.parts.values:
                 return _missing_part(p, o.parts, part)
@@ -301,7 +298,7 @@ def _pair_problem(fn, results) -> Verdict | None:
 
 def judge_permutation(fn, ctx: Context, results) -> Verdict:
     (base_probe, base), (probe, permuted) = results
-    problem = _pair_problem(fn, results)
+    problem = _unusable(results, fn.convention.returns)
     if problem:
         return problem
     order = make.token_permutation(base_probe.case.n, ctx.seed)
@@ -319,7 +316,7 @@ def judge_memory_permutation(fn, ctx: Context, results) -> Verdict:
     """Cross-attention attends a set of keys with their values: reordering the memory's rows
     reorders the keys' axis of what is returned and leaves the output as it was."""
     (base_probe, base), (probe, permuted) = results
-    problem = _pair_problem(fn, results)
+    problem = _unusable(results, fn.convention.returns)
     if problem:
         return problem
     order = make.memory_permutation(base_probe.case.lk, ctx.seed)
@@ -361,15 +358,11 @@ def judge_causal(fn, ctx: Context, results) -> Verdict:
     """Under a causal mask query i attends only tokens up to i: changing the tokens after
     `kept` may change no row up to it."""
     (base_probe, base), (probe, changed) = results
-    for p, o in results:
-        failed = _failed_call(p, o)
-        if failed:
-            return failed
+    problem = _unusable(results, _causal_parts(fn.convention))
+    if problem:
+        return problem
     kept = future_start(base_probe.case.n) - 1
     for part in _causal_parts(fn.convention):
-        for p, o in results:
-            if part not in o.parts.values:
-                return _missing_part(p, o.parts, part)
         problem = compare(_rows(changed.parts.values[part], kept), _rows(base.parts.values[part], kept),
                           ctx.tolerance, against="the rows computed before the later tokens changed")
         if problem:
@@ -382,12 +375,9 @@ def judge_causal(fn, ctx: Context, results) -> Verdict:
 def judge_masked_keys(fn, ctx: Context, results) -> Verdict:
     """Every key the masks hide from a query gets exactly zero weight (up to the tolerance)."""
     for probe, outcome in results:
-        failed = _failed_call(probe, outcome)
-        if failed:
-            return failed
-        for part in _weight_parts(fn.convention):
-            if part not in outcome.parts.values:
-                return _missing_part(probe, outcome.parts, part)
+        problem = _unusable([(probe, outcome)], _weight_parts(fn.convention))
+        if problem:
+            return problem
         hidden = ~fn.convention.prepare(probe.case).keep
         for what, w in _weights_in(outcome.parts):
             w = np.asarray(w, dtype=np.float64)
