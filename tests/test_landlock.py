@@ -132,6 +132,15 @@ WAYS = {
 }
 
 
+def grade_without_namespaces(way: str, batch: Path, out: Path, home: Path) -> subprocess.CompletedProcess:
+    """`grader grade BATCH -o OUT` run the given way (WAYS), from HOME, on a course machine
+    whose interpreter every user can read."""
+    command = [*WAYS[way], shutil.which("grader"), "grade", str(batch), "-o", str(out), "--assignment", "rows",
+               "--cell-timeout", "10", "--call-timeout", "3"]
+    return subprocess.run(as_a_course_machine(command), capture_output=True, text=True, timeout=600,
+                          env={**own_run_environment(), "HOME": str(home)}, cwd=str(home))
+
+
 @pytest.mark.slow
 @pytest.mark.sandbox
 @needs_landlock
@@ -168,11 +177,8 @@ def test_without_namespaces_landlock_confines_the_kernel(way, outside_tmp):
     values = {"course": str(course / "assignment-secret.txt"), "out": str(out), "port": listener.getsockname()[1]}
     nb.cells += [nbformat.v4.new_code_cell(f"# {name}\n" + code.format(**values)) for name, code in ATTACKS.items()]
     nbformat.write(nb, batch / "mallory.ipynb")
-    command = [*WAYS[way], shutil.which("grader"), "grade", str(batch), "-o", str(out), "--assignment", "rows",
-               "--cell-timeout", "10", "--call-timeout", "3"]
     try:
-        done = subprocess.run(as_a_course_machine(command), capture_output=True, text=True, timeout=600,
-                              env={**own_run_environment(), "HOME": str(home)}, cwd=str(home))
+        done = grade_without_namespaces(way, batch, out, home)
     finally:
         stop.set()
         thread.join()

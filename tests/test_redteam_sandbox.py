@@ -14,15 +14,14 @@ import platform
 import shutil
 import socket
 import struct
-import subprocess
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from conftest import SUBMISSIONS, expect_slow, own_run_environment
+from conftest import SUBMISSIONS, expect_slow
 from grader import keyrings, landlock, sandbox
-from test_landlock import WAYS, _private_ancestors, as_a_course_machine
+from test_landlock import WAYS, _private_ancestors, grade_without_namespaces
 
 x86_64 = pytest.mark.skipif(platform.machine() != "x86_64", reason="the 32-bit entry is x86_64's")
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -221,11 +220,8 @@ def test_without_namespaces_a_kernel_reaches_nothing_landlock_does_not_govern(wa
         "raise RuntimeError('sent')"))
     nb.cells.append(nbformat.v4.new_code_cell("# sysv\n" + LEAVE_CODE))
     nbformat.write(nb, batch / "mallory.ipynb")
-    command = [*WAYS[way], shutil.which("grader"), "grade", str(batch), "-o", str(out), "--assignment", "rows",
-               "--cell-timeout", "10", "--call-timeout", "3"]
     try:
-        done = subprocess.run(as_a_course_machine(command), capture_output=True, text=True, timeout=600,
-                              env={**own_run_environment(), "HOME": str(home)}, cwd=str(home))
+        done = grade_without_namespaces(way, batch, out, home)
     finally:
         server.close()
         remove_the_donors_queue()
