@@ -338,8 +338,9 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     report.exports = write_exports(students, outdir, lms_column(outdir, settings.lms_assignment, assignment),
                                    assignment_max(assignment))
     for student in students:   # said, so that no one drops out of the LMS's gradebook unnoticed
-        if student.lms == "canvas" and canvas_left_out(student):
-            print(f"{CANVAS_FILE} leaves out {student.student}: {canvas_left_out(student)}", file=stream)
+        why = canvas_left_out(student) if student.lms == "canvas" else ""
+        if why:
+            print(f"{CANVAS_FILE} leaves out {student.student}: {why}", file=stream)
     people = {s.folder: {"student": s.student, "name": s.identity.name if s.identity else "",
                          "submission": s.name, "counts": decisions[s.folder][0]} for s in submissions}
     header = {"assignment": assignment.title or assignment.name, "version": __version__,
