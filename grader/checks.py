@@ -18,7 +18,7 @@ from grader.reference.attention import Case
 from grader.reference.sheets import FIXED_DATA
 
 from . import cases as make
-from .conventions import MEMORY_AXES, PART_WORDS, PER_HEAD_PARTS, Convention
+from .conventions import MASK_ROLES, PART_WORDS, PER_HEAD_PARTS, Convention
 from .explain import CORRECT, Predictions, agrees, differs_from_reference, explanations, overflow
 from .returns import Parts, Tolerance, compare
 from .seeds import hidden_cases_seed
@@ -76,7 +76,7 @@ class Probe:
     def arguments(self, conv: Convention) -> list:
         """The arguments the function is called with: the case's, in the variant's dtype. A
         mask keeps its course form's dtype (a 0 / -inf mask has no integer form)."""
-        return [a if p.role == "mask" else self.variant.convert(a)
+        return [a if p.role in MASK_ROLES else self.variant.convert(a)
                 for p, a in zip(conv.params, conv.call_arguments(self.case))]
 
 
@@ -134,7 +134,8 @@ def finite_rows(matrix: np.ndarray) -> list:
 
 
 def weight_heatmaps(conv: Convention, probe: Probe, parts: Parts) -> list:
-    """The student's and the expected attention weights of one case, for the report."""
+    """The student's and the expected attention weights of one case, for the report (a
+    batch's first element)."""
     figures = []
     expected = conv.expected_parts(probe.case)
     for part in ("weights", "weights_per_head"):
@@ -144,6 +145,9 @@ def weight_heatmaps(conv: Convention, probe: Probe, parts: Parts) -> list:
         if part == "weights_per_head" and isinstance(parts.values[part], list):
             pairs = [(f"attention weights, head {i + 1}", a, e)
                      for i, (a, e) in enumerate(zip(parts.values[part], expected[part]))]
+        if conv.batched:
+            pairs = [(f"{title}, batch element 0", a[0], e[0]) for title, a, e in pairs
+                     if getattr(a, "ndim", 0) == 3 and e.ndim == 3]
         for title, actual, wanted in pairs:
             if getattr(actual, "shape", None) == wanted.shape and wanted.ndim == 2 \
                     and wanted.shape[0] <= HEATMAP_MAX_TOKENS:
@@ -257,18 +261,21 @@ def judge_distribution(fn, ctx: Context, results) -> Verdict:
         weights = _weights_in(outcome.parts)
         if not weights:
             return Verdict("failed", f"On {probe.label}: no attention weights were returned.")
+        batched = fn.convention.batched
         for what, w in weights:
             w = w.astype(np.float64)
-            if w.ndim != 2 or w.size == 0 or not np.all(np.isfinite(w)):
-                return Verdict("failed", f"On {probe.label}: the {what} are not a finite N x N matrix.")
+            if w.ndim != 2 + batched or w.size == 0 or not np.all(np.isfinite(w)):
+                shape = "B x N x N array" if batched else "N x N matrix"
+                return Verdict("failed", f"On {probe.label}: the {what} are not a finite {shape}.")
             if w.min() < -1e-12:
                 return Verdict("failed", f"On {probe.label}: the {what} contain a negative value ({w.min():.3g}).")
-            sums = w.sum(axis=1)
-            worst = int(np.argmax(np.abs(sums - 1)))
+            sums = w.sum(axis=-1)
+            worst = np.unravel_index(int(np.argmax(np.abs(sums - 1))), sums.shape)
             if abs(sums[worst] - 1) > 1e-6:
                 # Tokens as columns (a softmax helper over axis 0 included): a query's weights are a column.
                 line, axis = ("column", "axis=0") if fn.convention.columns else ("row", "axis=-1")
-                return Verdict("failed", f"On {probe.label}: {line} {worst} of the {what} sums to {sums[worst]:.4g}; "
+                where = f"{line} {worst[-1]}" + (f" of batch element {worst[0]}" if batched else "")
+                return Verdict("failed", f"On {probe.label}: {where} of the {what} sums to {sums[worst]:.4g}; "
                                          f"each query's weights must sum to 1 (softmax over the keys, {axis}).",
                                weight_heatmaps(fn.convention, probe, outcome.parts))
     return Verdict("passed", f"Weights are non-negative and each row sums to 1 on {len(results)} case(s).")
@@ -325,17 +332,18 @@ def judge_memory_permutation(fn, ctx: Context, results) -> Verdict:
         # rows is a wrong answer, never a permutation the grader cannot make.
         for array in value if isinstance(value, list) else [value]:
             shape = np.shape(array)
-            for axis in MEMORY_AXES[part]:
+            for axis in fn.convention.memory_axes(part):
                 if len(shape) <= axis or shape[axis] != len(order):
                     return Verdict("failed", f"On {base_probe.label}: the {PART_WORDS[part]} has shape "
                                              f"{shape}; its axis {axis} should run over the memory's "
                                              f"{len(order)} rows (keys).")
-        problem = compare(permuted.parts.values[part], _permute(value, order, MEMORY_AXES[part]), ctx.tolerance,
-                          against="the original order's result" + (", permuted" if MEMORY_AXES[part] else ""))
+        axes = fn.convention.memory_axes(part)
+        problem = compare(permuted.parts.values[part], _permute(value, order, axes), ctx.tolerance,
+                          against="the original order's result" + (", permuted" if axes else ""))
         if problem:
             return Verdict("failed", f"Permuting the memory's rows (keys and values together, order "
                                      f"{order.tolist()}) should leave the {PART_WORDS[part]} "
-                                     f"{'permuted the same way' if MEMORY_AXES[part] else 'unchanged'}, "
+                                     f"{'permuted the same way' if axes else 'unchanged'}, "
                                      f"but the result {problem}.")
     return Verdict("passed", f"Permuting the memory's rows (order {order.tolist()}) leaves the output unchanged.")
 
@@ -346,12 +354,13 @@ def _causal_parts(conv: Convention) -> list[str]:
                                               "scores_per_head", "heads")]
 
 
-def _rows(value, last: int):
-    """Rows 0 to `last` (of each head's array); what has no rows is compared whole."""
+def _rows(value, last: int, axis: int):
+    """Rows 0 to `last` on the queries' axis (of each head's array); what has no such axis is
+    compared whole."""
     if isinstance(value, list):
-        return [_rows(v, last) for v in value]
+        return [_rows(v, last, axis) for v in value]
     value = np.asarray(value)
-    return value[:last + 1] if value.ndim else value
+    return np.take(value, range(min(last + 1, value.shape[axis])), axis=axis) if value.ndim > axis else value
 
 
 def judge_causal(fn, ctx: Context, results) -> Verdict:
@@ -363,7 +372,8 @@ def judge_causal(fn, ctx: Context, results) -> Verdict:
         return problem
     kept = future_start(base_probe.case.n) - 1
     for part in _causal_parts(fn.convention):
-        problem = compare(_rows(changed.parts.values[part], kept), _rows(base.parts.values[part], kept),
+        axis = fn.convention.query_axis
+        problem = compare(_rows(changed.parts.values[part], kept, axis), _rows(base.parts.values[part], kept, axis),
                           ctx.tolerance, against="the rows computed before the later tokens changed")
         if problem:
             return Verdict("failed", f"Changing the tokens after token {kept} changed the {PART_WORDS[part]} "
@@ -378,18 +388,55 @@ def judge_masked_keys(fn, ctx: Context, results) -> Verdict:
         problem = _unusable([(probe, outcome)], _weight_parts(fn.convention))
         if problem:
             return problem
-        hidden = ~fn.convention.prepare(probe.case).keep
+        conv = fn.convention
+        hidden = ~np.stack([e.keep for e in conv.elements(probe.case)])
+        if not conv.batched:
+            hidden = hidden[0]
         for what, w in _weights_in(outcome.parts):
             w = np.asarray(w, dtype=np.float64)
             if w.shape != hidden.shape:
-                return Verdict("failed", f"On {probe.label}: the {what} are {w.shape}, not Lq x Lk = {hidden.shape}.")
+                shape = "B x Lq x Lk" if conv.batched else "Lq x Lk"
+                return Verdict("failed", f"On {probe.label}: the {what} are {w.shape}, not {shape} = {hidden.shape}.")
             leaked = np.where(hidden, np.nan_to_num(np.abs(w), nan=np.inf), 0.0)
             if leaked.max() > ctx.tolerance.atol:
-                i, j = np.unravel_index(int(np.argmax(leaked)), leaked.shape)
-                return Verdict("failed", f"On {probe.label}: query {i} gives masked key {j} weight "
-                                         f"{w[i, j]:.4g} in the {what}; a masked key gets weight 0.",
+                at = np.unravel_index(int(np.argmax(leaked)), leaked.shape)
+                i, j = at[-2:]
+                element = f" of batch element {at[0]}" if conv.batched else ""
+                return Verdict("failed", f"On {probe.label}: query {i}{element} gives masked key {j} weight "
+                                         f"{w[at]:.4g} in the {what}; a masked key gets weight 0.",
                                weight_heatmaps(fn.convention, probe, outcome.parts))
     return Verdict("passed", f"Masked keys get zero weight on {len(results)} case(s).")
+
+
+def _element(value, i: int):
+    """Batch element i of a returned part (of each head's array), or None when it has none."""
+    if isinstance(value, list):
+        found = [_element(v, i) for v in value]
+        return None if any(f is None for f in found) else found
+    value = np.asarray(value)
+    return value[i] if value.ndim and value.shape[0] > i else None
+
+
+def judge_batch_elements(fn, ctx: Context, results) -> Verdict:
+    """A batch's elements are independent problems sharing the weights: element i of the
+    batch's result is the function's own result on that element alone (a batch of one)."""
+    problem = _unusable(results, fn.convention.returns)
+    if problem:
+        return problem
+    (base_probe, base), *alone = results
+    for i, (_probe, single) in enumerate(alone):
+        for part, value in base.parts.values.items():
+            mine, own = _element(value, i), _element(single.parts.values[part], 0)
+            if mine is None or own is None:
+                return Verdict("failed", f"On {base_probe.label}: the {PART_WORDS[part]} has no batch axis "
+                                         f"with element {i} (a batch's results are B x ...).")
+            problem = compare(mine, own, ctx.tolerance, against="the result on that element alone")
+            if problem:
+                return Verdict("failed", f"Element {i} of a batch of {len(alone)} should be what the function "
+                                         f"returns for that element alone (a batch of one), but the "
+                                         f"{PART_WORDS[part]} {problem}. A batch's elements are computed apart: "
+                                         "a softmax, a sum or a reshape across the batch axis mixes them.")
+    return Verdict("passed", f"Each of the {len(alone)} elements of a batch is what the function returns for it alone.")
 
 
 def _unchanged(sent, after) -> bool:
@@ -469,6 +516,14 @@ def _permutation(fn, ctx):
     return [Probe(base), Probe(base.permuted(make.token_permutation(base.n, ctx.seed)))]
 
 
+def _batch_alone(fn, ctx):
+    """The base batch, then each of its elements as a batch of one."""
+    base = make.base_case(fn.convention, ctx.seed)
+    alone = [replace(e, batch_rest=(), label=f"{base.label}: batch element {i} alone")
+             for i, e in enumerate(base.elements)]
+    return [Probe(base), *(Probe(e) for e in alone)]
+
+
 def _memory_permutation(fn, ctx):
     base = make.base_case(fn.convention, ctx.seed)
     return [Probe(base), Probe(base.memory_permuted(make.memory_permutation(base.lk, ctx.seed)))]
@@ -524,6 +579,8 @@ CHECKS: dict[str, CheckKind] = {c.name: c for c in [
     # Keys and values move together, so the memory's order is not the problem's (unless causal).
     CheckKind("memory_permutation", "Permuting the memory's rows leaves a cross-attention output unchanged", 1,
               lambda conv, f: conv.cross and not conv.causal, _memory_permutation, judge_memory_permutation),
+    CheckKind("batch_elements", "Each batch element is computed on its own", 1,
+              lambda conv, f: conv.batched, _batch_alone, judge_batch_elements),
     CheckKind("causal_future", "Under a causal mask, a token ignores the tokens after it", 1,
               lambda conv, f: conv.causal, _future_changed, judge_causal),
     CheckKind("masked_keys_zero_weight", "Masked keys get zero weight", 1,

@@ -51,6 +51,7 @@ ROLES = {
     "wo": "the output projection",
     "bo": "the output projection's bias",
     "mask": "an attention mask (Lq x Lk), in the form its form = ... names",
+    "key_padding": "a key-padding mask (one flag per key: which keys are real), in the form its form = ... names",
     "causal": "a flag: whether each query attends only the keys up to itself (a causal mask)",
     "n_heads": "the number of heads",
     "scale": "a flag: whether to divide the scores by sqrt(d_k)",
@@ -72,7 +73,15 @@ STEPS = ((1, "projections"), (2, "scores"), (3, "softmax"))
 
 CONVENTION_KEYS = ("description", "params", "returns", "weights", "tokens", "scaled", "axis", "square",
                    "per_head_returns", "batch", "causal", "fully_masked")
-PARAM_KEYS = ("name", "role", "heads", "head", "keys", "form")
+PARAM_KEYS = ("name", "role", "heads", "head", "keys", "form", "shape")
+MASK_ROLES = ("mask", "key_padding")
+# The shapes a mask may be passed in, unbatched and batched; the first is the default. A mask
+# shared by the whole batch is one Lq x Lk; "B x 1 x ..." broadcasts over a heads axis.
+MASK_SHAPES = {("mask", False): ("Lq x Lk",), ("mask", True): ("B x Lq x Lk", "B x 1 x Lq x Lk", "Lq x Lk"),
+               ("key_padding", False): ("Lk",), ("key_padding", True): ("B x Lk", "B x 1 x 1 x Lk")}
+# The roles whose argument is one per batch element (stacked on a leading batch axis when
+# batched); every other role (weights, biases, flags, the head count) is shared by the batch.
+PER_ELEMENT_ROLES = ("x", "memory", "q", "k", "v", "scores", "mask", "key_padding")
 # What a row with no key left to attend gives when a convention does not say: the rule its
 # mask form implies by arithmetic (an additive -inf mask gives NaN), else all weights zero.
 DEFAULT_FULLY_MASKED = "zeros"
@@ -85,7 +94,8 @@ class Param:
     heads: str = "fused"        # fused: heads side by side | per_head: a list | axis: one array, heads axis first
     head: int | None = None     # this one head's matrix (1-based), for conventions with a fixed head count
     keys: tuple = ()            # role dict: (key, Param) pairs
-    form: str | None = None     # role mask: how the course spells it (reference/masks.py FORMS)
+    form: str | None = None     # role mask or key_padding: how the course spells it (reference/masks.py FORMS)
+    shape: str | None = None    # role mask or key_padding: MASK_SHAPES; None: the default
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,7 @@ class Convention:
     per_head_returns: str = "list"   # list | axis: how per-head parts are shown (both are read)
     causal_inside: bool = False      # the function builds a causal mask itself, with no argument
     fully_masked: str = DEFAULT_FULLY_MASKED   # what a row with every key masked gives
+    batched: bool = False       # a leading batch axis on every per-element argument and return
     flat: tuple[Param, ...] = field(default=(), compare=False)   # every role, dicts' keys included
 
     # What follows is derived from the declared roles and returns, never declared.
@@ -167,12 +178,38 @@ class Convention:
 
     def token_axes(self, part: str) -> tuple:
         """The axes of a returned part that the query tokens index (for the permutation check)."""
-        return (QUERY_AXES if self.cross else TOKEN_AXES)[part]
+        return self._shifted((QUERY_AXES if self.cross else TOKEN_AXES)[part])
+
+    def memory_axes(self, part: str) -> tuple:
+        """The axes of a returned part that the memory's rows (the keys) index."""
+        return self._shifted(MEMORY_AXES[part])
+
+    @property
+    def query_axis(self) -> int:
+        """The axis of a returned part (each head's array) that runs over the queries."""
+        return 1 if self.batched else 0
+
+    def _shifted(self, axes: tuple) -> tuple:
+        return tuple(a + 1 for a in axes) if self.batched else axes
 
     @property
     def masked(self) -> bool:
-        """The function takes an attention mask as an argument."""
-        return "mask" in self.roles
+        """The function takes an attention mask or a key-padding mask as an argument."""
+        return bool(self.roles & set(MASK_ROLES))
+
+    @property
+    def key_padding(self) -> bool:
+        return "key_padding" in self.roles
+
+    @property
+    def stacked_heads(self) -> bool:
+        """A batched function that holds its heads on an array axis (B x H x N x d): it splits
+        fused projections into it itself, or is given them split."""
+        return self.batched and self.heads == "many" and (
+            self.splits_heads or any(p.heads == "axis" for p in self.flat))
+
+    def mask_shape(self, param: Param) -> str:
+        return param.shape or MASK_SHAPES[(param.role, self.batched)][0]
 
     @property
     def causal(self) -> bool:
@@ -200,11 +237,24 @@ class Convention:
         return self.return_keys is None and len(self.returns) > 1
 
     def prepare(self, case: Case) -> Case:
-        return replace(case, scaled=self.scaled, causal=self.causal, fully_masked=self.fully_masked)
+        return replace(case, scaled=self.scaled, causal=self.causal, fully_masked=self.fully_masked,
+                       batch_rest=tuple(self.prepare(e) for e in case.batch_rest))
+
+    def elements(self, case: Case) -> list[Case]:
+        """The prepared cases a call computes on: the batch's elements, or the one case."""
+        prepared = self.prepare(case)
+        return list(prepared.elements) if self.batched else [prepared]
+
+    def predict(self, case: Case, compute) -> dict:
+        """The canonical parts a computation gives on a case (`compute` maps a batch's elements
+        to attention()-structured results: the reference's or a mistake's); a batched
+        convention's are each element's, stacked on a leading batch axis."""
+        elements = self.elements(case)
+        per_element = [self.expected(r, e) for r, e in zip(compute(elements), elements)]
+        return stack_parts(per_element) if self.batched else per_element[0]
 
     def expected_parts(self, case: Case) -> dict:
-        case = self.prepare(case)
-        return self.expected(attention(case), case)
+        return self.predict(case, lambda elements: [attention(e) for e in elements])
 
     def expected(self, result: dict, case: Case) -> dict:
         """The canonical parts this convention returns, from a computation's result (the
@@ -225,15 +275,36 @@ class Convention:
         return parts
 
     def call_arguments(self, case: Case) -> list:
-        case = self.prepare(case)
-        computed = {}
+        elements = self.elements(case)
+        computed: dict = {}
 
-        def reference():
-            if not computed:
-                computed.update(attention(case))
-            return computed
+        def reference(element: Case) -> dict:
+            key = id(element)
+            if key not in computed:
+                computed[key] = attention(element)
+            return computed[key]
 
-        return [self._argument(p, case, reference) for p in self.params]
+        def argument(param: Param, element: Case):
+            return self._argument(param, element, lambda: reference(element))
+
+        if not self.batched:
+            return [argument(p, elements[0]) for p in self.params]
+        return [self._batched(p, [argument(p, e) for e in elements]) if p.role in PER_ELEMENT_ROLES
+                else argument(p, elements[0]) for p in self.params]
+
+    def _batched(self, param: Param, values: list):
+        """One argument for the whole batch from each element's: stacked on a leading axis
+        (each head's when they come as a list), or in the mask's declared shape."""
+        if isinstance(values[0], list):
+            return [np.stack([v[h] for v in values]) for h in range(len(values[0]))]
+        if param.role in MASK_ROLES:
+            shape = self.mask_shape(param)
+            if shape == "Lq x Lk":
+                return values[0]   # one mask for the whole batch: the cases share it (cases.py)
+            stacked = np.stack(values)
+            extra = shape.count(" 1 ")
+            return stacked.reshape(stacked.shape[0], *(1,) * extra, *stacked.shape[1:])
+        return np.stack(values)
 
     def _argument(self, param: Param, case: Case, reference):
         role = param.role
@@ -246,7 +317,10 @@ class Convention:
         if role == "causal":
             return True
         if role == "mask":
-            return FORMS[param.form].to_course(given_keep(case))
+            return FORMS[param.form].to_course(given_keep(case, with_key_padding=not self.key_padding))
+        if role == "key_padding":
+            real = np.ones(case.lk, dtype=bool) if case.key_mask is None else case.key_mask
+            return FORMS[param.form].to_course(real)
         if role == "bo":
             return self._bias(case.bo)
         if role == "x":
@@ -306,16 +380,33 @@ class Convention:
 _RETURN_NAME = {"weights_per_head": "weights", "scores_per_head": "scores"}
 
 
-def given_keep(case: Case) -> np.ndarray:
+def given_keep(case: Case, with_key_padding: bool = True) -> np.ndarray:
     """The mask a function is handed as its argument, canonical (Lq x Lk, True = may attend):
-    the case's attention and key-padding masks, never the causal one a function builds itself;
-    all True when the case has none (a sheet's data without a mask)."""
+    the case's attention mask, with its key-padding mask unless the function takes that apart,
+    never the causal one a function builds itself; all True when the case has none (a sheet's
+    data without a mask)."""
     keep = np.ones((case.n, case.lk), dtype=bool)
     if case.mask is not None:
         keep &= case.mask
-    if case.key_mask is not None:
+    if case.key_mask is not None and with_key_padding:
         keep &= case.key_mask[None, :]
     return keep
+
+
+def stack_parts(per_element: list[dict]) -> dict:
+    """Each element's canonical parts stacked on a leading batch axis (each head's array, for
+    a per-head list). A part whose elements differ in shape, as some mistakes' may, is left
+    out: that computation predicts nothing for it."""
+    stacked = {}
+    for part, first in per_element[0].items():
+        try:
+            if isinstance(first, list):
+                stacked[part] = [np.stack([e[part][h] for e in per_element]) for h in range(len(first))]
+            else:
+                stacked[part] = np.stack([e[part] for e in per_element])
+        except (ValueError, IndexError):
+            continue
+    return stacked
 
 
 def _fused_bias(case: Case, name: str) -> np.ndarray:
@@ -365,12 +456,17 @@ def _param(raw, where: str, inside_dict: bool = False) -> Param:
         if "heads" in raw:
             _fail(where, f"param {name}: give either head (one head's matrix) or heads, not both")
     form = None
-    if role == "mask":
+    if role in MASK_ROLES:
         if inside_dict:
             _fail(where, f"param {name}: a mask is its own param, not a key of a dict")
         form = _choice(raw, "form", tuple(FORMS), None, f"{where}: param {name}")
-    elif "form" in raw:
-        _fail(where, f"param {name}: form applies to role \"mask\" only")
+    else:
+        for key in ("form", "shape"):
+            if key in raw:
+                _fail(where, f"param {name}: {key} applies to roles \"mask\" and \"key_padding\" only")
+    shape = raw.get("shape")
+    if shape is not None and not isinstance(shape, str):
+        _fail(where, f"param {name}: shape must be text such as \"B x Lq x Lk\", not {shape!r}"[:200])
     keys = ()
     if role == "dict":
         if inside_dict:
@@ -383,7 +479,7 @@ def _param(raw, where: str, inside_dict: bool = False) -> Param:
                      for key, inner in table.items())
     elif "keys" in raw:
         _fail(where, f"param {name}: keys applies to role \"dict\" only")
-    return Param(name, role, heads, head, keys, form)
+    return Param(name, role, heads, head, keys, form, shape)
 
 
 def _returns(raw, where: str) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
@@ -471,11 +567,19 @@ def _check_roles(conv: Convention, where: str) -> None:
         _fail(where, "a mask (or causal) needs a function that computes the softmax itself")
     if (conv.masked or conv.causal) and conv.columns:
         _fail(where, "a mask (or causal) with tokens as columns is not supported yet")
+    if conv.batched and conv.columns:
+        _fail(where, "batch = true takes tokens as rows (B x N x D)")
+    for p in flat:
+        if p.role in MASK_ROLES:
+            allowed = MASK_SHAPES[(p.role, conv.batched)]
+            if conv.mask_shape(p) not in allowed:
+                _fail(where, f"param {p.name}: shape {p.shape!r} is not one of {', '.join(map(repr, allowed))}"
+                             + ("" if conv.batched else " (without batch = true)"))
 
 
 def _fully_masked(raw: dict, flat: tuple, where: str) -> str:
     """The rule for a row with every key masked: as declared, else as the mask's form implies."""
-    forms = [p.form for p in flat if p.role == "mask"]
+    forms = [p.form for p in flat if p.role in MASK_ROLES]
     if "fully_masked" in raw:
         if not forms and raw.get("causal") is not True and not any(p.role == "causal" for p in flat):
             _fail(where, "fully_masked applies to a convention with a mask or causal only")
@@ -491,8 +595,6 @@ def parse_convention(raw, name: str, where: str) -> Convention:
     unknown = sorted(set(raw) - set(CONVENTION_KEYS))
     if unknown:
         _fail(where, f"unknown key {unknown[0]!r} in the convention (known: {', '.join(CONVENTION_KEYS)})"[:300])
-    if "batch" in raw:
-        _fail(where, "batch: leading batch axes are not supported yet")
     params_raw = raw.get("params")
     if not isinstance(params_raw, list) or not params_raw:
         _fail(where, "params must list the parameters in order, each { name = ..., role = ... }")
@@ -519,6 +621,7 @@ def parse_convention(raw, name: str, where: str) -> Convention:
         scaled=raw.get("scaled", True), square=raw.get("square", False),
         per_head_returns=_choice(raw, "per_head_returns", ("list", "axis"), "list", where), flat=flat,
         causal_inside=_choice(raw, "causal", (False, True), False, where),
+        batched=_choice(raw, "batch", (False, True), False, where),
         fully_masked=_fully_masked(raw, flat, where))
     multi = conv.heads != "one"
     canonical = tuple(f"{p}_per_head" if multi and p in ("weights", "scores") else p for p in return_names)

@@ -7,12 +7,13 @@ every computation is cached per (convention, explanation, case) for one notebook
 from __future__ import annotations
 
 import itertools
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from grader.reference.mistakes import MISTAKES, REFERENCE, Mistake, Variant, combined, mistaken_attention
+from grader.reference.mistakes import MISTAKES, REFERENCE, Mistake, Variant, combined, mistaken_elements
 
 from .conventions import Convention
 from .returns import Tolerance, same
@@ -71,6 +72,14 @@ def features(conv: Convention) -> set[str]:
         found.add("projection_bias")
     if conv.cross:
         found.add("cross")
+    if conv.batched:
+        found.add("batch")
+    if conv.stacked_heads:
+        found.add("stacked_heads")
+    # The framework layout x @ W.T on tokens as rows (tokens as columns compute W @ X, where
+    # the transpose is the layout itself).
+    if conv.weights == "out_in" and not conv.columns and conv.input_stage == 0:
+        found.add("framework_layout")
     return found
 
 
@@ -109,9 +118,9 @@ class Predictions:
             if explanation.is_reference:
                 self._cache[key] = conv.expected_parts(case)
             else:
-                prepared = conv.prepare(case)
                 with np.errstate(all="ignore"):
-                    self._cache[key] = conv.expected(mistaken_attention(prepared, explanation.variant), prepared)
+                    self._cache[key] = conv.predict(
+                        case, lambda elements: mistaken_elements(elements, explanation.variant))
         return self._cache[key]
 
 
@@ -156,23 +165,32 @@ def _arrays(arguments) -> list:
 def trivial(value, arguments: list) -> str | None:
     """Why a value could be produced without computing attention, or None when it could not:
     it is constant, every token gets the same row, every row is uniform, or it is one of the
-    function's own arguments (or its transpose)."""
+    function's own arguments (or its transpose). A batched value (B x N x ...) is judged matrix
+    by matrix. Non-finite entries where a mask leaves a row nothing to attend (NaN, as -inf
+    fills give) are left out of the tests, but a value with no finite entry is trivial."""
     arrays = value if isinstance(value, list) else [value]
     if not arrays:
         return "empty"
     for array in arrays:
         a = np.asarray(array, dtype=np.float64)
-        if a.size == 0 or not np.all(np.isfinite(a)):
+        finite = a[np.isfinite(a)]
+        if finite.size == 0:
             return "empty or not finite"
-        if not np.any(a):
+        if not np.any(finite):
             return "all zeros"
-        scale = 1e-9 * max(1.0, float(np.abs(a).max()))
-        if np.ptp(a) <= scale:
+        scale = 1e-9 * max(1.0, float(np.abs(finite).max()))
+        if np.ptp(finite) <= scale:
             return "constant"
-        if a.ndim == 2 and a.shape[0] > 1 and np.all(np.ptp(a, axis=0) <= scale):
-            return "the same row for every token"
-        if a.ndim == 2 and a.shape[1] > 1 and np.all(np.ptp(a, axis=1) <= scale):
-            return "uniform along each row"
+        if a.ndim >= 2:
+            matrices = a.reshape(-1, *a.shape[-2:])
+            with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)   # an all-NaN column or row
+                across_tokens = np.nanmax(matrices, axis=1) - np.nanmin(matrices, axis=1)
+                along_rows = np.nanmax(matrices, axis=2) - np.nanmin(matrices, axis=2)
+            if a.shape[-2] > 1 and np.all(np.nan_to_num(across_tokens) <= scale):
+                return "the same row for every token"
+            if a.shape[-1] > 1 and np.all(np.nan_to_num(along_rows) <= scale):
+                return "uniform along each row"
         for arg in _arrays(arguments):
             if arg.ndim == a.ndim and (same(arg, a, ARGUMENT_TOLERANCE) or same(arg.T, a, ARGUMENT_TOLERANCE)):
                 return "one of its own arguments, unchanged"

@@ -71,7 +71,9 @@ def _array(encoded: dict) -> np.ndarray:
         raise Unreadable(f"could not be used ({exc})") from None
 
 
-def _per_head(encoded: dict) -> list:
+def _per_head(encoded: dict, batched: bool = False) -> list:
+    """Per-head arrays: a list, one per head, or one array with the heads axis first (after
+    the batch axis, B x H x ..., when batched)."""
     if encoded.get("kind") == "sequence":
         heads = []
         for i, item in enumerate(encoded["items"]):
@@ -81,6 +83,11 @@ def _per_head(encoded: dict) -> list:
                 raise Unreadable(f"of head {i + 1} {exc}") from None
         return heads
     stacked = _array(encoded)
+    if batched:
+        if stacked.ndim == 4:
+            return list(np.moveaxis(stacked, 1, 0))
+        raise Unreadable(f"have shape {stacked.shape}; expected a heads axis after the batch axis "
+                         "(B x H x ...) or a list of H arrays, one per head")
     if stacked.ndim == 3:
         return list(stacked)
     if stacked.ndim == 2:
@@ -137,7 +144,7 @@ def canonical_parts(conv: Convention, encoded: dict) -> Parts:
     parts = Parts(returned=describe_value(encoded))
     for name, item in _pairs(conv, encoded, parts):
         try:
-            value = _per_head(item) if name in PER_HEAD_PARTS else _array(item)
+            value = _per_head(item, conv.batched) if name in PER_HEAD_PARTS else _array(item)
         except Unreadable as exc:
             parts.unreadable[name] = str(exc)
             continue

@@ -53,6 +53,9 @@ class Case:
     causal: bool = False                 # the function masks keys j > i itself
     fully_masked: str = "zeros"          # what a row with no key left gives: masks.FULLY_MASKED_RULES
     bo: np.ndarray | None = None         # output projection bias
+    # A batch: the other elements of a batched function's input (this case is element 0),
+    # sharing its weights; each is a case of its own and is computed on its own.
+    batch_rest: tuple["Case", ...] = ()
 
     def __post_init__(self):
         if self.fully_masked not in FULLY_MASKED_RULES:
@@ -67,6 +70,11 @@ class Case:
             raise ValueError(f"the mask is {np.shape(self.mask)}, not Lq x Lk = {(self.n, self.lk)}")
         if self.key_mask is not None and np.shape(self.key_mask) != (self.lk,):
             raise ValueError(f"the key mask is {np.shape(self.key_mask)}, not Lk = ({self.lk},)")
+
+    @property
+    def elements(self) -> tuple["Case", ...]:
+        """The batch this case heads: itself, then the rest (one element when unbatched)."""
+        return (self, *self.batch_rest)
 
     @property
     def n(self) -> int:
@@ -104,6 +112,7 @@ class Case:
         if key_mask is not None and self.memory is None:
             key_mask = key_mask[order]
         return replace(self, x=self.x[order], mask=mask, key_mask=key_mask,
+                       batch_rest=tuple(e.permuted(order) for e in self.batch_rest),
                        label=f"{self.label} (tokens permuted)")
 
     def memory_permuted(self, order: np.ndarray) -> "Case":
@@ -116,6 +125,7 @@ class Case:
         return replace(self, memory=self.memory[order],
                        mask=None if self.mask is None else self.mask[:, order],
                        key_mask=None if self.key_mask is None else self.key_mask[order],
+                       batch_rest=tuple(e.memory_permuted(order) for e in self.batch_rest),
                        label=f"{self.label} (memory permuted)")
 
     def fused(self, name: str) -> np.ndarray:

@@ -274,6 +274,12 @@ def mistaken_batched(cases: list[Case], v: Variant) -> dict:
     return stack_batch(_mistaken(cases, v))
 
 
+def mistaken_elements(cases: list[Case], v: Variant) -> list[dict]:
+    """mistaken_attention() of each element of a batch, in attention()'s structure; a softmax
+    over the batch axis normalises across the elements."""
+    return _mistaken(cases, v)
+
+
 def _mistaken(cases: list[Case], v: Variant) -> list[dict]:
     plans = []
     for case in cases:

@@ -148,7 +148,7 @@ QKV = 'params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name 
     (QKV + 'returns = "output"\naxis = 0\n', "axis applies to a softmax helper"),
     (QKV + 'returns = "output"\nheads = 2\n', "unknown key 'heads' in the convention"),
     ('params = ["Q", "K", "V"]\nreturns = "output"\n', "param 'Q' needs a role"),
-    (QKV + 'returns = "output"\nbatch = 1\n', "batch: leading batch axes are not supported yet"),
+    (QKV + 'returns = "output"\nbatch = 1\n', "batch must be one of False, True, not 1"),
     (QKV[:-2] + ', { name = "mask", role = "mask" }]\nreturns = "output"\n',
      "param mask: form must be one of 'keep', 'ignore', 'additive_inf'"),
     (QKV[:-2] + ', { name = "mask", role = "mask", form = "additive" }]\nreturns = "output"\n',
@@ -157,7 +157,7 @@ QKV = 'params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name 
      "fully_masked must be one of 'zeros', 'uniform', 'nan', 'unmasked'"),
     (QKV + 'returns = "output"\nfully_masked = "zeros"\n', "fully_masked applies to a convention with a mask"),
     ('params = [{ name = "Q", role = "q", form = "keep" }, { name = "K", role = "k" }, { name = "V", role = "v" }]\n'
-     'returns = "output"\n', "param Q: form applies to role \"mask\" only"),
+     'returns = "output"\n', "param Q: form applies to roles \"mask\" and \"key_padding\" only"),
     (QKV[:-2] + ', { name = "c", role = "causal" }]\nreturns = "output"\ncausal = true\n',
      "give causal = true (built inside) or a param with role causal (a flag), not both"),
     (QKV + 'returns = "output"\ncausal = 1\n', "causal must be one of False, True, not 1"),
