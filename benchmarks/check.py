@@ -2,11 +2,18 @@
 a fresh nbclient kernel, measured in the same run. Prints the ratio (grader / bare run).
 After the first check, the fork server is warm, as it is for a student's next check.
 
+It also grades the worked solution against the built-in `rows` assignment and against the
+same assignment written as a course would, every convention inline in its spec (the
+built-in tables of reference/conventions.toml copied under each function), and prints that
+ratio too: a convention from a course's TOML costs what a built-in one does.
+
     python benchmarks/check.py [--repeat 3] [NOTEBOOK ...]
 """
 import argparse
+import re
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 import measure
@@ -18,6 +25,38 @@ DEFAULT = [ROOT / "submissions" / "worked_solution.ipynb", ROOT / "submissions" 
 BARE = ("import sys, nbformat\nfrom nbclient import NotebookClient\n"
         "nb = nbformat.read(sys.argv[1], as_version=4)\n"
         "NotebookClient(nb, kernel_name='python3', allow_errors=True, timeout=30).execute()\n")
+
+
+def inline_spec(builtin: str) -> str:
+    """The built-in assignment's spec with each function's convention written inline, as a
+    course's spec would have it (the built-ins' parameter names are the conventions' own)."""
+    tables = {}
+    text = (ROOT / "reference" / "conventions.toml").read_text()
+    for match in re.finditer(r"^\[conventions\.(\w+)\]\n(.*?)(?=^\[|\Z)", text, re.M | re.S):
+        tables[match[1]] = match[2].strip()
+    spec = (ROOT / "reference" / "assignments" / f"{builtin}.toml").read_text()
+    blocks = spec.split("[[functions]]")
+    out = [blocks[0]]
+    for block in blocks[1:]:
+        name = re.search(r'^convention = "(\w+)"$', block, re.M)[1]
+        block = re.sub(r'^(convention|params) = .*$\n', "", block, flags=re.M)
+        out.append(f"[[functions]]{block.rstrip()}\n\n[functions.convention]\n{tables[name]}\n\n")
+    return "".join(out)
+
+
+def spec_against_builtin(repeat: int) -> None:
+    worked = ROOT / "submissions" / "worked_solution.ipynb"
+    with tempfile.TemporaryDirectory() as folder:
+        spec = Path(folder) / "rows-inline.toml"
+        spec.write_text(inline_spec("rows"))
+        check = [sys.executable, "-m", "grader.cli", "check", str(worked), "--assignment"]
+        builtin, inline = [], []
+        for _ in range(repeat):
+            builtin.append(measure.run([*check, "rows"]))
+            inline.append(measure.run([*check, str(spec)]))
+    b, i = (statistics.median(m.seconds for m in runs) for runs in (builtin, inline))
+    print(f"built-in rows:           {b:.2f} s per check; the same conventions inline in a spec: {i:.2f} s")
+    print(f"ratio spec / built-in:   {i / b:.2f}")
 
 
 def main() -> None:
@@ -40,6 +79,7 @@ def main() -> None:
     print(f"ratio grader / bare:     {g / b:.2f}")
     print(f"first grader check of the run (it starts the fork server when none is running): "
           f"{grader[0].seconds:.2f} s, {grader[0].cpu_seconds:.2f} CPU s")
+    spec_against_builtin(args.repeat)
 
 
 if __name__ == "__main__":

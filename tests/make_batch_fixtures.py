@@ -1,5 +1,5 @@
 """Writes tests/fixtures/batch/: a worked notebook for the batched conventions of
-tests/fixtures/batch/course.toml (a leading batch axis, heads on an array axis, key padding,
+reference/assignments/batched.toml (a leading batch axis, heads on an array axis, key padding,
 the framework layout), and one with a known batch mistake in each function.
 
 Run `python tests/make_batch_fixtures.py` after changing a body below; the notebooks are

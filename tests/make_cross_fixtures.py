@@ -1,5 +1,5 @@
 """Writes tests/fixtures/cross/: a worked notebook for the cross-attention conventions of
-tests/fixtures/cross/course.toml, and one with a known cross-attention mistake in each function.
+reference/assignments/cross.toml, and one with a known cross-attention mistake in each function.
 
 Run `python tests/make_cross_fixtures.py` after changing a body below; the notebooks are
 committed so that a test run never depends on this script.

@@ -1,5 +1,5 @@
 """Writes tests/fixtures/masks/: a worked notebook for the masked and causal conventions of
-tests/fixtures/masks/course.toml, and one with a known mistake in each function.
+reference/assignments/masks.toml, and one with a known mistake in each function.
 
 Run `python tests/make_mask_fixtures.py` after changing a body below; the notebooks are
 committed so that a test run never depends on this script.

@@ -14,13 +14,13 @@ from grader.checks import CHECKS, Context, Outcome, check_probes, judge_batch_el
 from grader.errors import SpecError
 from grader.explain import applicable, features, trivial
 from grader.returns import Parts, Tolerance
-from grader.spec import parse
+from grader.spec import load_assignment, parse
 
 sys.path.insert(0, str(ROOT / "tests"))
 from make_batch_fixtures import MISTAKES  # noqa: E402
 
 BATCH = FIXTURES / "batch"
-SPEC = BATCH / "course.toml"
+SPEC = "batched"   # a built-in, written in the same TOML as a course's spec
 
 
 def _function(text: str, name: str = "attend"):
@@ -130,13 +130,13 @@ def test_batch_features_open_the_batch_mistakes():
     assert {"batch", "stacked_heads", "mask"} <= features(heads)
     named = {m.id for m in applicable(heads)}
     assert {"softmax_over_heads", "softmax_over_batch", "mask_inverted"} <= named
-    spec = parse(SPEC.read_text(), str(SPEC))
+    spec = load_assignment(SPEC)
     mha = spec.functions[0].convention
     assert {"framework_layout", "projection_bias", "fused_heads"} <= features(mha)
     wanted = {"weights_wrong_layout", "heads_split_by_reshape", "projection_bias_missing"}
     assert wanted <= {m.id for m in applicable(mha)}
     assert "batch_elements" in spec.functions[0].points and "batch_elements" in CHECKS
-    unbatched = parse(open(FIXTURES / "masks" / "course.toml").read(), "c").functions[0]
+    unbatched = load_assignment("masks").functions[0]
     assert "batch_elements" not in unbatched.points and "batch" not in features(unbatched.convention)
 
 

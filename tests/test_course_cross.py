@@ -14,13 +14,13 @@ from grader.checks import Context, Outcome, check_probes, judge_memory_permutati
 from grader.errors import SpecError
 from grader.explain import applicable, features
 from grader.returns import Parts, Tolerance
-from grader.spec import parse
+from grader.spec import load_assignment, parse
 
 sys.path.insert(0, str(ROOT / "tests"))
 from make_cross_fixtures import MISTAKES  # noqa: E402
 
 CROSS = FIXTURES / "cross"
-SPEC = CROSS / "course.toml"
+SPEC = "cross"   # a built-in, written in the same TOML as a course's spec
 SINGLE = ('[[functions]]\nname = "cross_attention"\n{fixed}[functions.convention]\n'
           'params = [{{ name = "X", role = "x" }}, {{ name = "memory", role = "memory" }}, '
           '{{ name = "W_q", role = "wq" }}, {{ name = "W_k", role = "wk" }}, {{ name = "W_v", role = "wv" }}]\n'
@@ -54,7 +54,7 @@ def test_cross_attention_has_its_own_checks_features_and_mistakes():
     assert {"keys_values_from_queries", "cross_sequences_swapped"} <= named
     causal = _single(extra="causal = true\n")
     assert "memory_permutation" not in causal.points and "causal_future" in causal.points
-    self_attention = parse(open(FIXTURES / "masks" / "course.toml").read(), "c").functions[1]
+    self_attention = load_assignment("masks").functions[1]
     assert "memory_permutation" not in self_attention.points
     assert "cross" not in features(self_attention.convention)
 
