@@ -18,6 +18,7 @@ import numpy as np
 from grader.reference.attention import Case, attention
 from grader.reference.masks import FORMS, FULLY_MASKED_RULES
 
+from .classes import ClassCall, with_class
 from .errors import SpecError
 from .toml_text import load_toml
 
@@ -71,7 +72,7 @@ RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "heads": 4, "
 STEPS = ((1, "projections"), (2, "scores"), (3, "softmax"))
 
 CONVENTION_KEYS = ("description", "params", "returns", "weights", "tokens", "scaled", "axis", "square",
-                   "per_head_returns", "batch", "causal", "fully_masked")
+                   "per_head_returns", "batch", "causal", "fully_masked", "class")
 PARAM_KEYS = ("name", "role", "heads", "head", "keys", "form")
 # What a row with no key left to attend gives when a convention does not say: the rule its
 # mask form implies by arithmetic (an additive -inf mask gives NaN), else all weights zero.
@@ -102,6 +103,7 @@ class Convention:
     per_head_returns: str = "list"   # list | axis: how per-head parts are shown (both are read)
     causal_inside: bool = False      # the function builds a causal mask itself, with no argument
     fully_masked: str = DEFAULT_FULLY_MASKED   # what a row with every key masked gives
+    class_call: ClassCall | None = None   # a class: how its object is made; params are its method's
     flat: tuple[Param, ...] = field(default=(), compare=False)   # every role, dicts' keys included
 
     # What follows is derived from the declared roles and returns, never declared.
@@ -520,6 +522,7 @@ def parse_convention(raw, name: str, where: str) -> Convention:
         per_head_returns=_choice(raw, "per_head_returns", ("list", "axis"), "list", where), flat=flat,
         causal_inside=_choice(raw, "causal", (False, True), False, where),
         fully_masked=_fully_masked(raw, flat, where))
+    conv = with_class(conv, raw, where)
     multi = conv.heads != "one"
     canonical = tuple(f"{p}_per_head" if multi and p in ("weights", "scores") else p for p in return_names)
     conv = replace(conv, returns=canonical)
