@@ -388,8 +388,10 @@ async def _described(session, functions: dict, forbidden, timeout: float, method
     """The harness's description of the graded functions, as (payload or None, ErrorRecord or
     None). Asked again while it is lost; RepliesLost when it stays lost."""
     for _ in range(DESCRIBE_ATTEMPTS):
-        described, error = await session.run_code(
-            f"{HARNESS}.describe({functions!r}, {list(forbidden)!r}, {methods!r})", timeout)
+        # The methods only where a class is graded: the call is otherwise as it always was.
+        extra = f", {methods!r}" if methods else ""
+        described, error = await session.run_code(f"{HARNESS}.describe({functions!r}, {list(forbidden)!r}{extra})",
+                                                  timeout)
         # The code ran to its end without an error, so the harness did publish its reply.
         if described is not None or error is not None or not session.alive:
             return described, error
