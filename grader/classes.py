@@ -211,6 +211,16 @@ def _shown(value) -> str:
     return repr(value)
 
 
+def signature(name: str, conv: Convention, params) -> str:
+    """How a graded function or class is called, for a listing: `f(x, mask)`, or
+    `MultiHeadAttention(d_model, num_heads).forward(x, mask)`."""
+    call = conv.class_call
+    if call is None:
+        return f"{name}({', '.join(params)})"
+    made = f"{name}({', '.join(p.name for p in call.construct)})"
+    return f"{made}({', '.join(params)})" if call.method == "__call__" else f"{made}.{call.method}({', '.join(params)})"
+
+
 def constructor_call(class_name: str, conv: Convention, sent: list) -> str:
     """`MultiHeadAttention(d_model=6, num_heads=2)`, from what the grader sent."""
     call = conv.class_call

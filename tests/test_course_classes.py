@@ -60,6 +60,16 @@ def test_the_object_s_roles_count_as_the_convention_s():
     assert heads.convention.class_call.method == "__call__" and not heads.convention.biases
 
 
+def test_the_built_in_module_is_the_course_s_class_convention():
+    built_in, = load_assignment("module").functions
+    course = _functions()["MultiHeadAttention"]
+    assert built_in.convention == course.convention and built_in.points == course.points
+    assert classes.signature(built_in.name, built_in.convention, built_in.params) == \
+        "MultiHeadAttention(d_model, num_heads).forward(x, mask)"
+    assert classes.signature("layer", _functions()["SelfAttentionHeads"].convention, ["X"]) == \
+        "layer(W_q, W_k, W_v, n_heads)(X)"
+
+
 @pytest.mark.parametrize("name", ["MultiHeadAttention", "CausalSelfAttention", "SelfAttentionHeads"])
 def test_an_object_made_from_the_request_computes_the_reference(name):
     """The harness's own code makes the worked class's object from what the grader sends (in
@@ -229,6 +239,16 @@ def test_each_planted_mistake_in_a_class_is_named_with_a_smallest_case_that_runs
         code = result.functions[name]["smallest_failing"]["code"]
         assert f"layer = {name}(" in code, code
         exec(code, dict(space))
+
+
+@pytest.mark.slow
+def test_the_built_in_module_grades_the_worked_class_and_names_its_mistakes():
+    worked = grade(CLASSES / "worked.ipynb", "module")
+    assert worked.status == "graded" and worked.score == worked.max_score == 11
+    for notebook, mistakes in (("mistakes.ipynb", MISTAKES), ("second_mistakes.ipynb", SECOND_MISTAKES)):
+        title = mistakes["MultiHeadAttention"][2]
+        result = grade(CLASSES / notebook, "module")
+        assert result.score < result.max_score and any(title in (c.diagnosis or "") for c in result.checks), notebook
 
 
 @pytest.mark.slow
