@@ -64,7 +64,7 @@ def _fail(where: str, message: str):
 def _method_name(value, key: str, where: str) -> str:
     # `__call__` is how a module is called as `layer(x)`; no other dunder is a course's method.
     if not isinstance(value, str) or not value.isidentifier() or (value.startswith("__") and value != "__call__"):
-        _fail(where, f"class: {key} must be the name of a method, not {value!r}"[:200])
+        _fail(where, f"{key} must be the name of a method, not {value!r}"[:200])
     return value
 
 

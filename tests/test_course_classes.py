@@ -95,6 +95,41 @@ def test_an_object_made_from_the_request_computes_the_reference(name):
             assert compare(value, expected[part], tol) is None, (name, part, probe.label)
 
 
+class _PerHead:
+    """A course's class with one matrix per head in lists and the packed output projection in a
+    dict, whose constructor takes its sizes in another order than the spec's."""
+
+    def __init__(self, n_heads, d_model):
+        self.n_heads, self.d_model = n_heads, d_model
+
+    def __call__(self, x):
+        heads = []
+        for q, k, v in zip(self.W_q, self.W_k, self.W_v):
+            s = (x @ q) @ (x @ k).T / np.sqrt(q.shape[1])
+            e = np.exp(s - s.max(axis=1, keepdims=True))
+            heads.append(e / e.sum(axis=1, keepdims=True) @ (x @ v))
+        return np.concatenate(heads, axis=1) @ self.out["w"] + self.out["b"]
+
+
+def test_per_head_lists_a_dict_and_a_reordered_constructor_reach_the_object():
+    fn = parse(FUNCTION + METHOD + '[functions.convention.class]\nmethod = "__call__"\n'
+               'construct = [{ name = "d_model", role = "d_model" }, { name = "n_heads", role = "n_heads" }]\n'
+               'attributes = { W_q = { role = "wq", heads = "per_head" }, W_k = { role = "wk", heads = "per_head" }, '
+               'W_v = { role = "wv", heads = "per_head" }, out = { role = "dict", keys = { w = "wo", b = "bo" } } }\n',
+               "course.toml").functions[0]
+    conv = fn.convention
+    assert conv.heads == "many" and conv.projection_bias
+    for probe in check_probes("random_shapes", fn, Context(seed=4, tolerance=Tolerance())):
+        sent = classes.sent_arguments(probe, conv)
+        request = classes.request(conv, sent, probe.variant.layout)
+        method, by_keyword, given_after = harness._method_of(_PerHead, request["object"], {"at": ""})
+        assert by_keyword and method.__self__.n_heads == len(probe.case.heads)
+        assert isinstance(method.__self__.W_q, list) and len(method.__self__.W_q) == len(probe.case.heads)
+        output = method(*[wire.decode_argument(a) for a in request["args"]])
+        assert compare(output, conv.expected_parts(probe.case)["output"], Tolerance()) is None, probe.label
+        assert len(given_after()) == len(sent) - len(conv.params)
+
+
 def test_the_weights_go_in_the_course_s_layout_and_float32_with_the_probe():
     fn = _functions()["MultiHeadAttention"]
     conv = fn.convention
@@ -111,7 +146,7 @@ def test_the_weights_go_in_the_course_s_layout_and_float32_with_the_probe():
 
 @pytest.mark.parametrize("table, words", [
     ('[functions.convention.class]\nmethod = "forward"\n', "give the weights through attributes"),
-    ('[functions.convention.class]\n' + WEIGHTS, "class: method must be the name of a method, not None"),
+    ('[functions.convention.class]\n' + WEIGHTS, "convention: class: method must be the name of a method, not None"),
     ('[functions.convention.class]\nmethod = "__init__"\n' + WEIGHTS, "method must be the name of a method"),
     ('[functions.convention.class]\nmethod = "forward"\nattrs = {}\n', "class: unknown key 'attrs'"),
     ('[functions.convention.class]\nmethod = "forward"\nattributes = { W_q = "x" }\n',
