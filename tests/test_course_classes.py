@@ -355,3 +355,24 @@ def test_the_readme_class_example_is_a_spec_and_names_the_size_roles():
     assert conv.class_call.method == "forward" and conv.heads == "many" and conv.projection_bias
     for word in [*classes.SIZE_ROLES, "construct", "attributes", "init", "__call__"]:
         assert f"`{word}`" in section, word
+
+
+@pytest.mark.slow
+def test_a_class_that_returns_its_own_weights_or_input_is_not_an_answer(tmp_path):
+    """The non-answer rule holds for a class as for a function: what it was given, handed
+    back (through the object or the method), earns nothing."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in [
+        "import numpy as np",
+        WORKED["MultiHeadAttention"].split("    def forward")[0]
+        + "    def forward(self, x, mask):\n        n = x.shape[0]\n"
+          "        return x @ self.W_v.T, np.full((self.num_heads, n, n), 1 / n)\n",
+        WORKED["SelfAttentionHeads"].split("    def __call__")[0]
+        + "    def __call__(self, X):\n        return self.W_q, [np.eye(len(X))] * self.n_heads\n"]]
+    path = tmp_path / "non_answers.ipynb"
+    nbformat.write(nb, path)
+    result = grade(path, str(SPEC))
+    for name in ("MultiHeadAttention", "SelfAttentionHeads"):
+        assert result.functions[name]["non_answer"], name
+        checks = [c for c in result.checks if c.function == name and c.max_points]
+        assert all(c.points == 0 for c in checks) and "does not compute attention yet" in checks[0].message, name
