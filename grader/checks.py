@@ -18,6 +18,7 @@ from grader.reference.attention import Case
 from grader.reference.sheets import FIXED_DATA
 
 from . import cases as make
+from .classes import changed_messages
 from .conventions import MASK_ROLES, PART_WORDS, PER_HEAD_PARTS, Convention
 from .explain import CORRECT, Predictions, agrees, differs_from_reference, explanations, overflow
 from .returns import Parts, Tolerance, compare
@@ -457,10 +458,19 @@ def judge_unmodified(fn, ctx: Context, results) -> Verdict:
     failed = _failed_call(probe, outcome)
     if failed:
         return failed
-    for name, sent, after in zip(fn.params, outcome.sent, outcome.inputs_after or []):
-        if not _unchanged(sent, after):
+    after = outcome.inputs_after or []
+    if len(after) != len(outcome.sent):
+        # The harness reports every value it was sent; a reply that leaves some out proves nothing.
+        return Verdict("failed", f"The kernel reported {len(after)} of the {len(outcome.sent)} inputs after the "
+                                 "call, so it cannot be told that they were left unmodified.")
+    for name, sent, changed in zip(fn.params, outcome.sent, after):
+        if not _unchanged(sent, changed):
             return Verdict("failed", f"The function changed its argument `{name}` in place; "
                                      "work on a copy (e.g. `x = x - m`, not `x -= m`).")
+    given = len(fn.params)
+    for message, sent, changed in zip(changed_messages(fn.convention), outcome.sent[given:], after[given:]):
+        if not _unchanged(sent, changed):
+            return Verdict("failed", message)
     return Verdict("passed", "The inputs are left unmodified.")
 
 

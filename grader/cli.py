@@ -123,12 +123,14 @@ def package(ns) -> int:
 
 
 def list_assignments(ns) -> int:
+    from .classes import signature
     from .spec import builtin_names, load_assignment
     for name in builtin_names():
         a = load_assignment(name)
         print(f"{name:<10} {a.title}")
         for fn in a.functions:
-            print(f"{'':<10}   {fn.name}({', '.join(fn.params)})  [{fn.convention.name}: {fn.convention.description}]")
+            print(f"{'':<10}   {signature(fn.name, fn.convention, fn.params)}  "
+                  f"[{fn.convention.name}: {fn.convention.description}]")
     return 0
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from grader.reference.attention import Case, attention
 from grader.reference.masks import FORMS, FULLY_MASKED_RULES
 
+from .classes import ClassCall, with_class
 from .errors import SpecError
 from .toml_text import load_toml
 
@@ -72,7 +73,7 @@ RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "heads": 4, "
 STEPS = ((1, "projections"), (2, "scores"), (3, "softmax"))
 
 CONVENTION_KEYS = ("description", "params", "returns", "weights", "tokens", "scaled", "axis", "square",
-                   "per_head_returns", "batch", "causal", "fully_masked")
+                   "per_head_returns", "batch", "causal", "fully_masked", "class")
 PARAM_KEYS = ("name", "role", "heads", "head", "keys", "form", "shape")
 MASK_ROLES = ("mask", "key_padding")
 # The shapes a mask may be passed in, unbatched and batched; the first is the default. A mask
@@ -113,6 +114,7 @@ class Convention:
     causal_inside: bool = False      # the function builds a causal mask itself, with no argument
     fully_masked: str = DEFAULT_FULLY_MASKED   # what a row with every key masked gives
     batched: bool = False       # a leading batch axis on every per-element argument and return
+    class_call: ClassCall | None = None   # a class: how its object is made; params are its method's
     flat: tuple[Param, ...] = field(default=(), compare=False)   # every role, dicts' keys included
 
     # What follows is derived from the declared roles and returns, never declared.
@@ -623,6 +625,7 @@ def parse_convention(raw, name: str, where: str) -> Convention:
         causal_inside=_choice(raw, "causal", (False, True), False, where),
         batched=_choice(raw, "batch", (False, True), False, where),
         fully_masked=_fully_masked(raw, flat, where))
+    conv = with_class(conv, raw, where)
     multi = conv.heads != "one"
     canonical = tuple(f"{p}_per_head" if multi and p in ("weights", "scores") else p for p in return_names)
     conv = replace(conv, returns=canonical)

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import answers, payloads, smallest, static_scan, wire
+from . import answers, classes, payloads, smallest, static_scan, wire
 from .checks import CHECKS, Context, Outcome, Probe, Verdict, check_context, check_probes, evidence_probes
 from .diagnosis import diagnose
 from .errors import MachineFault
@@ -64,7 +64,7 @@ class FunctionProber:
         for probe in probes:
             distinct.setdefault(probe.key, probe)
         self.calls = list(distinct.values())
-        self.sent = [p.arguments(self.fn.convention) for p in self.calls]
+        self.sent = [classes.sent_arguments(p, self.fn.convention) for p in self.calls]
         if not self.calls:
             return
         remaining = self.deadline - time.monotonic()
@@ -73,7 +73,7 @@ class FunctionProber:
         if not self.session.alive:
             return self._fill(0, ("dead", "not made: the kernel had stopped before this function was called"))
         requests = [{"names": self.fn.names, "params": list(self.fn.params),
-                     "args": [wire.encode_argument(a, p.variant.layout) for a in args],
+                     **classes.request(self.fn.convention, args, p.variant.layout),
                      "return_inputs": p.return_inputs} for p, args in zip(self.calls, self.sent)]
         end = await self.session.run_calls(f"{HARNESS}.call_many({requests!r})", len(requests), self.call_timeout,
                                            remaining, self._received)
@@ -128,12 +128,14 @@ class FunctionProber:
 
     def _outcome(self, reply: dict, args: list) -> Outcome:
         if not reply.get("found"):
-            return Outcome("missing", error=f"no function named `{self.fn.name}` is defined", sent=args)
+            return Outcome("missing", error=f"no {classes.kind(self.fn.convention)} named `{self.fn.name}` is defined",
+                           sent=args)
         self.by_keyword = self.by_keyword or bool(reply.get("by_keyword"))
         if "error" in reply:
             e = reply["error"]
             where = f" ({e['where'][-1]})" if e.get("where") else ""
-            return Outcome("error", error=f"the call raised {e['type']}: {e['message']}{where}", sent=args)
+            said = classes.raised(self.fn.name, self.fn.convention, e.get("step"), args)
+            return Outcome("error", error=f"{said} {e['type']}: {e['message']}{where}", sent=args)
         inputs_after = None
         if "inputs_after" in reply:
             inputs_after = [_argument_after(item) for item in reply["inputs_after"]]
@@ -287,7 +289,7 @@ async def _grade_visible(session, fn: FunctionSpec, info: dict, scan, ctx: Conte
     if not info.get("found"):
         also = f" (nor {', '.join(fn.aliases)})" if fn.aliases else ""
         grading.results = {c.kind: c for c in _not_implemented(
-            fn, f"no function named `{fn.name}`{also} is defined after running the notebook")}
+            fn, f"no {classes.kind(fn.convention)} named `{fn.name}`{also} is defined after running the notebook")}
         return grading
     if name in scan.stubs:
         grading.results = {c.kind: c for c in _not_implemented(fn, f"`{name}` still has the template's "
@@ -340,7 +342,7 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
                          metadata_assignment=metadata_assignment(nb))
     started = time.monotonic()
     graded_names = {n for f in assignment.functions for n in f.names}
-    scan = static_scan.scan(code_cells(nb), graded_names)
+    scan = static_scan.scan(code_cells(nb), graded_names, _methods(assignment))
     result.policy["forbidden"] = list(assignment.forbidden)
     result.policy["penalty"] = assignment.penalty
     for cell, line, module in scan.imports:
@@ -375,11 +377,21 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
     return result
 
 
-async def _described(session, functions: dict, forbidden, timeout: float):
+def _methods(assignment: Assignment, by_name: bool = True) -> dict:
+    """The method graded of each class-based function: by each name it may have (for the
+    static scan), or by the function's own name (for the harness's description)."""
+    return {name: fn.convention.class_call.method for fn in assignment.functions if fn.convention.class_call
+            for name in (fn.names if by_name else [fn.name])}
+
+
+async def _described(session, functions: dict, forbidden, timeout: float, methods: dict):
     """The harness's description of the graded functions, as (payload or None, ErrorRecord or
     None). Asked again while it is lost; RepliesLost when it stays lost."""
     for _ in range(DESCRIBE_ATTEMPTS):
-        described, error = await session.run_code(f"{HARNESS}.describe({functions!r}, {list(forbidden)!r})", timeout)
+        # The methods only where a class is graded: the call is otherwise as it always was.
+        extra = f", {methods!r}" if methods else ""
+        described, error = await session.run_code(f"{HARNESS}.describe({functions!r}, {list(forbidden)!r}{extra})",
+                                                  timeout)
         # The code ran to its end without an error, so the harness did publish its reply.
         if described is not None or error is not None or not session.alive:
             return described, error
@@ -398,7 +410,8 @@ def _not_graded_for_lost_replies(result: GradeResult, assignment: Assignment, wh
 async def _grade_functions(session, result: GradeResult, assignment: Assignment, scan, settings, functions: dict,
                            probing_started: float) -> None:
     """Describe the graded functions, then call and judge each; raises RepliesLost."""
-    described, error = await _described(session, functions, assignment.forbidden, settings.call_timeout)
+    described, error = await _described(session, functions, assignment.forbidden, settings.call_timeout,
+                                        _methods(assignment, by_name=False))
     try:
         described = payloads.describe_reply(described, list(functions)) if described else None
     except payloads.BadReply as exc:

@@ -165,32 +165,86 @@ def _error(exc):
     return {"type": type(exc).__name__, "message": str(exc)[:500], "where": where}
 
 
+def _by_keyword(fn, params):
+    """Call by keyword only when the student reordered the parameters but kept their names."""
+    try:
+        declared = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    return set(params) <= set(declared) and declared[: len(params)] != list(params)
+
+
+def _invoke(fn, params, args, by_keyword):
+    return fn(**dict(zip(params, args))) if by_keyword else fn(*args)
+
+
+def _read_back(instance, name):
+    try:
+        return getattr(instance, name)
+    except Exception:  # noqa: BLE001 - a property may raise: the value is then lost, as a change
+        return None
+
+
+def _method_of(cls, spec, step):
+    """A new object of the student's class, made from the grader's values (constructor, then
+    the attributes, then the init method), and its graded method. `step` says how far it got,
+    for a step that raises. Returns (method, whether a call went by keyword, a function that
+    gives every value the object was handed as it is after the call, in the wire's order)."""
+    step["at"] = "construct"
+    construct = [wire.decode_argument(a) for a in spec["construct"]["args"]]
+    if not isinstance(cls, type):
+        raise TypeError(f"{getattr(cls, '__name__', 'it')} is not a class")
+    keyword = _by_keyword(cls, spec["construct"]["params"])
+    instance = _invoke(cls, spec["construct"]["params"], construct, keyword)
+    step["at"] = "attributes"
+    attributes = [(str(n), wire.decode_argument(a)) for n, a in spec["attributes"]]
+    for name, value in attributes:
+        setattr(instance, name, value)
+    init, init_args = spec.get("init"), []
+    if init:
+        step["at"] = "init"
+        init_args = [wire.decode_argument(a) for a in init["args"]]
+        initialise = getattr(instance, init["method"])
+        by_keyword = _by_keyword(initialise, init["params"])
+        keyword = keyword or by_keyword
+        _invoke(initialise, init["params"], init_args, by_keyword)
+    step["at"] = "method"
+    method = getattr(instance, spec["method"])
+
+    def given_after():
+        return construct + [_read_back(instance, name) for name, _ in attributes] + init_args
+
+    return method, keyword, given_after
+
+
 def _call(request):
-    """Call one student function on decoded arrays; returns the reply to publish."""
+    """Call one student function (or a method of a new object of a student's class) on decoded
+    arrays; returns the reply to publish."""
     name, fn = _find(request["names"])
     if fn is None:
         return {"found": False}
     args = [wire.decode_argument(a) for a in request["args"]]
     params = request["params"]
-    fn = _as_defined(name, fn)
-    by_keyword = False
+    spec, step, given_after, by_keyword = request.get("object"), {"at": "method"}, None, False
     try:
-        declared = list(inspect.signature(fn).parameters)
-        by_keyword = set(params) <= set(declared) and declared[: len(params)] != list(params)
-    except (TypeError, ValueError):
-        pass
-    try:
-        if by_keyword:
-            value = fn(**dict(zip(params, args)))
+        if spec is None:
+            fn = _as_defined(name, fn)
         else:
-            value = fn(*args)
+            fn, by_keyword, given_after = _method_of(fn, spec, step)
+        method_keyword = _by_keyword(fn, params)
+        by_keyword = by_keyword or method_keyword
+        value = _invoke(fn, params, args, method_keyword)
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - student code may raise anything
         if _calls["interrupted"]:
             raise   # the grader's interrupt, at this call's timeout: it ends the run
-        return {"found": True, "name": name, "by_keyword": by_keyword, "error": _error(exc)}
+        error = _error(exc)
+        if spec is not None:
+            error["step"] = step["at"]
+        return {"found": True, "name": name, "by_keyword": by_keyword, "error": error}
     reply = {"found": True, "name": name, "by_keyword": by_keyword, "value": wire.encode_value(value)}
     if request.get("return_inputs"):
-        reply["inputs_after"] = [wire.encode_value(a) for a in args]
+        given = given_after() if given_after else []
+        reply["inputs_after"] = [wire.encode_value(a) for a in args + given]
     return reply
 
 
@@ -229,6 +283,16 @@ def _module_of(value):
 def _references(fn, seen):
     """Data globals and modules a function reaches, following the notebook's own helpers."""
     data, modules = {}, set()
+    if isinstance(fn, type) and fn not in seen and getattr(fn, "__module__", None) == "__main__":
+        # A notebook's class: what its methods (and properties) reach is the student's code too.
+        seen.add(fn)
+        for member in list(vars(fn).values()):
+            for inner in (getattr(member, "__func__", member), getattr(member, "fget", None),
+                          getattr(member, "fset", None)):
+                inner_data, inner_modules = _references(inner, seen)
+                data.update(inner_data)
+                modules |= inner_modules
+        return data, modules
     if not isinstance(fn, _FunctionType) or fn in seen:
         return data, modules
     seen.add(fn)
@@ -257,19 +321,25 @@ def _summary(value):
     return f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None else type(value).__name__
 
 
-def describe(functions, watched):
+def describe(functions, watched, methods=None):
     """For each graded function: whether it exists, its parameters, the globals it reads (as
     they were when it was defined) and the modules it reaches; and which watched modules the
-    kernel imported."""
+    kernel imported. A graded class (`methods`: its key -> the method graded) is described by
+    that method's parameters, and by what all its methods reach."""
     found = {}
     for key, names in functions.items():
         name, fn = _find(names)
         if fn is None:
             found[key] = {"found": False}
             continue
+        method = (methods or {}).get(key)
         try:
-            params = list(inspect.signature(fn).parameters)
-        except (TypeError, ValueError):
+            if method and isinstance(fn, type):
+                params = list(inspect.signature(getattr(fn, method)).parameters)
+                params = params[1:] if isinstance(inspect.getattr_static(fn, method), _FunctionType) else params
+            else:
+                params = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError, AttributeError):
             params = []
         data, modules = _references(_as_defined(name, fn), set())
         found[key] = {"found": True, "name": name, "params": params,

@@ -7,6 +7,7 @@ grader's. Strings and lists are bounded; a value's arrays are decoded later (wir
 """
 from __future__ import annotations
 
+from .classes import RAISING_STEPS
 from .wire import MAX_DEPTH, MAX_ITEMS, VALUE_KINDS
 
 MAX_TEXT = 500
@@ -94,6 +95,8 @@ def call_reply(payload) -> dict:
         clean["error"] = {"type": _text(error.get("type"), "an error's type", 100),
                           "message": _text(error.get("message", ""), "an error's message"),
                           "where": _texts(error.get("where", []), "an error's location")[:3]}
+        if error.get("step") in RAISING_STEPS:   # which step of making an object raised
+            clean["error"]["step"] = error["step"]
         return clean
     clean["value"] = encoded_value(payload.get("value"))
     if "inputs_after" in payload:

@@ -38,6 +38,18 @@ def _without_docstring(fn: ast.FunctionDef) -> ast.FunctionDef:
         ast.FunctionDef(name="f", args=fn.args, body=body, decorator_list=[], returns=None, type_comment=None)
 
 
+def _class_without_docstrings(node: ast.ClassDef) -> ast.ClassDef | None:
+    """A graded class as its methods without docstrings; None while every method is a stub
+    (a template's class, the same in every submission)."""
+    methods = [m for m in node.body if isinstance(m, ast.FunctionDef)]
+    if all(is_stub(m) for m in methods):
+        return None
+    body = [m for m in node.body if not (isinstance(m, ast.Expr) and isinstance(m.value, ast.Constant))]
+    body = [ast.FunctionDef(**{**vars(_without_docstring(m)), "name": m.name}) if isinstance(m, ast.FunctionDef)
+            else m for m in body]
+    return ast.ClassDef(**{**vars(node), "name": "C", "body": body or [ast.Pass()], "decorator_list": []})
+
+
 def fingerprint(path, names: set[str]) -> dict[str, str]:
     """The normalised source of each graded function a submission defines (none: {})."""
     try:
@@ -54,6 +66,8 @@ def fingerprint(path, names: set[str]) -> dict[str, str]:
             if isinstance(node, ast.FunctionDef) and node.name in names and not is_stub(node):
                 normal = _Renamer().visit(_without_docstring(node))
                 found[node.name] = ast.unparse(ast.fix_missing_locations(normal))
+            elif isinstance(node, ast.ClassDef) and node.name in names and (cls := _class_without_docstrings(node)):
+                found[node.name] = ast.unparse(ast.fix_missing_locations(_Renamer().visit(cls)))
     return found
 
 

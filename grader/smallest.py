@@ -15,6 +15,7 @@ from grader.reference.attention import Case, Head
 
 from .cases import head_count, with_convention_features
 from .checks import Outcome, Probe, probe_tolerance
+from .classes import sent_arguments
 from .conventions import Convention
 from .explain import CORRECT, agrees
 from .result import CheckResult
@@ -25,6 +26,7 @@ SHAPES = ((1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 2, 2), (2, 2, 2), (3, 
 DRAWS = 2
 LABEL = "smallest case"
 FIRST = 6   # candidates in the first request; most mistakes show on one of them
+OBJECT = "layer"   # the name a class's case gives its object
 
 
 def wanted(checks: list[CheckResult]) -> bool:
@@ -109,20 +111,46 @@ def _comment(title: str, lines: list[str]) -> list[str]:
     return [f"# {title if i == 0 else pad}{line}" for i, line in enumerate(lines)]
 
 
+def _arguments(names, values, by_keyword: bool, lines: list[str]) -> str:
+    """A call's arguments: each array, list or dict becomes a line `name = ...` of its own
+    (appended to `lines`) and is passed by its name; anything else is written as it is."""
+    shown = []
+    for name, value in zip(names, values):
+        if isinstance(value, (np.ndarray, list, dict)):
+            lines.extend(f"{name} = {_literal(value, ' ' * len(name + ' = '))}".splitlines())
+            shown.append(name)
+        else:
+            shown.append(repr(value))
+    return ", ".join(f"{p}={a}" for p, a in zip(names, shown)) if by_keyword else ", ".join(shown)
+
+
+def _object_lines(class_name: str, params, args: list, conv: Convention, by_keyword: bool, lines: list[str]) -> None:
+    """A class's case: the object made as the grader made it (constructor, attributes, init
+    method), then its method called."""
+    call = conv.class_call
+    given = iter(args[len(params):])
+    construct, attributes, init = ([next(given) for _ in part] for part in
+                                   (call.construct, call.attributes, call.init_params))
+    names = [p.name for p in call.construct]
+    lines.append(f"{OBJECT} = {class_name}({_arguments(names, construct, by_keyword, lines)})")
+    for p, value in zip(call.attributes, attributes):
+        lines.extend(f"{OBJECT}.{p.name} = {_literal(value)}".splitlines())
+    if call.init:
+        names = [p.name for p in call.init_params]
+        lines.append(f"{OBJECT}.{call.init}({_arguments(names, init, by_keyword, lines)})")
+    method = OBJECT if call.method == "__call__" else f"{OBJECT}.{call.method}"
+    lines.append(f"{method}({_arguments(params, args[:len(params)], by_keyword, lines)})")
+
+
 def cell(fn_name: str, params: tuple[str, ...], probe: Probe, outcome: Outcome, conv: Convention,
          by_keyword: bool) -> dict:
     """The case as a cell: the inputs spelled out, the call, what came back and what was expected."""
-    args = outcome.sent or probe.arguments(conv)
+    args = outcome.sent or sent_arguments(probe, conv)
     lines = ["import numpy as np", ""]
-    names = []
-    for name, value in zip(params, args):
-        if isinstance(value, (np.ndarray, list, dict)):
-            lines.extend(f"{name} = {_literal(value, ' ' * len(name + ' = '))}".splitlines())
-            names.append(name)
-        else:
-            names.append(repr(value))
-    call = ", ".join(f"{p}={a}" for p, a in zip(params, names)) if by_keyword else ", ".join(names)
-    lines.append(f"{fn_name}({call})")
+    if conv.class_call is None:
+        lines.append(f"{fn_name}({_arguments(params, args, by_keyword, lines)})")
+    else:
+        _object_lines(fn_name, params, args, conv, by_keyword, lines)
     if outcome.status != "ok" or outcome.parts is None:
         returned = [outcome.error or outcome.status]
     elif outcome.parts.problems:

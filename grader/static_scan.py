@@ -122,9 +122,18 @@ def reached_modules(function: ast.AST, bound: dict[str, str]) -> set[str]:
 
 
 def defined_textually(source: str, graded_names: set[str]) -> set[str]:
-    """The graded names a `def` line of a cell that does not parse would define."""
-    return {m.group(1) for m in re.finditer(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", source, re.MULTILINE)
+    """The graded names a `def` or `class` line of a cell that does not parse would define."""
+    return {m.group(1) for m in re.finditer(r"^[ \t]*(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)", source, re.MULTILINE)
             if m.group(1) in graded_names}
+
+
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def class_is_stub(node: ast.ClassDef, method: str | None) -> bool:
+    """A graded class is a stub when the method graded is one (a template's `forward`)."""
+    found = [s for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == method]
+    return bool(found) and is_stub(found[-1])
 
 
 def _add_definers(result: StaticScan, index: int, names) -> None:
@@ -132,8 +141,10 @@ def _add_definers(result: StaticScan, index: int, names) -> None:
         result.definers.setdefault(name, []).append(index)
 
 
-def scan(cells: list[tuple[int, str]], graded_names: set[str]) -> StaticScan:
+def scan(cells: list[tuple[int, str]], graded_names: set[str], methods: dict | None = None) -> StaticScan:
+    """`methods`: for a graded class, by each of its names, the method graded."""
     result = StaticScan()
+    methods = methods or {}
     bound: dict[str, str] = {}
     for index, source in cells:
         try:
@@ -143,14 +154,14 @@ def scan(cells: list[tuple[int, str]], graded_names: set[str]) -> StaticScan:
             _add_definers(result, index, sorted(defined_textually(source, graded_names)))
             continue
         _add_definers(result, index, sorted({node.name for node in ast.walk(tree)
-                                             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                                             and node.name in graded_names}))
+                                             if isinstance(node, DEFINITIONS) and node.name in graded_names}))
         for line, module in imported_modules(tree):
             result.imports.append((index, line, module))
         bound.update(imported_names(tree.body))
         for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in graded_names:
-                (result.stubs.add if is_stub(node) else result.stubs.discard)(node.name)
+            if isinstance(node, DEFINITIONS) and node.name in graded_names:
+                stub = class_is_stub(node, methods.get(node.name)) if isinstance(node, ast.ClassDef) else is_stub(node)
+                (result.stubs.add if stub else result.stubs.discard)(node.name)
                 result.function_imports[node.name] = sorted({m for _, m in imported_modules(node)}
                                                             | reached_modules(node, bound))
     return result

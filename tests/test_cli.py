@@ -21,7 +21,7 @@ def run(*args, cwd=None):
     (["check", FIXTURES / "not_a_notebook.ipynb"], "has no cells"),
     (["check", SUBMISSIONS / "worked_solution.ipynb", "--assignment", "nonsense"], "unknown assignment"),
     (["grade", SUBMISSIONS / "worked_solution.ipynb", "-o", "/tmp/grader-test-unused", "--assignment", "nonsense"],
-     "built-in ones: batched, columns, cross, masks, qkv, rows"),
+     "built-in ones: batched, columns, cross, masks, module, qkv, rows"),
     (["check", SUBMISSIONS / "worked_solution.ipynb", "--assignment", "missing.toml"], "no such assignment spec"),
 ])
 def test_unusable_input_is_one_line_and_exit_2(args, words):

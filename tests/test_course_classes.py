@@ -1,0 +1,378 @@
+"""Attention written as a class, graded through a course's TOML spec alone: the object made
+with its sizes, its weights set through attributes, an init method or its constructor, and a
+method called; the same checks, diagnosis and smallest failing case as for a function, end to
+end in a real kernel, and a spec that cannot be graded refused in one line."""
+import ast
+import subprocess
+import sys
+
+import nbformat
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, ROOT, grade
+from grader import cases, classes, harness, payloads, static_scan, wire
+from grader.checks import Context, InputVariant, Outcome, check_probes, judge_unmodified
+from grader.errors import SpecError
+from grader.explain import features
+from grader.returns import Tolerance, compare
+from grader.similarity import fingerprint
+from grader.spec import load_assignment, parse
+
+sys.path.insert(0, str(ROOT / "tests"))
+from make_class_fixtures import CHANGED, MISTAKES, SECOND_MISTAKES, SOFTMAX, WORKED  # noqa: E402
+
+CLASSES = FIXTURES / "classes"
+SPEC = CLASSES / "course.toml"
+FUNCTION = '[[functions]]\nname = "Attention"\n[functions.convention]\n'
+METHOD = 'params = [{ name = "x", role = "x" }]\nreturns = "output"\n'
+WEIGHTS = 'attributes = { W_q = "wq", W_k = "wk", W_v = "wv" }\n'
+# A notebook cell that replaces the harness's call so that its replies leave out the values
+# as they were after each call.
+DROPS_INPUTS_AFTER = ("import sys\n_h = sys.modules['_attention_grader_harness']\n_original = _h._call\n\n"
+                      "def _quiet(request):\n    reply = _original(request)\n    reply.pop('inputs_after', None)\n"
+                      "    return reply\n\n_h._call = _quiet\n")
+
+
+def _functions():
+    return {fn.name: fn for fn in load_assignment(str(SPEC)).functions}
+
+
+def _worked_classes() -> dict:
+    """The worked notebook's classes, defined here as the notebook defines them."""
+    space = {"np": np}
+    exec(SOFTMAX, space)
+    for body in WORKED.values():
+        exec(body, space)
+    return space
+
+
+def test_the_object_s_roles_count_as_the_convention_s():
+    functions = _functions()
+    mha = functions["MultiHeadAttention"].convention
+    assert mha.param_names == ("x", "mask") and mha.class_call.method == "forward"
+    assert mha.heads == "many" and mha.projection and mha.projection_bias and mha.biases and mha.masked
+    assert {"mask", "projection", "projection_bias", "biases", "heads", "fused_heads"} <= features(mha)
+    causal = functions["CausalSelfAttention"].convention
+    assert causal.causal and causal.class_call.init == "init_weights" and len(causal.class_call.init_params) == 8
+    heads = functions["SelfAttentionHeads"]
+    assert heads.fixed_data == "sheet_000_heads" and "fixed" in heads.points
+    assert heads.convention.class_call.method == "__call__" and not heads.convention.biases
+
+
+def test_the_built_in_module_is_the_course_s_class_convention():
+    built_in, = load_assignment("module").functions
+    course = _functions()["MultiHeadAttention"]
+    assert built_in.convention == course.convention and built_in.points == course.points
+    assert classes.signature(built_in.name, built_in.convention, built_in.params) == \
+        "MultiHeadAttention(d_model, num_heads).forward(x, mask)"
+    assert classes.signature("layer", _functions()["SelfAttentionHeads"].convention, ["X"]) == \
+        "layer(W_q, W_k, W_v, n_heads)(X)"
+
+
+@pytest.mark.parametrize("name", ["MultiHeadAttention", "CausalSelfAttention", "SelfAttentionHeads"])
+def test_an_object_made_from_the_request_computes_the_reference(name):
+    """The harness's own code makes the worked class's object from what the grader sends (in
+    every dtype and layout) and calls its method: the reference comes back."""
+    fn, space = _functions()[name], _worked_classes()
+    conv = fn.convention
+    ctx = Context(seed=3, tolerance=Tolerance())
+    probes = [*check_probes("random_shapes", fn, ctx), *check_probes("memory_layout", fn, ctx),
+              *check_probes("dtypes", fn, ctx)[:1]]
+    for probe in probes:
+        sent = classes.sent_arguments(probe, conv)
+        request = classes.request(conv, sent, probe.variant.layout)
+        sizes = dict(zip([p.name for p in conv.class_call.construct], sent[len(conv.params):]))
+        if "d_model" in sizes:
+            assert sizes["d_model"] == probe.case.d
+        method, _, _ = harness._method_of(space[name], request["object"], {"at": ""})
+        returned = method(*[wire.decode_argument(a) for a in request["args"]])
+        returned = returned if isinstance(returned, tuple) else (returned,)
+        expected = conv.expected_parts(probe.case)
+        for part, value in zip(conv.returns, returned):
+            value = list(value) if part.endswith("_per_head") else value
+            tol = Tolerance().loosened(probe.variant.loosening)
+            assert compare(value, expected[part], tol) is None, (name, part, probe.label)
+
+
+class _PerHead:
+    """A course's class with one matrix per head in lists and the packed output projection in a
+    dict, whose constructor takes its sizes in another order than the spec's."""
+
+    def __init__(self, n_heads, d_model):
+        self.n_heads, self.d_model = n_heads, d_model
+
+    def __call__(self, x):
+        heads = []
+        for q, k, v in zip(self.W_q, self.W_k, self.W_v):
+            s = (x @ q) @ (x @ k).T / np.sqrt(q.shape[1])
+            e = np.exp(s - s.max(axis=1, keepdims=True))
+            heads.append(e / e.sum(axis=1, keepdims=True) @ (x @ v))
+        return np.concatenate(heads, axis=1) @ self.out["w"] + self.out["b"]
+
+
+def test_per_head_lists_a_dict_and_a_reordered_constructor_reach_the_object():
+    fn = parse(FUNCTION + METHOD + '[functions.convention.class]\nmethod = "__call__"\n'
+               'construct = [{ name = "d_model", role = "d_model" }, { name = "n_heads", role = "n_heads" }]\n'
+               'attributes = { W_q = { role = "wq", heads = "per_head" }, W_k = { role = "wk", heads = "per_head" }, '
+               'W_v = { role = "wv", heads = "per_head" }, out = { role = "dict", keys = { w = "wo", b = "bo" } } }\n',
+               "course.toml").functions[0]
+    conv = fn.convention
+    assert conv.heads == "many" and conv.projection_bias
+    for probe in check_probes("random_shapes", fn, Context(seed=4, tolerance=Tolerance())):
+        sent = classes.sent_arguments(probe, conv)
+        request = classes.request(conv, sent, probe.variant.layout)
+        method, by_keyword, given_after = harness._method_of(_PerHead, request["object"], {"at": ""})
+        assert by_keyword and method.__self__.n_heads == len(probe.case.heads)
+        assert isinstance(method.__self__.W_q, list) and len(method.__self__.W_q) == len(probe.case.heads)
+        output = method(*[wire.decode_argument(a) for a in request["args"]])
+        assert compare(output, conv.expected_parts(probe.case)["output"], Tolerance()) is None, probe.label
+        assert len(given_after()) == len(sent) - len(conv.params)
+
+
+def test_the_weights_go_in_the_course_s_layout_and_float32_with_the_probe():
+    fn = _functions()["MultiHeadAttention"]
+    conv = fn.convention
+    case = cases.base_case(conv, 2)
+    d_model, num_heads, W_q, b_q, *_, W_o, b_o = classes.object_values(conv, case)
+    assert (d_model, num_heads) == (case.d, len(case.heads))
+    assert np.array_equal(W_q, np.concatenate([h.wq for h in case.heads], axis=1).T)   # out x in
+    assert np.array_equal(W_o, case.wo.T) and np.array_equal(b_o, case.bo)
+    probe = check_probes("dtypes", fn, Context(seed=2, tolerance=Tolerance()))[0]
+    assert probe.variant is InputVariant.FLOAT32
+    sent = classes.sent_arguments(probe, conv)
+    assert all(v.dtype == np.float32 for v in sent if isinstance(v, np.ndarray) and v.dtype.kind == "f")
+
+
+@pytest.mark.parametrize("table, words", [
+    ('[functions.convention.class]\nmethod = "forward"\n', "give the weights through attributes"),
+    ('[functions.convention.class]\n' + WEIGHTS, "convention: class: method must be the name of a method, not None"),
+    ('[functions.convention.class]\nmethod = "__init__"\n' + WEIGHTS, "method must be the name of a method"),
+    ('[functions.convention.class]\nmethod = "forward"\nattrs = {}\n', "class: unknown key 'attrs'"),
+    ('[functions.convention.class]\nmethod = "forward"\nattributes = { W_q = "x" }\n',
+     "role 'x' is not taken here"),
+    ('[functions.convention.class]\nmethod = "forward"\nattributes = { W_q = "d_model" }\n',
+     "role 'd_model' is not taken here"),
+    ('[functions.convention.class]\nmethod = "forward"\nattributes = { W_q = "query" }\n', "unknown role 'query'"),
+    ('[functions.convention.class]\nmethod = "forward"\nattributes = { __class__ = "wq" }\n',
+     "attribute '__class__' is not a name to set"),
+    ('[functions.convention.class]\nmethod = "forward"\nattributes = { forward = "wq", W_k = "wk", W_v = "wv" }\n',
+     "attribute forward would replace the method graded"),
+    ('[functions.convention.class]\nmethod = "forward"\nattributes = { W_q = "wq", W_k = "wk" }\n',
+     "no param has role 'wv' (or 'wqkv'), which its returns need"),
+    ('[functions.convention.class]\nmethod = "forward"\nattributes = { W_q = "wq", W_k = "wk", W_v = "wv", '
+     'Wq = "wq" }\n', "role 'wq' is given twice (W_q and Wq)"),
+    ('[functions.convention.class]\nmethod = "forward"\ninit = { method = "forward", params = [] }\n',
+     "init: params must name"),
+    ('[functions.convention.class]\nmethod = "forward"\ninit = { method = "forward", '
+     'params = [{ name = "Wq", role = "wq" }] }\n', "init: forward is the method graded"),
+    ('[functions.convention.class]\nmethod = "forward"\ninit = { method = "setup", '
+     'params = [{ name = "Wq", role = "wq" }], when = 1 }\n', "init must be a table"),
+    ('[functions.convention.class]\nmethod = "forward"\nconstruct = [{ name = "d", role = "d_model", '
+     'heads = "fused" }]\n' + WEIGHTS, "param d: unknown key 'heads' for role 'd_model'"),
+    ('[functions.convention.class]\nmethod = "forward"\nconstruct = [{ name = "x", role = "x" }]\n' + WEIGHTS,
+     "role 'x' is not taken here"),
+    ('class = "MultiHeadAttention"\n', "class: must be a table"),
+])
+def test_a_class_that_cannot_be_graded_is_refused_in_one_line(table, words):
+    with pytest.raises(SpecError) as error:
+        parse(FUNCTION + METHOD + table, "course.toml")
+    message = str(error.value)
+    assert message.startswith("course.toml: function 1: Attention: convention: ") and "\n" not in message
+    assert words in message, message
+
+
+def test_a_weight_given_to_the_method_and_to_the_object_is_refused():
+    with pytest.raises(SpecError, match="role 'wq' is given twice"):
+        parse(FUNCTION + 'params = [{ name = "x", role = "x" }, { name = "W", role = "wq" }]\nreturns = "output"\n'
+              '[functions.convention.class]\nmethod = "forward"\n' + WEIGHTS, "course.toml")
+
+
+@pytest.mark.slow
+def test_the_command_line_refuses_a_class_spec_with_exit_2(tmp_path):
+    spec = tmp_path / "course.toml"
+    spec.write_text(FUNCTION + METHOD + '[functions.convention.class]\nmethod = "forward"\n')
+    done = subprocess.run([sys.executable, "-m", "grader.cli", "check", str(CLASSES / "worked.ipynb"),
+                           "--assignment", str(spec)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Attention: convention: class: give the weights through attributes" in lines[0]
+
+
+def test_which_step_raised_is_only_a_choice_of_words():
+    """The kernel names the step that raised; a forged step names nothing else."""
+    conv = _functions()["MultiHeadAttention"].convention
+    sent = [np.zeros((5, 6)), np.ones((5, 5), bool), 6, 2]
+    reply = payloads.call_reply({"found": True, "error": {"type": "ValueError", "message": "no", "where": [],
+                                                          "step": "construct\nall checks passed"}})
+    assert "step" not in reply["error"]
+    assert classes.raised("MultiHeadAttention", conv, reply["error"].get("step"), sent) == \
+        "MultiHeadAttention.forward(x, mask) raised"
+    reply = payloads.call_reply({"found": True, "error": {"type": "E", "message": "", "step": "construct"}})
+    assert classes.raised("MultiHeadAttention", conv, reply["error"]["step"], sent) == \
+        "constructing MultiHeadAttention(d_model=6, num_heads=2) raised"
+
+
+def test_a_reply_that_leaves_out_the_inputs_after_the_call_fails_inputs_unmodified():
+    """The harness reports every value it was sent; a reply that drops them (a replaced harness)
+    must not pass the check, for a function as for a class."""
+    for name in ("MultiHeadAttention", "SelfAttentionHeads"):
+        fn = _functions()[name]
+        probe, = check_probes("inputs_unmodified", fn, Context(seed=1, tolerance=Tolerance()))
+        sent = classes.sent_arguments(probe, fn.convention)
+        full = judge_unmodified(fn, None, [(probe, Outcome("ok", sent=sent, inputs_after=list(sent)))])
+        assert full.status == "passed"
+        for after in (None, sent[:len(fn.params)]):
+            verdict = judge_unmodified(fn, None, [(probe, Outcome("ok", sent=sent, inputs_after=after))])
+            assert verdict.status == "failed" and "inputs after the call" in verdict.message, (name, after)
+
+
+def test_the_static_scan_and_similarity_read_a_graded_class():
+    stub = "class MultiHeadAttention:\n    def __init__(self, d):\n        self.d = d\n\n    def forward(self, x):\n" \
+           "        ...\n"
+    scan = static_scan.scan([(0, "import numpy as np"), (1, stub)], {"MultiHeadAttention"},
+                            {"MultiHeadAttention": "forward"})
+    assert scan.stubs == {"MultiHeadAttention"} and scan.definers == {"MultiHeadAttention": [1]}
+    worked = WORKED["MultiHeadAttention"].strip()
+    scan = static_scan.scan([(0, "from scipy.special import softmax"), (1, worked), (2, "class Broken(:\n")],
+                            {"MultiHeadAttention", "Broken"}, {"MultiHeadAttention": "forward"})
+    assert not scan.stubs and scan.definers == {"MultiHeadAttention": [1], "Broken": [2]}
+    assert "scipy.special.softmax" in scan.function_imports["MultiHeadAttention"]
+    prints = fingerprint(CLASSES / "worked.ipynb", {"MultiHeadAttention", "SelfAttentionHeads"})
+    assert set(prints) == {"MultiHeadAttention", "SelfAttentionHeads"}
+    assert "forward" in prints["MultiHeadAttention"] and ast.parse(prints["MultiHeadAttention"])
+
+
+@pytest.mark.slow
+def test_class_worked_solutions_earn_full_marks():
+    result = grade(CLASSES / "worked.ipynb", str(SPEC))
+    assert result.status == "graded"
+    failed = [(c.name, c.message) for c in result.checks if c.status not in ("passed", "info")]
+    assert not failed and result.score == result.max_score > 0
+    kinds = {c.name for c in result.checks}
+    assert {"MultiHeadAttention.masked_keys_zero_weight", "CausalSelfAttention.causal_future",
+            "SelfAttentionHeads.fixed", "MultiHeadAttention.inputs_unmodified"} <= kinds
+    described = result.functions["MultiHeadAttention"]
+    assert described["params"] == ["x", "mask"] and "numpy" in described["modules"]
+    assert result.functions["SelfAttentionHeads"]["params"] == ["X"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook, mistakes", [("mistakes.ipynb", MISTAKES),
+                                                ("second_mistakes.ipynb", SECOND_MISTAKES)])
+def test_each_planted_mistake_in_a_class_is_named_with_a_smallest_case_that_runs(notebook, mistakes):
+    result = grade(CLASSES / notebook, str(SPEC))
+    space = {}
+    for cell in nbformat.read(CLASSES / notebook, as_version=4).cells:
+        exec(cell.source, space)
+    for name, (_, _, title) in mistakes.items():
+        checks = [c for c in result.checks if c.function == name]
+        assert any(c.lost_points for c in checks), name
+        assert any(title in (c.diagnosis or "") for c in checks), (name, {c.diagnosis for c in checks})
+        assert not result.functions[name]["non_answer"], name
+        # The smallest failing case makes the object as the grader did, and runs as printed.
+        code = result.functions[name]["smallest_failing"]["code"]
+        assert f"layer = {name}(" in code, code
+        exec(code, dict(space))
+
+
+@pytest.mark.slow
+def test_the_built_in_module_grades_the_worked_class_and_names_its_mistakes():
+    worked = grade(CLASSES / "worked.ipynb", "module")
+    assert worked.status == "graded" and worked.score == worked.max_score == 11
+    for notebook, mistakes in (("mistakes.ipynb", MISTAKES), ("second_mistakes.ipynb", SECOND_MISTAKES)):
+        title = mistakes["MultiHeadAttention"][2]
+        result = grade(CLASSES / notebook, "module")
+        assert result.score < result.max_score and any(title in (c.diagnosis or "") for c in result.checks), notebook
+
+
+@pytest.mark.slow
+def test_a_constructor_that_raises_is_named_as_the_student_s_error():
+    result = grade(CLASSES / "constructor_raises.ipynb", str(SPEC))
+    assert result.status == "graded"
+    checks = [c for c in result.checks if c.function == "MultiHeadAttention" and c.max_points]
+    assert checks and all(c.points == 0 for c in checks)
+    random = next(c for c in checks if c.kind == "random_shapes")
+    assert random.status == "error" and "constructing MultiHeadAttention(d_model=6, num_heads=2) raised " \
+                                       "AttributeError" in random.message and "reset_parameters" in random.message
+    missing = next(c for c in result.checks if c.function == "SelfAttentionHeads")
+    assert "no class named `SelfAttentionHeads` is defined" in missing.message
+
+
+@pytest.mark.slow
+def test_a_forward_that_changes_the_weights_it_was_given_fails_inputs_unmodified_only():
+    result = grade(CLASSES / "changes_weights.ipynb", str(SPEC))
+    for name, words in CHANGED.items():
+        checks = {c.kind: c for c in result.checks if c.function == name}
+        assert checks["inputs_unmodified"].status == "failed" and words in checks["inputs_unmodified"].message
+        assert checks["random_shapes"].status == checks["memory_layout"].status == "passed", name
+
+
+@pytest.mark.slow
+def test_a_template_class_a_function_in_its_place_and_a_replaced_harness(tmp_path):
+    """A class whose graded method is still the template's is not implemented; a function
+    where a class is expected fails when made; a notebook that drops the values it was sent
+    from the harness's replies does not pass inputs_unmodified."""
+    nb = nbformat.v4.new_notebook()
+    template = WORKED["CausalSelfAttention"].split("    def forward")[0] + "    def forward(self, x):\n        ...\n"
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in [
+        "import numpy as np", SOFTMAX, "def MultiHeadAttention(d_model, num_heads):\n    return None\n",
+        template, WORKED["SelfAttentionHeads"], DROPS_INPUTS_AFTER]]
+    path = tmp_path / "odd_classes.ipynb"
+    nbformat.write(nb, path)
+    checks = {c.name: c for c in grade(path, str(SPEC)).checks}
+    made = checks["MultiHeadAttention.random_shapes"]
+    assert made.status == "error" and "constructing MultiHeadAttention(d_model=6, num_heads=2) raised " \
+                                     "TypeError: MultiHeadAttention is not a class" in made.message
+    assert "still has the template's placeholder body" in checks["CausalSelfAttention.random_shapes"].message
+    unmodified = checks["SelfAttentionHeads.inputs_unmodified"]
+    assert unmodified.status == "failed" and "inputs after the call" in unmodified.message
+
+
+@pytest.mark.slow
+def test_a_function_that_changes_its_input_and_hides_it_from_the_grader_fails_inputs_unmodified(tmp_path):
+    """The same replaced harness, for a built-in assignment's function: leaving out what the
+    arguments were after the call is no way to pass the check."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in [
+        "import numpy as np", SOFTMAX,
+        "def self_attention(X, Wq, Wk, Wv):\n    Q, K, V = X @ Wq, X @ Wk, X @ Wv\n"
+        "    weights = softmax(Q @ K.T / np.sqrt(K.shape[1]))\n    output = weights @ V\n    X[0, 0] += 1\n"
+        "    return output, weights\n", DROPS_INPUTS_AFTER]]
+    path = tmp_path / "hides_changed_inputs.ipynb"
+    nbformat.write(nb, path)
+    checks = {c.name: c for c in grade(path, "rows").checks}
+    assert checks["self_attention.random_shapes"].status == "passed"
+    unmodified = checks["self_attention.inputs_unmodified"]
+    assert unmodified.status == "failed" and "inputs after the call" in unmodified.message
+
+
+def test_the_readme_class_example_is_a_spec_and_names_the_size_roles():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("**Classes.**", 1)[1].split("\n## ", 1)[0]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    conv = parse(example, "README").functions[0].convention
+    assert conv.class_call.method == "forward" and conv.heads == "many" and conv.projection_bias
+    for word in [*classes.SIZE_ROLES, "construct", "attributes", "init", "__call__"]:
+        assert f"`{word}`" in section, word
+
+
+@pytest.mark.slow
+def test_a_class_that_returns_its_own_weights_or_input_is_not_an_answer(tmp_path):
+    """The non-answer rule holds for a class as for a function: what it was given, handed
+    back (through the object or the method), earns nothing."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in [
+        "import numpy as np",
+        WORKED["MultiHeadAttention"].split("    def forward")[0]
+        + "    def forward(self, x, mask):\n        n = x.shape[0]\n"
+          "        return x @ self.W_v.T, np.full((self.num_heads, n, n), 1 / n)\n",
+        WORKED["SelfAttentionHeads"].split("    def __call__")[0]
+        + "    def __call__(self, X):\n        return self.W_q, [np.eye(len(X))] * self.n_heads\n"]]
+    path = tmp_path / "non_answers.ipynb"
+    nbformat.write(nb, path)
+    result = grade(path, str(SPEC))
+    for name in ("MultiHeadAttention", "SelfAttentionHeads"):
+        assert result.functions[name]["non_answer"], name
+        checks = [c for c in result.checks if c.function == name and c.max_points]
+        assert all(c.points == 0 for c in checks) and "does not compute attention yet" in checks[0].message, name
