@@ -17,7 +17,7 @@ from grader.returns import Parts, Tolerance
 from grader.spec import load_assignment, parse
 
 sys.path.insert(0, str(ROOT / "tests"))
-from make_batch_fixtures import MISTAKES  # noqa: E402
+from make_batch_fixtures import LAYOUT_TITLES, MISTAKES, SECOND_MISTAKES  # noqa: E402
 
 BATCH = FIXTURES / "batch"
 SPEC = "batched"   # a built-in, written in the same TOML as a course's spec
@@ -201,12 +201,13 @@ def test_batched_worked_solutions_earn_full_marks():
 
 
 @pytest.mark.slow
-def test_each_planted_batch_mistake_is_named_and_its_smallest_case_runs():
-    result = grade(BATCH / "mistakes.ipynb", str(SPEC))
+@pytest.mark.parametrize("notebook, planted", [("mistakes", MISTAKES), ("second_mistakes", SECOND_MISTAKES)])
+def test_each_planted_batch_mistake_is_named_and_its_smallest_case_runs(notebook, planted):
+    result = grade(BATCH / f"{notebook}.ipynb", str(SPEC))
     space = {}
-    for cell in nbformat.read(BATCH / "mistakes.ipynb", as_version=4).cells:
+    for cell in nbformat.read(BATCH / f"{notebook}.ipynb", as_version=4).cells:
         exec(cell.source, space)
-    for function, (_, _, title) in MISTAKES.items():
+    for function, (_, _, title) in planted.items():
         checks = [c for c in result.checks if c.function == function]
         assert any(c.lost_points for c in checks), function
         assert any(title in (c.diagnosis or "") for c in checks), (function, {c.diagnosis for c in checks})
@@ -214,3 +215,12 @@ def test_each_planted_batch_mistake_is_named_and_its_smallest_case_runs():
         code = result.functions[function]["smallest_failing"]["code"]
         exec(code, dict(space))
     assert smallest.candidates   # the smallest case of a batched convention is a batch of one
+
+
+@pytest.mark.slow
+def test_the_framework_layout_mistakes_are_named_together_and_spare_the_other_functions():
+    result = grade(BATCH / "layout_mistakes.ipynb", str(SPEC))
+    named = {c.diagnosis for c in result.checks if c.function == "multi_head_attention" and c.diagnosis}
+    assert named and all(all(title in d for title in LAYOUT_TITLES) for d in named), named
+    others = [c for c in result.checks if c.function != "multi_head_attention"]
+    assert others and not any(c.lost_points for c in others)
