@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, ROOT, grade, own_run_environment
-from grader import lms, lms_package
+from grader import in_notebook, lms, lms_package
 from grader.errors import SpecError
 from grader.similarity import fingerprint
 from grader.spec import load_assignment, parse
@@ -253,3 +253,11 @@ def test_an_upload_s_copy_of_the_course_package_is_neither_the_submission_nor_im
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((root / "results" / "results.json").read_text())
     assert results["score"] == 18, results["output"]
+
+
+@pytest.mark.slow
+def test_a_student_checks_the_package_notebook_from_inside_it_against_the_course_spec(monkeypatch):
+    """%grade --assignment course/assignment.toml, named from the notebook's folder."""
+    monkeypatch.chdir(HERE)
+    result, summary, _ = in_notebook.run_check(HERE / "notebook.ipynb", "course/assignment.toml")
+    assert result["score"] == result["max_score"] == 18 and result["errors"] == [], summary
