@@ -200,20 +200,23 @@ def test_the_kernel_cannot_change_the_course_modules_for_itself_or_the_next_subm
 
 @pytest.mark.slow
 @pytest.mark.sandbox
-@pytest.mark.skipif(os.geteuid() != 0 or not all(shutil.which(p) for p in ("capsh", "unshare")),
-                    reason="dropping CAP_SYS_ADMIN needs root, capsh and unshare")
-def test_without_namespaces_landlock_keeps_the_course_modules_read_only(outside_tmp):
-    """The same attack where the kernel has no mount namespace (an LMS container): Landlock
-    gives the course's copy a read-only rule, outside the kernel's writable folder."""
+@pytest.mark.skipif(os.geteuid() != 0 or not all(shutil.which(p) for p in ("capsh", "setpriv", "unshare")),
+                    reason="switching users and dropping capabilities needs root, capsh, setpriv and unshare")
+@pytest.mark.parametrize("way", WAYS)
+def test_without_namespaces_landlock_keeps_the_course_modules_read_only(way, outside_tmp):
+    """The same attack where the kernel has no mount namespace (an LMS container, or the grader
+    run by a user who cannot switch users): Landlock gives the course's copy a read-only rule,
+    outside the kernel's writable folder."""
     from grader import landlock
     if landlock.abi() < 1:
         pytest.skip("no Landlock here")
     course, out = outside_tmp / "course", outside_tmp / "out"
     shutil.copytree(COURSE, course)
     shutil.copy(HERE / "overwrite.py", outside_tmp / "overwrite.py")
-    command = [*WAYS["without CAP_SYS_ADMIN"], shutil.which("grader"), "check", str(outside_tmp / "overwrite.py"),
+    command = [*WAYS[way], shutil.which("grader"), "check", str(outside_tmp / "overwrite.py"),
                "--assignment", str(course / "assignment.toml"), "--json", str(out / "result.json")]
     out.mkdir()
+    out.chmod(0o777)
     done = subprocess.run(as_a_course_machine(command), capture_output=True, text=True, timeout=600,
                           env=own_run_environment(), cwd=str(outside_tmp))
     result = json.loads((out / "result.json").read_text())
