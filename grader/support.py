@@ -10,7 +10,7 @@ student's code: they are not in the notebook, and the harness skips a function t
 from __future__ import annotations
 
 import ast
-import importlib.util
+import importlib.machinery
 import keyword
 import os
 import sys
@@ -112,7 +112,10 @@ def _check_name(name: str, where: str, forbidden: tuple[str, ...]) -> None:
         raise SpecError(f"{where}: {name!r} is a library the spec's policy forbids")
     if name in RESERVED or name in sys.stdlib_module_names or name in sys.builtin_module_names:
         raise SpecError(f"{where}: {name!r} would hide the module the kernel needs under that name")
-    if importlib.util.find_spec(name) is not None:
+    # Installed where the kernel would find it, not in the folder the grader was started from
+    # (`python -m` puts that first), where a course's own package may well be.
+    installed = [p for p in sys.path if p and os.path.realpath(p) != os.path.realpath(os.getcwd())]
+    if importlib.machinery.PathFinder.find_spec(name, installed) is not None:
         raise SpecError(f"{where}: {name!r} would hide the installed module of that name")
 
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from grader.support import MAX_SUPPORT_BYTES
 sys.path.insert(0, str(ROOT / "tests"))
 from make_support_fixtures import MISTAKES, WRONG_SOFTMAX  # noqa: E402
 from test_landlock import WAYS, as_a_course_machine  # noqa: E402
+from test_lifetime import wait_for  # noqa: E402
 
 HERE = FIXTURES / "support"
 COURSE = HERE / "course"
@@ -62,6 +64,13 @@ def test_the_support_table_reads_the_course_package_once_with_where_each_module_
         ("support/mytorch/activation.py", "mytorch/activation.py"),
         ("support/mytorch/utils.py", "mytorch/utils.py")]
     assert support.files[1].data == (COURSE / "support/mytorch/activation.py").read_bytes()
+
+
+def test_the_package_beside_the_folder_the_grader_runs_in_is_no_installed_module(monkeypatch):
+    """`python -m grader.cli check` run from the course's folder: its own `mytorch` is found there."""
+    monkeypatch.chdir(COURSE / "support")
+    monkeypatch.syspath_prepend("")
+    assert load_assignment(str(SPEC)).support.package == "mytorch"
 
 
 def test_a_list_of_files_makes_a_package_and_without_a_package_they_are_top_level_modules(tmp_path):
@@ -264,3 +273,21 @@ def test_a_student_checks_the_package_notebook_from_inside_it_against_the_course
     monkeypatch.chdir(HERE)
     result, summary, _ = in_notebook.run_check(HERE / "notebook.ipynb", "course/assignment.toml")
     assert result["score"] == result["max_score"] == 18 and result["errors"] == [], summary
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_a_killed_grader_leaves_no_copy_of_the_course_modules(tmp_path):
+    """The kernel's copy goes with the grader, however it dies: its watchdog removes it."""
+    submission = tmp_path / "attention.py"
+    submission.write_text((HERE / "worked.py").read_text() + "\n# %%\nimport time\ntime.sleep(120)\n")
+    grader = subprocess.Popen([shutil.which("grader"), "check", str(submission), "--assignment", str(SPEC),
+                               "--cell-timeout", "120"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=own_run_environment())
+    copies = lambda: list(Path(tempfile.gettempdir()).glob(f"grader-kernel-{grader.pid}-course-*"))  # noqa: E731
+    try:
+        wait_for(lambda: any((c / "mytorch" / "utils.py").exists() for c in copies()), 60, "the course's copy")
+    finally:
+        grader.kill()
+        grader.wait()
+    wait_for(lambda: not copies(), 30, "the course's copy removed")
