@@ -143,8 +143,9 @@ def _tolerance(table: dict, where: str) -> Tolerance:
     return Tolerance(**{key: float(value) for key, value in table.items()})
 
 
-def parse(text: str, source: str, folder: Path | None = None) -> Assignment:
-    """The spec in `text`; `folder` is the spec file's, which its [support] paths are relative to."""
+def parse(text: str, source: str, folder: Path | None = None, support: Support | None = None) -> Assignment:
+    """The spec in `text`; `folder` is the spec file's, which its [support] paths are relative to,
+    unless `support` gives its modules as they were read there (a batch's worker has not the folder)."""
     raw = load_toml(text, source)
     _known_keys(raw, SCHEMA[""], source)
     for table in TABLES:
@@ -162,8 +163,9 @@ def parse(text: str, source: str, folder: Path | None = None) -> Assignment:
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     forbidden = tuple(policy.get("forbidden", DEFAULT_FORBIDDEN))
-    support = None
-    if "support" in raw:
+    if "support" not in raw:
+        support = None
+    elif support is None:
         if folder is None:
             raise SpecError(f"{source}: [support] needs a spec file, whose folder holds the modules")
         support = read_support(raw["support"], folder, source, forbidden)

@@ -291,3 +291,30 @@ def test_a_killed_grader_leaves_no_copy_of_the_course_modules(tmp_path):
         grader.kill()
         grader.wait()
     wait_for(lambda: not copies(), 30, "the course's copy removed")
+
+
+@pytest.mark.slow
+def test_a_class_is_graded_with_the_course_modules_and_graded_again_when_one_changes(tmp_path):
+    """`grader grade`: each worker gets the modules with the spec's text (it may not have the
+    course's folder), and a stored result is stale once a module changes, though the spec's
+    text has not."""
+    course, batch, out = tmp_path / "course", tmp_path / "batch", tmp_path / "out"
+    shutil.copytree(COURSE, course)
+    batch.mkdir()
+    for name in ("worked.py", "mistakes.py", "overwrite.py"):
+        shutil.copy(HERE / name, batch / name)
+    command = [shutil.which("grader"), "grade", str(batch), "-o", str(out), "--assignment",
+               str(course / "assignment.toml"), "--workers", "2"]
+
+    def scores():
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=own_run_environment())
+        assert done.returncode == 0, done.stderr[-2000:]
+        rows = (out / "grades.csv").read_text().splitlines()
+        header = rows[0].split(",")
+        return {r.split(",")[0]: r.split(",")[header.index("score")] for r in rows[1:]}, done.stdout
+    graded, _ = scores()
+    assert graded == {"worked": "18", "mistakes": "6", "overwrite": "18"}
+    (course / "support/mytorch/activation.py").write_text(WRONG_SOFTMAX)
+    graded, said = scores()
+    assert "0 unchanged" in said, said
+    assert graded["worked"] != "18" and graded["overwrite"] != "18"
