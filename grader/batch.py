@@ -289,7 +289,8 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
         scheduler = cluster.checked_address(scheduler, settings_from(explicit))
     outdir.mkdir(parents=True, exist_ok=True)
     spec = spec_for_task(explicit)
-    submissions, duplicates = collect(paths, outdir / UNPACKED)
+    support = spec[3] if spec and spec[0] == "toml" else None
+    submissions, duplicates = collect(paths, outdir / UNPACKED, support.file_names() if support else frozenset())
     if not submissions:
         raise SubmissionError(f"nothing to grade in {', '.join(str(p) for p in paths)}: no notebook (.ipynb), "
                               ".py file or zip archive holding one")

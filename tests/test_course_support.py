@@ -318,3 +318,23 @@ def test_a_class_is_graded_with_the_course_modules_and_graded_again_when_one_cha
     graded, said = scores()
     assert "0 unchanged" in said, said
     assert graded["worked"] != "18" and graded["overwrite"] != "18"
+
+
+@pytest.mark.slow
+def test_a_student_folder_holding_their_whole_package_is_one_submission(tmp_path):
+    """`grader grade` of a class whose folders hold each student's package: the copies of the
+    course's modules beside their module (one changed to a wrong Softmax) are neither graded
+    as submissions, nor imported."""
+    package = tmp_path / "batch" / "alice" / "mytorch"
+    package.mkdir(parents=True)
+    shutil.copy(HERE / "worked.py", package / "attention.py")
+    shutil.copy(COURSE / "support/mytorch/utils.py", package / "utils.py")
+    (package / "activation.py").write_text(WRONG_SOFTMAX)
+    (package / "__init__.py").write_text("")
+    out = tmp_path / "out"
+    done = subprocess.run([shutil.which("grader"), "grade", str(tmp_path / "batch"), "-o", str(out), "--assignment",
+                           str(SPEC)], capture_output=True, text=True, timeout=300, env=own_run_environment())
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "1 graded" in done.stdout, done.stdout
+    rows = (out / "grades.csv").read_text().splitlines()
+    assert len(rows) == 2 and rows[1].startswith("alice,") and ",18,18" in rows[1], rows
