@@ -203,6 +203,8 @@ def main():
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(NOTEBOOK_IMPORTS)]
     nb.cells += [nbformat.v4.new_code_cell(body.strip()) for body in WORKED.values()]
+    for number, cell in enumerate(nb.cells):   # the same file every time the script runs
+        cell.id = f"cell-{number}"
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, HERE / "notebook.ipynb")
 
