@@ -55,11 +55,14 @@ class BatchReport:
 
 
 def batch_key(content: bytes, assignment, settings) -> str:
-    """What a stored result depends on: the submission's bytes, the spec's content, every
-    setting that shapes a result (see Setting.shapes_result) and the grader's version."""
+    """What a stored result depends on: the submission's bytes, the spec's content and its
+    support modules', every setting that shapes a result (see Setting.shapes_result) and the
+    grader's version."""
     shaping = {s.name: getattr(settings, s.name) for s in SETTINGS if s.shapes_result}
     parts = {"submission": hashlib.sha256(content).hexdigest(), "spec": assignment.raw, "settings": shaping,
              "version": __version__}
+    if assignment.support is not None:   # the course's modules, which the spec only names
+        parts["support"] = [(f.module_path, hashlib.sha256(f.data).hexdigest()) for f in assignment.support.files]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -70,15 +73,16 @@ def reason(exc: BaseException) -> str:
 
 def spec_for_task(explicit: dict) -> tuple | None:
     """How a worker, which has the grader but not this machine's files, finds the assignment:
-    a built-in name, or the TOML text of a course's spec file. An unusable --assignment stops
-    the batch here, with a one-line SpecError, before any submission is graded."""
+    a built-in name, or the TOML text of a course's spec file with its support modules as read.
+    An unusable --assignment stops the batch here, with a one-line SpecError, before any
+    submission is graded."""
     requested = explicit.get("assignment")
     if not requested:
         return None
-    load_assignment(requested)
+    assignment = load_assignment(requested)
     if requested in builtin_names():
         return ("builtin", requested)
-    return ("toml", spec_text(Path(requested)), requested)
+    return ("toml", spec_text(Path(requested)), requested, assignment.support)
 
 
 def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) -> dict:
@@ -88,7 +92,8 @@ def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) ->
         path = Path(folder) / Path(name).name
         path.write_bytes(content)
         # Checked before the batch started (spec_for_task), so it loads here too.
-        assignment = parse(spec[1], spec[2]) if spec and spec[0] == "toml" else staff_assignment(spec and spec[1])
+        assignment = parse(spec[1], spec[2], support=spec[3]) if spec and spec[0] == "toml" else \
+            staff_assignment(spec and spec[1])
         try:
             result = grade_path(path, assignment, settings_from(explicit, assignment.limits))
         except SubmissionError as exc:
@@ -284,7 +289,8 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
         scheduler = cluster.checked_address(scheduler, settings_from(explicit))
     outdir.mkdir(parents=True, exist_ok=True)
     spec = spec_for_task(explicit)
-    submissions, duplicates = collect(paths, outdir / UNPACKED)
+    support = spec[3] if spec and spec[0] == "toml" else None
+    submissions, duplicates = collect(paths, outdir / UNPACKED, support.file_names() if support else frozenset())
     if not submissions:
         raise SubmissionError(f"nothing to grade in {', '.join(str(p) for p in paths)}: no notebook (.ipynb), "
                               ".py file or zip archive holding one")

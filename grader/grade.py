@@ -354,7 +354,8 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
             result.policy["findings"].append({"source": "static", "module": module, "cell": cell, "line": line,
                                               "kind": "grader_import"})
     async with executed_notebook(nb, settings.limits, kernel_manager_factory, assignment.forbidden,
-                                 (assignment.source_file,) if assignment.source_file else ()) as (session, log):
+                                 (assignment.source_file,) if assignment.source_file else (),
+                                 support=assignment.support) as (session, log):
         result.errors = [e.to_json() for e in log.errors]
         result.timing["execution"] = round(log.seconds, 3)
         probing_started = time.monotonic()

@@ -116,6 +116,25 @@ def explain_unavailable(messages):
     sys.meta_path.insert(0, _Unavailable(messages))
 
 
+_course = {"modules": ()}   # the top-level names of the course's support modules
+
+
+def use_course(folder, package, modules):
+    """The course's support modules (read-only in `folder`) come first on the import path, before
+    the notebook's folder; with a package, the notebook's code is a module of it, so that its
+    relative imports (`from .activation import Softmax`) resolve there."""
+    sys.path.insert(0, folder)
+    _course["modules"] = tuple(modules)
+    if package:
+        get_ipython().user_ns["__package__"] = package
+
+
+def _from_course(value):
+    """Whether a callable is the course's (defined in a support module), never the student's."""
+    module = getattr(value, "__module__", None)
+    return isinstance(module, str) and any(module == m or module.startswith(m + ".") for m in _course["modules"])
+
+
 def reap():
     """Collect the notebook's finished child processes: until reaped, they hold process slots."""
     import os
@@ -142,7 +161,7 @@ def _publish_result(payload):
 def _find(names):
     ns = get_ipython().user_ns
     for name in names:
-        if name in ns and callable(ns[name]):
+        if name in ns and callable(ns[name]) and not _from_course(ns[name]):
             return name, ns[name]
     return None, None
 

@@ -73,7 +73,8 @@ def run_check(path: Path, assignment: str | None = None) -> tuple[dict, str, str
         command = [sys.executable, "-m", "grader.cli", "check", str(Path(path).resolve()), "--json", str(result_path),
                    "--html", str(report_path)]
         if assignment:
-            command += ["--assignment", assignment]
+            # A course's spec is named from the notebook's folder; the check runs in another one.
+            command += ["--assignment", str(Path(assignment).resolve()) if assignment.endswith(".toml") else assignment]
         # `python -m` puts its working folder first on the import path: in the notebook's folder,
         # a grader.py there (a course's helper, a %%writefile) would run instead of the grader.
         # The check runs in its own empty folder, and where Python has it (3.11), with the safe path.

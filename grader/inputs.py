@@ -354,14 +354,17 @@ def file_id(path: Path) -> tuple[int, int] | None:
     return info.st_dev, info.st_ino
 
 
-def collect(paths: list[Path], unpack_into: Path) -> tuple[list[Submission], list]:
-    """The submissions, and the student ids that more than one of them claims."""
+def collect(paths: list[Path], unpack_into: Path, course_files=frozenset()) -> tuple[list[Submission], list]:
+    """The submissions, and the student ids that more than one of them claims. A file named like
+    one of the course's support modules (`course_files`: activation.py), in a student's folder or
+    archive with their package, is the course's: never a submission (see lms.find_submission)."""
     found: list[Found] = []
     for path in paths:
         path = Path(path)
         if not os.path.lexists(path):
             raise SubmissionError(f"no such file or folder: {path}")
-        found.extend(given(path, unpack_into))
+        named = os.path.abspath(path)   # a file the staff name is graded, whatever its name
+        found.extend(f for f in given(path, unpack_into) if f[0] == named or PurePath(f[0]).name not in course_files)
     submissions, sources, folders = [], set(), set()
     for source, path, identity, problem in found:
         if source in sources:  # the same file named twice, or listed twice in an archive

@@ -104,11 +104,13 @@ class Kernel:
     it yet; leaving the block stops it and counts in `leftover_processes` what had to be killed."""
 
     def __init__(self, limits: Limits, kernel_manager_factory=default_kernel_manager, forbidden: tuple[str, ...] = (),
-                 hidden_files: tuple[str, ...] = ()):
+                 hidden_files: tuple[str, ...] = (), support=None):
         self.limits = limits
         self.kernel_manager_factory = kernel_manager_factory
         self.forbidden = forbidden
         self.hidden_files = hidden_files
+        self.support = support    # a support.Support: the course's modules, or None
+        self.course_folder: str | None = None
         self.alive = False
         self.leftover_processes = 0
         self.workdir: str | None = None
@@ -121,6 +123,9 @@ class Kernel:
 
     async def __aenter__(self) -> "Kernel":
         self.workdir = tempfile.mkdtemp(prefix=f"grader-kernel-{run_id()}-")
+        if self.support is not None:
+            # Beside the kernel's folder, not in it: the kernel may write anywhere in its own.
+            self.course_folder = tempfile.mkdtemp(prefix=f"grader-kernel-{run_id()}-course-")
         try:
             await self._start()
         except BaseException as exc:
@@ -132,8 +137,11 @@ class Kernel:
         return self
 
     async def _start(self) -> None:
-        self.sandbox = Sandbox(self.limits, self.workdir, grader_paths(self.hidden_files), self.forbidden)
+        self.sandbox = Sandbox(self.limits, self.workdir, grader_paths(self.hidden_files), self.forbidden,
+                               self.course_folder)
         self.sandbox.prepare()
+        if self.support is not None:
+            self.support.write(self.course_folder)
         if self.limits.sandbox is True and (missing := self.sandbox.report()["missing"]):
             raise MachineFault(f"--sandbox asks for the whole sandbox, and this machine cannot give the kernel "
                                f"its {', '.join(missing)}")
@@ -188,7 +196,14 @@ class Kernel:
                     f"_s.modules[_m.__name__] = _m\n"
                     f"_m.install({int(self.limits.cell_output_limit)}, {int(self.limits.output_limit)})\n"
                     f"_m.explain_unavailable({self._unavailable()!r})\n"
+                    f"{self._course_line()}"
                     "del _t, _s, _m\n")
+
+    def _course_line(self) -> str:
+        """The startup line that makes the course's support modules importable, if it has any."""
+        if self.support is None:
+            return ""
+        return f"_m.use_course({self.course_folder!r}, {self.support.package!r}, {self.support.top_level_names()!r})\n"
 
     def _unavailable(self) -> dict:
         """Why each library the kernel cannot read is not there, where no stub says it (Landlock);
@@ -213,8 +228,10 @@ class Kernel:
         finally:
             if self.sandbox is not None:
                 self.leftover_processes += len(self.sandbox.cleanup())
-            elif self.workdir:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+            else:
+                for folder in (self.workdir, self.course_folder):
+                    if folder:
+                        shutil.rmtree(folder, ignore_errors=True)
             if self.kernel_log is not None:
                 self.kernel_log.close()
 

@@ -91,11 +91,13 @@ class PrairieLearn(Platform):
 PLATFORMS = {p.name: p for p in (Gradescope(), PrairieLearn())}
 
 
-def find_submission(folder: Path) -> Path:
+def find_submission(folder: Path, course_files: set[str] = frozenset()) -> Path:
     """The one notebook (or .py file) the student submitted. Submissions from GitHub or
     Bitbucket keep their symbolic links: a link to a file inside the submission counts as that
     file, a link out of it (to the course's solution, say) is never followed, and linked
-    folders are not entered."""
+    folders are not entered. A file named like one of the course's support modules
+    (`course_files`: activation.py) is the course's, uploaded with the student's package: never
+    the submission, and never run (the kernel imports the course's own copy)."""
     if not folder.is_dir():
         raise SubmissionError(f"the submission folder {folder} does not exist")
     root = Path(os.path.realpath(folder))
@@ -105,7 +107,7 @@ def find_submission(folder: Path) -> Path:
         subfolders[:] = sorted(d for d in subfolders if d != ".ipynb_checkpoints")
         for name in sorted(files):
             path = Path(here) / name
-            if path.suffix not in SUFFIXES or name.startswith("."):
+            if path.suffix not in SUFFIXES or name.startswith(".") or name in course_files:
                 continue
             real, problem = resolved(path, root)
             if problem:
@@ -232,11 +234,18 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
     result, problem, kind, assignment, submission = None, "", "unreadable", None, None
     fault: MachineFault | None = None
     try:
+        spec_error = None
         try:
-            submission = find_submission(root / platform.submission_folder)
+            assignment = choose_assignment(requested, root, platform)
+        except SpecError as exc:
+            spec_error = exc   # raised once the submission is found, so that its result names it
+        course_files = assignment.support.file_names() if assignment and assignment.support else set()
+        try:
+            submission = find_submission(root / platform.submission_folder, course_files)
         except SubmissionError as exc:
             problem = str(exc)
-        assignment = choose_assignment(requested, root, platform)
+        if spec_error is not None:
+            raise spec_error
         if submission is not None:
             result = grade_path(submission, assignment, settings_for(assignment))
             # The seed goes to the grading job's log, which only the staff read (students see no

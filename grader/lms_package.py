@@ -8,6 +8,7 @@ copies run_autograder to /autograder/run_autograder, which it runs for each subm
     setup.sh, run_autograder                 the project's lms/ scripts
     attention_grader-VERSION-py3-none-any.whl    the grader, which is not on PyPI
     assignment.toml                          the course's spec, when --assignment names one
+    support/mytorch/*.py (say)               its [support] modules, where the spec names them
 
 The wheel is built from the project's source, so the command runs from a checkout of the
 project (an editable install, or an install from a local folder that still exists).
@@ -78,14 +79,19 @@ def build_wheel(root: Path, folder: Path) -> Path:
     raise SubmissionError(f"building the grader's wheel failed: {why}")
 
 
-def course_spec(requested: str | None) -> str | None:
-    """The text of the spec to ship, checked as the grader will read it; None for the default."""
+def course_files(requested: str | None) -> list[tuple[str, bytes]]:
+    """The spec to ship, checked as the grader will read it, and its support modules, each as
+    (name in the zip, bytes): the modules at the same place beside the spec as in the course's
+    folder, so that the spec finds them there. None of them for the default assignment."""
     if not requested:
-        return None
-    load_assignment(requested)   # a SpecError names what is wrong, before anything is written
+        return []
+    assignment = load_assignment(requested)   # a SpecError names what is wrong, before anything is written
     if requested in builtin_names():
-        return builtin_dir().joinpath(f"{requested}.toml").read_text(encoding="utf-8")
-    return spec_text(Path(requested))
+        return [(SPEC_NAME, builtin_dir().joinpath(f"{requested}.toml").read_bytes())]
+    support = assignment.support.files if assignment.support else ()
+    # The bytes the spec was checked with, never the file read again.
+    return [(SPEC_NAME, spec_text(Path(requested)).encode("utf-8")),
+            *((f.shipped_as, f.data) for f in support if f.shipped_as)]
 
 
 def _add(archive: zipfile.ZipFile, name: str, data: bytes, mode: int) -> None:
@@ -97,7 +103,7 @@ def _add(archive: zipfile.ZipFile, name: str, data: bytes, mode: int) -> None:
 
 def gradescope_zip(output: Path, requested: str | None) -> list[str]:
     """Write the autograder zip to `output` (replaced whole, or not at all); returns its members."""
-    spec = course_spec(requested)
+    course = course_files(requested)
     root = project_root()
     with tempfile.TemporaryDirectory(prefix="attention-grader-package-") as folder:
         wheel = build_wheel(root, Path(folder))
@@ -106,8 +112,8 @@ def gradescope_zip(output: Path, requested: str | None) -> list[str]:
             for script in SCRIPTS:
                 _add(archive, script, (root / "lms" / script).read_bytes(), 0o755)
             _add(archive, wheel.name, wheel.read_bytes(), 0o644)
-            if spec is not None:
-                _add(archive, SPEC_NAME, spec.encode("utf-8"), 0o644)
+            for name, data in course:
+                _add(archive, name, data, 0o644)
             members = archive.namelist()
         output.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(partial), str(output))

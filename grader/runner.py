@@ -167,13 +167,13 @@ async def run_with_restarts(nb, cell_timeout: float, notebook_timeout: float,
 
 @asynccontextmanager
 async def executed_notebook(nb, limits: Limits, kernel_manager_factory=default_kernel_manager,
-                            forbidden: tuple[str, ...] = (), hidden_files: tuple[str, ...] = ()):
+                            forbidden: tuple[str, ...] = (), hidden_files: tuple[str, ...] = (), support=None):
     """Yield (kernel, log) after running the notebook in sandboxed kernels (see
     run_with_restarts), with the sandbox's isolation report in the log. The `forbidden`
     libraries, and the grader's own files with `hidden_files`, are removed from the kernel's
-    view where the sandbox can."""
+    view where the sandbox can; the course's `support` modules are given to it read-only."""
     def start_kernel() -> Kernel:
-        return Kernel(limits, kernel_manager_factory, forbidden, hidden_files)
+        return Kernel(limits, kernel_manager_factory, forbidden, hidden_files, support)
     async with run_with_restarts(nb, limits.cell_timeout, limits.notebook_timeout, start_kernel) as (kernel, log):
         log.isolation = kernel.isolation()
         yield kernel, log

@@ -311,7 +311,8 @@ CREATED_MARKERS: list[str] = []
 class Sandbox:
     """The isolation of one kernel, which owns its folder: the sandbox removes it in cleanup()."""
 
-    def __init__(self, limits, workdir: str, hidden: list[str] = (), forbidden: tuple[str, ...] = ()):
+    def __init__(self, limits, workdir: str, hidden: list[str] = (), forbidden: tuple[str, ...] = (),
+                 course_folder: str | None = None):
         self.enabled = limits.sandbox is not False   # None: as far as the machine allows
         self.fork_wanted = limits.fork_server
         self.memory_bytes = int(limits.memory_limit * 2**20)
@@ -320,6 +321,8 @@ class Sandbox:
         self.cpu_cores = limits.cpu_cores
         self.folder_megabytes = limits.folder_limit
         self.workdir = workdir
+        # The course's support modules (grader/support.py): the kernel reads them, never writes.
+        self.course_folder = course_folder
         # The grading run first, so the processes of one run's submissions can be told apart.
         self.marker = f"{run_id()}.{uuid.uuid4().hex}"
         CREATED_MARKERS.append(self.marker)
@@ -386,7 +389,8 @@ class Sandbox:
         """What remove_leftovers() takes away after this kernel."""
         cgroups = [str(d) for d in set(self.cgroup.dirs.values())] if self.cgroup else []
         return {"marker": self.marker, "cgroups": cgroups,
-                "mounts": [self.workdir] if self.folder_mounted else [], "folders": [self.workdir]}
+                "mounts": [self.workdir] if self.folder_mounted else [],
+                "folders": [self.workdir, *([self.course_folder] if self.course_folder else [])]}
 
     def environment(self, env: dict) -> dict:
         return {**env, MARKER: self.marker}
@@ -394,6 +398,7 @@ class Sandbox:
     def launcher_policy(self, connection_file: str | None) -> dict:
         """What the launcher (sandbox_launcher.py) builds the kernel's process and filesystem from."""
         return {"workdir": self.workdir, "hide": self.hidden, "expose": interpreter_paths(),
+                "course": self.course_folder,
                 "forbidden": {m: library_paths(m) for m in self.forbidden},
                 "mount": self.namespaces, "landlock": self.landlock, "keyrings": self.keyrings,
                 "connection_file": connection_file,

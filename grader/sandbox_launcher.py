@@ -161,7 +161,8 @@ def build_root(policy):
     links = [p for p in system if os.path.islink(p)]
     interpreter = [p for p in _outermost(policy["expose"]) if not any(_inside(p, s) for s in system if s not in links)]
     etc = [os.path.join("/etc", n) for n in ETC if os.path.lexists(os.path.join("/etc", n))]
-    for path in [*system, *interpreter, *etc, workdir, temporary, *(f"/dev/{d}" for d in DEVICES)]:
+    course = [policy["course"]] if policy.get("course") else []
+    for path in [*system, *interpreter, *etc, workdir, temporary, *course, *(f"/dev/{d}" for d in DEVICES)]:
         root.keep(path)
     root.mount()
     for path in system:
@@ -179,10 +180,11 @@ def build_root(policy):
     os.symlink("pts/ptmx", root.at("/dev/ptmx"))
     os.symlink("/proc/self/mounts", root.at("/etc/mtab"))
     # Each folder is bound after those it lies in: the kernel's private /tmp first, then an
-    # interpreter installed there (a venv in /tmp, common in CI) and the kernel's own folder,
+    # interpreter installed there (a venv in /tmp, common in CI), the kernel's own folder and
+    # the course's modules beside it (read-only, and a mount point it cannot move or remove),
     # which would otherwise be hidden under it.
     binds = [*((path, temporary, True) for path in TEMPORARY), *((path, None, False) for path in interpreter),
-             (workdir, None, True)]
+             (workdir, None, True), *((path, None, False) for path in course)]
     for path, source, writable in sorted(binds, key=lambda bind: bind[0].rstrip("/").count("/")):
         root.bind(path, source=source, writable=writable)
     os.makedirs(root.at("/proc"), mode=0o555)
@@ -199,7 +201,8 @@ def build_root(policy):
 def landlock_ruleset(policy):
     """Without namespaces: the same allowlist as build_root's, as a Landlock ruleset, made
     while every path can still be opened."""
-    readable = [*SYSTEM, *policy["expose"], *(os.path.join("/etc", n) for n in ETC)]
+    readable = [*SYSTEM, *policy["expose"], *(os.path.join("/etc", n) for n in ETC),
+                *([policy["course"]] if policy.get("course") else [])]
     denied = [*policy["hide"], *(p for paths in policy["forbidden"].values() for p in paths)]
     return landlock.ruleset(readable, [policy["workdir"]], denied, devices=[f"/dev/{d}" for d in DEVICES])
 

@@ -13,6 +13,7 @@ from .errors import SpecError
 from .conventions import CONVENTIONS, Convention, parse_convention
 from .returns import Tolerance
 from .settings import SPEC_SETTINGS, validated_limits
+from .support import Support, read_support
 from .toml_text import load_toml
 
 DEFAULT_FORBIDDEN = ("torch", "tensorflow", "jax", "flax", "keras", "scipy.special", "sklearn",
@@ -24,7 +25,7 @@ MAX_SPEC_BYTES = 1024 * 2**10
 # Every key a spec may have, table by table: a misspelt one (`[tolerence]`, `point = 3`)
 # is an error naming it, never silently ignored.
 SCHEMA = {
-    "": ("name", "title", "functions", "tolerance", "policy", "limits", "lms"),
+    "": ("name", "title", "functions", "tolerance", "policy", "limits", "lms", "support"),
     "functions": ("name", "convention", "params", "aliases", "fixed_data", "points", "skip", "hidden"),
     "tolerance": ("rtol", "atol"),
     "policy": ("forbidden", "penalty"),
@@ -69,6 +70,7 @@ class Assignment:
     source: str = ""
     source_file: str = ""   # the spec's file, when it is not a built-in: kept from the kernel's view
     limits: dict = field(default_factory=dict)
+    support: Support | None = None   # the course's own modules the submission may import
     raw: dict = field(default_factory=dict, compare=False)
 
 
@@ -141,7 +143,9 @@ def _tolerance(table: dict, where: str) -> Tolerance:
     return Tolerance(**{key: float(value) for key, value in table.items()})
 
 
-def parse(text: str, source: str) -> Assignment:
+def parse(text: str, source: str, folder: Path | None = None, support: Support | None = None) -> Assignment:
+    """The spec in `text`; `folder` is the spec file's, which its [support] paths are relative to,
+    unless `support` gives its modules as they were read there (a batch's worker has not the folder)."""
     raw = load_toml(text, source)
     _known_keys(raw, SCHEMA[""], source)
     for table in TABLES:
@@ -158,12 +162,18 @@ def parse(text: str, source: str) -> Assignment:
         limits = validated_limits(raw.get("limits", {}), source)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
+    forbidden = tuple(policy.get("forbidden", DEFAULT_FORBIDDEN))
+    if "support" not in raw:
+        support = None
+    elif support is None:
+        if folder is None:
+            raise SpecError(f"{source}: [support] needs a spec file, whose folder holds the modules")
+        support = read_support(raw["support"], folder, source, forbidden)
     return Assignment(
         name=raw.get("name", Path(source).stem), title=raw.get("title", ""),
         functions=tuple(_function(f, f"{source}: function {i + 1}") for i, f in enumerate(functions)),
         tolerance=_tolerance(tol, source),
-        forbidden=tuple(policy.get("forbidden", DEFAULT_FORBIDDEN)), penalty=penalty, source=source,
-        limits=limits, raw=raw)
+        forbidden=forbidden, penalty=penalty, source=source, limits=limits, support=support, raw=raw)
 
 
 def load_assignment(name_or_path: str) -> Assignment:
@@ -172,7 +182,7 @@ def load_assignment(name_or_path: str) -> Assignment:
         return parse(path.read_text(), f"{name_or_path} (built-in)")
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
-        return replace(parse(spec_text(path), str(path)), source_file=str(path.resolve()))
+        return replace(parse(spec_text(path), str(path), path.resolve().parent), source_file=str(path.resolve()))
     raise SpecError(f"unknown assignment {name_or_path!r}; built-in ones: {', '.join(builtin_names())}")
 
 
