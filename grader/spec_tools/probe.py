@@ -1,0 +1,136 @@
+"""Calling the solution's functions with each candidate convention, in one kernel session: the
+notebook runs once, in the same sandbox grading uses, and each candidate is one call on the
+grader's own base case. A candidate fits when the call returns values the reference
+computes for that case; what it returns is read off the call (returned.py). A function that
+takes a mask is called once more with a query whose every key is masked, to learn what such a
+row gives (the convention's `fully_masked`)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+from .. import payloads
+from ..cases import base_case
+from ..checks import Probe
+from ..conventions import parse_convention
+from ..errors import SpecError
+from ..grade import FunctionProber, assignment_kernel
+from ..reference.attention import attention
+from ..reference.masks import FORMS, FULLY_MASKED_RULES
+from ..returns import Tolerance, canonical_parts, same
+from ..spec import Assignment, FunctionSpec
+from .candidates import Candidate
+from .returned import read_returns
+from .signatures import Signature
+
+# Fits kept per function: the first to earn full marks when graded is chosen, and the others
+# are what the output calls undecided.
+FITS_KEPT = 4
+
+
+@dataclass(frozen=True)
+class Fit:
+    table: dict              # the convention, returns read off the call
+    choices: tuple
+    rank: int
+
+
+@dataclass
+class Probed:
+    fits: list[Fit] = field(default_factory=list)
+    why_none: str = ""       # when no candidate fits: what the simplest one's call did
+
+
+class KeepingProber(FunctionProber):
+    """The grader's prober, keeping each call's value as the kernel sent it: what the function
+    returns is read off it rather than through a convention's returns."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.values: dict[tuple, dict] = {}
+
+    def _received(self, index: int, payload) -> None:
+        super()._received(index, payload)
+        try:
+            self.values[self.calls[index].key] = payloads.indexed_call_reply(payload, index).get("value", {})
+        except payloads.BadReply:
+            pass
+
+
+def _spec_of(name: str, table: dict) -> FunctionSpec:
+    conv = parse_convention(table, f"{name} (candidate)", name)
+    return FunctionSpec(name, conv, conv.param_names, (), None, {}, frozenset())
+
+
+async def _call(session, fn: FunctionSpec, probes: list[Probe], settings, deadline: float) -> KeepingProber:
+    prober = KeepingProber(session, fn, settings.call_timeout, deadline)
+    await prober.run(probes)
+    return prober
+
+
+async def _fully_masked(session, fn: FunctionSpec, table: dict, case, settings, deadline, tol) -> dict:
+    """`fully_masked` when a row with every key masked gives other than what the mask's form
+    implies; {} when it gives that, or nothing the grader knows."""
+    keep = case.mask.copy()
+    keep[0] = False
+    emptied = replace(case, mask=keep, label=f"{case.label}, the first query's every key masked")
+    probe = Probe(emptied)
+    prober = await _call(session, fn, [probe], settings, deadline)
+    outcome = prober.outcome(probe)
+    if outcome.status != "ok":
+        return {}
+    conv = fn.convention
+    for rule in FULLY_MASKED_RULES:
+        expected = conv.expected(attention(replace(emptied, fully_masked=rule)), replace(emptied, fully_masked=rule))
+        if all(p in outcome.parts.values and same(outcome.parts.values[p], e, tol) for p, e in expected.items()):
+            forms = [p.form for p in conv.flat if p.role == "mask"]
+            implied = FORMS[forms[0]].fully_masked if forms else None
+            return {} if rule == (implied or "zeros") else {"fully_masked": rule}
+    return {}
+
+
+async def _probe_function(session, signature: Signature, found: list[Candidate], settings, deadline,
+                          tol: Tolerance) -> Probed:
+    probed = Probed()
+    for candidate in found:
+        fn = _spec_of(signature.name, candidate.table)
+        case = fn.convention.prepare(base_case(fn.convention, settings.seed))
+        probe = Probe(case)
+        prober = await _call(session, fn, [probe], settings, deadline)
+        outcome = prober.outcome(probe)
+        if outcome.status != "ok":
+            probed.why_none = probed.why_none or f"called as the simplest candidate says, {outcome.error}"
+            if outcome.status in ("missing", "dead") or not session.alive:
+                probed.why_none = outcome.error
+                break
+            continue
+        returns = read_returns(fn.convention, case, prober.values.get(probe.key, {}), tol)
+        if returns is None:
+            returned = canonical_parts(fn.convention, prober.values.get(probe.key, {})).returned
+            probed.why_none = probed.why_none or f"on {probe.label} it returned {returned}, which the reference " \
+                                                 "computes as no part of attention"
+            continue
+        table = {**candidate.table, **returns}
+        try:
+            fn = _spec_of(signature.name, table)
+        except SpecError as exc:
+            probed.why_none = probed.why_none or str(exc)
+            continue
+        if fn.convention.masked:
+            table.update(await _fully_masked(session, fn, table, case, settings, deadline, tol))
+        probed.fits.append(Fit(table, candidate.choices, candidate.rank))
+        if len(probed.fits) >= FITS_KEPT:
+            break
+    return probed
+
+
+async def probe_all(nb, setup: Assignment, functions: list[tuple[Signature, list[Candidate]]], settings,
+                    tol: Tolerance) -> dict[str, Probed]:
+    """Each function's candidates that fit, in the notebook as `setup` (its forbidden libraries,
+    its support) sets its kernel up."""
+    results: dict[str, Probed] = {}
+    async with assignment_kernel(nb, setup, settings) as (session, log):
+        deadline = time.monotonic() + settings.probe_timeout
+        for signature, found in functions:
+            results[signature.name] = await _probe_function(session, signature, found, settings, deadline, tol)
+    return results
