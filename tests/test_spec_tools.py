@@ -96,8 +96,10 @@ def test_infer_says_what_it_left_out_and_what_it_could_not_decide(tmp_path):
 
 @pytest.mark.slow
 def test_a_library_the_solution_uses_is_not_forbidden_and_the_output_says_so(tmp_path):
-    solution = notebook(tmp_path / "solution.ipynb", "import numpy as np\nfrom scipy.special import logsumexp",
-                        "def softmax(scores):\n    return np.exp(scores - logsumexp(scores, axis=-1, keepdims=True))",
+    # Reached through `import scipy`: no import names scipy.special itself.
+    solution = notebook(tmp_path / "solution.ipynb", "import numpy as np\nimport scipy",
+                        "def softmax(scores):\n"
+                        "    return np.exp(scores - scipy.special.logsumexp(scores, axis=-1, keepdims=True))",
                         "def attention(Q, K, V):\n    w = softmax(Q @ K.T / np.sqrt(K.shape[1]))\n    return w @ V")
     out = tmp_path / "spec.toml"
     done = run("spec", "infer", solution, "-o", out)
@@ -226,3 +228,13 @@ def test_the_spec_written_round_trips_whatever_a_name_or_key_holds():
     text = dumps(document, "a comment\nof two lines")
     assert load_toml(text, "t") == document
     assert parse(text, "t").penalty == "zero_function"
+
+
+def test_the_readme_s_two_commands_for_course_staff_are_commands():
+    from grader.cli import parser
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## For course staff", 1)[1].split("\n## ", 1)[0]
+    commands = [line.split("#")[0].split() for line in section.split("```sh\n", 1)[1].split("```")[0].splitlines()]
+    assert [c[:3] for c in commands] == [["grader", "spec", "infer"], ["grader", "spec", "check"]]
+    for command in commands:
+        assert parser().parse_args(command[1:]).run.__name__ in ("spec_infer", "spec_check")

@@ -152,8 +152,11 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
             raise SubmissionError(f"{solution.name} defines no function {missing[0]!r} that takes parameters "
                                   f"(it defines: {', '.join(sorted(known)) or 'none'})")
         signatures = [s for s in signatures if s.name in only]
-    found = scan(code_cells(nb), set())
-    allowed = sorted({hit for _, _, module in found.imports if (hit := matches(module, DEFAULT_FORBIDDEN))})
+    # What the solution imports, and reaches through what it imported (`scipy.special.logsumexp`
+    # after `import scipy`): a forbidden library there is the course's own choice.
+    found = scan(code_cells(nb), {s.name for s in signatures})
+    modules = [module for _, _, module in found.imports] + [m for ms in found.function_imports.values() for m in ms]
+    allowed = sorted({hit for module in modules if (hit := matches(module, DEFAULT_FORBIDDEN))})
     header = _header(output.stem, solution, allowed, support, output)
     inferred = Inferred("", {}, allowed=allowed)
     proposals = []
