@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..grade import grade_path
 from ..result import GradeResult
 from ..settings import settings_from
 from ..spec import Assignment, load_assignment
@@ -23,4 +22,5 @@ def check_spec(spec: str, solution: Path | None = None, explicit: dict | None = 
     assignment = load_assignment(spec)
     if solution is None:
         return Checked(assignment)
+    from ..grade import grade_path   # the grading modules, only when there is something to grade
     return Checked(assignment, grade_path(solution, assignment, settings_from(explicit or {}, assignment.limits)))

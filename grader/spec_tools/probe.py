@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from .. import payloads
 from ..cases import base_case
 from ..checks import Probe
-from ..conventions import parse_convention
+from ..conventions import Convention, parse_convention
 from ..errors import SpecError
 from ..grade import FunctionProber, assignment_kernel
 from ..reference.attention import attention
@@ -62,10 +62,45 @@ def _spec_of(name: str, table: dict) -> FunctionSpec:
     return FunctionSpec(name, conv, conv.param_names, (), None, {}, frozenset())
 
 
+@dataclass(frozen=True)
+class CandidateProbe(Probe):
+    """A probe carrying its own candidate convention, so that one request to the kernel calls
+    the function once per candidate (the kernel's round trip, not the call, is what costs)."""
+    convention: Convention | None = None
+    index: int = 0
+
+    @property
+    def key(self) -> tuple:
+        return (*super().key, self.index)
+
+    def arguments(self, conv: Convention) -> list:
+        return super().arguments(self.convention)
+
+
 async def _call(session, fn: FunctionSpec, probes: list[Probe], settings, deadline: float) -> KeepingProber:
     prober = KeepingProber(session, fn, settings.call_timeout, deadline)
     await prober.run(probes)
     return prober
+
+
+async def _call_each(session, name: str, probes: list[CandidateProbe], settings, deadline: float) -> dict:
+    """Each probe's (outcome, value as sent), calling with every candidate: one request per list
+    of parameter names (the harness calls by keyword when one in the middle is left out). A
+    call that does not finish stops its request, so the calls after it go in another."""
+    results: dict[int, tuple] = {}
+    groups: dict[tuple, list[CandidateProbe]] = {}
+    for probe in probes:
+        groups.setdefault(probe.convention.param_names, []).append(probe)
+    for params, pending in groups.items():
+        fn = FunctionSpec(name, pending[0].convention, params, (), None, {}, frozenset())
+        while pending and session.alive and time.monotonic() < deadline:
+            prober = await _call(session, fn, pending, settings, deadline)
+            stopped = next((i for i, p in enumerate(pending) if prober.outcome(p).status in ("timeout", "dead")),
+                           len(pending))
+            for probe in pending[:stopped + 1]:
+                results[probe.index] = (prober.outcome(probe), prober.values.get(probe.key, {}))
+            pending = pending[stopped + 1:]
+    return results
 
 
 async def _fully_masked(session, fn: FunctionSpec, table: dict, case, settings, deadline, tol) -> dict:
@@ -92,21 +127,22 @@ async def _fully_masked(session, fn: FunctionSpec, table: dict, case, settings, 
 async def _probe_function(session, signature: Signature, found: list[Candidate], settings, deadline,
                           tol: Tolerance) -> Probed:
     probed = Probed()
-    for candidate in found:
-        fn = _spec_of(signature.name, candidate.table)
-        case = fn.convention.prepare(base_case(fn.convention, settings.seed))
-        probe = Probe(case)
-        prober = await _call(session, fn, [probe], settings, deadline)
-        outcome = prober.outcome(probe)
+    probes = []
+    for index, candidate in enumerate(found):
+        conv = _spec_of(signature.name, candidate.table).convention
+        probes.append(CandidateProbe(conv.prepare(base_case(conv, settings.seed)), convention=conv, index=index))
+    called = await _call_each(session, signature.name, probes, settings, deadline)
+    for candidate, probe in zip(found, probes):
+        if probe.index not in called:
+            probed.why_none = probed.why_none or "its calls were not made (the kernel stopped, or time ran out)"
+            continue
+        outcome, value = called[probe.index]
         if outcome.status != "ok":
             probed.why_none = probed.why_none or f"called as the simplest candidate says, {outcome.error}"
-            if outcome.status in ("missing", "dead") or not session.alive:
-                probed.why_none = outcome.error
-                break
             continue
-        returns = read_returns(fn.convention, case, prober.values.get(probe.key, {}), tol)
+        returns = read_returns(probe.convention, probe.case, value, tol)
         if returns is None:
-            returned = canonical_parts(fn.convention, prober.values.get(probe.key, {})).returned
+            returned = canonical_parts(probe.convention, value).returned
             probed.why_none = probed.why_none or f"on {probe.label} it returned {returned}, which the reference " \
                                                  "computes as no part of attention"
             continue
@@ -117,7 +153,7 @@ async def _probe_function(session, signature: Signature, found: list[Candidate],
             probed.why_none = probed.why_none or str(exc)
             continue
         if fn.convention.masked:
-            table.update(await _fully_masked(session, fn, table, case, settings, deadline, tol))
+            table.update(await _fully_masked(session, fn, table, probe.case, settings, deadline, tol))
         probed.fits.append(Fit(table, candidate.choices, candidate.rank))
         if len(probed.fits) >= FITS_KEPT:
             break
