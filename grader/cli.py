@@ -132,13 +132,13 @@ def spec_infer(ns) -> int:
     start_fork_server(ns)
     inferred = infer(ns.solution, ns.output, settings_from({}), ns.function, ns.support)
     write_atomically(ns.output, inferred.text)
-    result = inferred.result
+    score, max_score = inferred.score
     print(f"wrote {printable(ns.output)}: {len(inferred.functions)} function(s); graded with it, "
-          f"{printable(ns.solution.name)} earns {result.score:g} / {result.max_score:g}")
+          f"{printable(ns.solution.name)} earns {score:g} / {max_score:g}")
     for name, fit in inferred.functions.items():
         print(f"  {printable(name)}: {printable(describe(fit.table))}")
         for other in inferred.undecided.get(name, []):
-            print(f"    undecided: also fits the probe with {printable(other)}")
+            print(f"    undecided: also earns every point with {printable(other)}")
     for name, why in inferred.left_out.items():
         print(f"  left out {printable(name)}: {printable(why, one_line=True)}")
     for module in inferred.allowed:

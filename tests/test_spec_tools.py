@@ -110,7 +110,7 @@ def test_infer_says_what_it_left_out_and_what_it_could_not_decide(inferred):
     # scores + mask gives the same weights for a mask of 0 / -inf and one of 0 / -1e9.
     masks = _output_of(inferred, "masksworked")
     assert "masked_attention: Q=q, K=k, V=v, mask=mask (form additive_inf)" in masks
-    assert "undecided: also fits the probe with mask in form additive_big" in masks
+    assert "undecided: also earns every point with mask in form additive_big" in masks
 
 
 @pytest.mark.slow
@@ -142,9 +142,15 @@ def test_a_library_the_solution_uses_is_not_forbidden_and_the_output_says_so(tmp
 def test_nothing_fits_is_exit_2_with_one_line(tmp_path):
     solution = notebook(tmp_path / "solution.ipynb", "import numpy as np",
                         "def attention(Q, K, V):\n    return Q + 1",          # no part of attention
-                        "def plot(title, colour):\n    return None")           # no role in its names
+                        "def plot(title, colour):\n    return None",           # no role in its names
+                        # Right on the probe's five tokens; one token's output loses its axis.
+                        "def squeezed(Q, K, V):\n    s = Q @ K.T / np.sqrt(K.shape[1])\n"
+                        "    w = np.exp(s - s.max(1, keepdims=True))\n"
+                        "    return np.squeeze(w / w.sum(1, keepdims=True) @ V)")
     out = tmp_path / "spec.toml"
-    one_line_error(run("spec", "infer", solution, "-o", out), "nothing fits")
+    done = run("spec", "infer", solution, "-o", out)
+    one_line_error(done, "nothing fits")
+    assert "squeezed: graded with each convention that fit the probe, it lost points" in done.stderr
     assert not out.exists()
 
 

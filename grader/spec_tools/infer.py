@@ -20,11 +20,12 @@ from ..errors import SpecError, SubmissionError
 from ..grade import grade_notebook
 from ..loader import code_cells, load_submission
 from ..result import GradeResult
-from ..spec import DEFAULT_FORBIDDEN, SCHEMA, Assignment, parse
+from ..spec import DEFAULT_FORBIDDEN, SCHEMA, Assignment, FunctionSpec, parse
 from ..static_scan import matches, scan
 from ..toml_text import dumps
 from .candidates import candidates
 from .probe import Fit, probe_all
+from .words import describe, differences
 from .signatures import notebook_functions
 
 # The convention every setup spec can parse: the kernel for probing is set up from the spec's
@@ -37,70 +38,10 @@ class Inferred:
     text: str                                   # the spec, as written
     functions: dict[str, Fit]                   # the convention chosen for each graded function
     left_out: dict[str, str] = field(default_factory=dict)    # function -> why
+    # function -> the other conventions that also earn every point, in words
     undecided: dict[str, list[str]] = field(default_factory=dict)
     allowed: list[str] = field(default_factory=list)          # forbidden libraries the solution uses
-    result: GradeResult | None = None           # the solution graded with the spec
-
-
-def describe(table: dict) -> str:
-    """A convention table in words: each parameter's role, then what is not the default."""
-    params = []
-    for p in table["params"]:
-        role = p["role"] if p["role"] != "dict" else \
-            "a dict of " + " and ".join(f"{k}={r}" for k, r in p["keys"].items())
-        extra = [f"form {p['form']}" if "form" in p else "", f"head {p['head']}" if "head" in p else "",
-                 f"{p['heads']} heads" if "heads" in p else ""]
-        extra = [e for e in extra if e]
-        params.append(f"{p['name']}={role}" + (f" ({', '.join(extra)})" if extra else ""))
-    words = [", ".join(params)]
-    if table.get("tokens") == "columns":
-        words.append("tokens as columns")
-    if table.get("weights") == "out_in":
-        words.append("framework layout x @ W.T")
-    if "axis" in table:
-        words.append(f"softmax over axis {table['axis']}")
-    if table.get("scaled") is False:
-        words.append("unscaled")
-    if table.get("square"):
-        words.append("d_k = D")
-    if table.get("causal"):
-        words.append("causal mask built inside")
-    if "fully_masked" in table:
-        words.append(f"a fully masked row gives {table['fully_masked']}")
-    returns = table["returns"]
-    if isinstance(returns, dict):
-        shown = "a dict: " + ", ".join(f"{k!r} the {part}" for part, k in returns.items())
-    elif isinstance(returns, list):
-        shown = "(" + ", ".join(returns) + ")"
-    else:
-        shown = returns
-    if table.get("per_head_returns") == "axis":
-        shown += ", per head along a heads axis"
-    return "; ".join([*words, f"returns {shown}"])
-
-
-# A choice that only narrows the cases (d_k = D) fits whenever the general one does: never undecided.
-NARROWING = {("square", True)}
-
-
-def _choice_words(dim: str, option) -> str:
-    if dim.startswith("form:"):
-        return f"{dim.split(':', 1)[1]} in form {option}"
-    return f"{dim} = {str(option).lower() if isinstance(option, bool) else option}"
-
-
-def _differences(chosen: Fit, other: Fit) -> str | None:
-    """What sets another fitting candidate apart from the chosen one, or None when it only
-    narrows the chosen one's cases."""
-    mine, theirs = dict(chosen.choices), dict(other.choices)
-    changed = [(dim, option) for dim, option in theirs.items() if dim != "role" and mine.get(dim) != option]
-    if any(change in NARROWING for change in changed):
-        return None
-    words = [label for dim, label in other.choices if dim == "role" and (dim, label) not in chosen.choices]
-    words += [_choice_words(dim, option) for dim, option in changed]
-    if other.table.get("returns") != chosen.table.get("returns"):
-        words.append(f"returns {other.table['returns']}")
-    return ", ".join(words) or None
+    score: tuple[float, float] = (0.0, 0.0)     # what the solution earns graded with the spec, of how much
 
 
 def _header(name: str, solution: Path, allowed: list[str], support: Path | None, output: Path) -> dict:
@@ -128,14 +69,30 @@ def _setup(header: dict, source: str) -> Assignment:
 
 
 def _points_lost(result: GradeResult, name: str) -> str | None:
-    """Why `name` did not earn every point, or None when it did."""
+    """Why the function graded as `name` did not earn every point, or None when it did."""
     checks = [c for c in result.checks if c.function == name]
     lost = [c for c in checks if c.points < c.max_points]
     if result.status == "graded" and checks and not lost:
         return None
     if not lost:
         return f"it could not be graded ({result.status})"
-    return f"with the simplest fitting convention it lost {lost[0].kind}: {lost[0].message.splitlines()[0][:160]}"
+    return f"graded with each convention that fit the probe, it lost points (the last lost {lost[0].kind}: " \
+           f"{lost[0].message.splitlines()[0][:160]})"
+
+
+def _others(chosen: Fit, later: list[Fit]) -> list[tuple[int, Fit, str]]:
+    """Up to two later fits that differ from the chosen one in more than narrowing it, numbered
+    from 1, each with what sets it apart in words."""
+    found = [(other, words) for other in later if (words := differences(chosen, other))]
+    return [(number, other, words) for number, (other, words) in enumerate(found[:2], 1)]
+
+
+def _alternative(name: str, fit: Fit, number: int) -> FunctionSpec:
+    """Another convention that fit the probe, graded beside the chosen one in the same run: a
+    function of its own name in the result, calling the solution's `name` (as an alias)."""
+    fn = parse(dumps({"name": "alternative", "functions": [{"name": name, "convention": fit.table}]}),
+               "alternative").functions[0]
+    return replace(fn, name=f"{name} (alternative {number})", aliases=(name,))
 
 
 def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
@@ -174,16 +131,29 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
             fits[name] = result.fits
         else:
             inferred.left_out[name] = f"no candidate convention fits: {result.why_none or 'none was tried'}"
+    # The simplest fit of each function is graded with every check, with up to two others that
+    # fit the probe in other ways beside it (what the output calls undecided); a function whose
+    # choice loses points is graded again with its next fit.
     tried = {name: 0 for name in fits}
     while tried:
         chosen = {name: fits[name][index] for name, index in tried.items()}
+        others = {name: _others(chosen[name], fits[name][tried[name] + 1:]) for name in chosen}
         text = _spec_text(header, chosen, solution)
-        assignment = replace(parse(text, str(output)), source_file="")
+        assignment = parse(text, str(output))
+        beside = tuple(_alternative(name, other, number) for name in chosen for number, other, _ in others[name])
         # Each run gets the notebook as read: running one changes it (the rest of a failed cell).
-        result = asyncio.run(grade_notebook(copy.deepcopy(nb), assignment, settings, solution.name))
+        result = asyncio.run(grade_notebook(copy.deepcopy(nb), replace(assignment, functions=assignment.functions
+                                                                       + beside), settings, solution.name))
         lost = {name: why for name in chosen if (why := _points_lost(result, name))}
         if not lost:
-            inferred.text, inferred.functions, inferred.result = text, chosen, result
+            inferred.text, inferred.functions = text, chosen
+            checks = [c for c in result.checks if c.function in chosen]
+            inferred.score = (sum(c.points for c in checks), sum(c.max_points for c in checks))
+            for name in chosen:
+                full = [words for number, _, words in others[name]
+                        if not _points_lost(result, f"{name} (alternative {number})")]
+                if full:
+                    inferred.undecided[name] = full
             break
         for name, why in lost.items():
             tried[name] += 1
@@ -194,9 +164,5 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
         reasons = "; ".join(f"{name}: {why}" for name, why in inferred.left_out.items())
         raise SpecError(f"nothing fits: no function of {solution.name} could be graded at full marks by any "
                         f"convention ({reasons or 'it defines no function that takes parameters'})")
-    for name, fit in inferred.functions.items():
-        others = [words for other in fits[name] if other is not fit and (words := _differences(fit, other))]
-        if others:
-            inferred.undecided[name] = others[:2]
     return inferred
 
