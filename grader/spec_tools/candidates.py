@@ -80,6 +80,8 @@ def _dimensions(params: list[dict], plural: bool) -> list[tuple[str, list]]:
     single = not plural and "n_heads" not in roles and not any("head" in p for p in params)
     if "x" in roles and single:
         dims.append(("square", [False, True]))
+    # Leading batch axes and class-based conventions join here as dimensions of their own once
+    # conventions take them (`batch`, `class`): one more entry, tried like the rest.
     for p in params:
         if p["role"] == "mask":
             dims.append((f"form:{p['name']}", list(FORMS)))
@@ -125,6 +127,9 @@ def parseable(table: dict, name: str) -> str | None:
 def candidates(signature: Signature) -> Candidates:
     per_param = [_param_options(p) for p in signature.params]
     for param, options in zip(signature.params, per_param):
+        if not options and guesses(param.name):
+            return Candidates([], f"its parameter `{param.name}` would be a dict, but the function reads no key "
+                                  "of it by name")
         if not options:
             return Candidates([], f"its parameter `{param.name}` has a name no role is known by")
     found: list[Candidate] = []

@@ -1,9 +1,9 @@
 """Calling the solution's functions with each candidate convention, in one kernel session: the
 notebook runs once, in the same sandbox grading uses, and each candidate is one call on the
-grader's own base case. A candidate fits when the call returns values the reference
-computes for that case; what it returns is read off the call (returned.py). A function that
-takes a mask is called once more with a query whose every key is masked, to learn what such a
-row gives (the convention's `fully_masked`)."""
+grader's own base case (all of a function's calls in one request). A candidate fits when the
+call returns values the reference computes for that case; what it returns is read off the
+call (returned.py). A function that takes a mask is called once more with a query whose every
+key is masked, to learn what such a row gives (the convention's `fully_masked`)."""
 from __future__ import annotations
 
 import time
@@ -23,8 +23,8 @@ from .candidates import Candidate
 from .returned import read_returns
 from .signatures import Signature
 
-# Fits kept per function: the first to earn full marks when graded is chosen, and the others
-# are what the output calls undecided.
+# Fits kept per function: the first to earn full marks when graded is chosen, and those after it
+# that earn them too are what the output calls undecided.
 FITS_KEPT = 4
 
 
