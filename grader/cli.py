@@ -126,7 +126,10 @@ def package(ns) -> int:
 def spec_infer(ns) -> int:
     from .files import write_atomically
     from .settings import settings_from
-    from .spec_tools.infer import describe, infer
+    from .spec_tools.infer import infer
+    from .spec_tools.words import describe
+    if ns.output.exists() and ns.output.resolve() == ns.solution.resolve():
+        raise SubmissionError(f"{ns.output} is the solution itself: name another file for the spec")
     if ns.output.exists() and not ns.force:
         raise SubmissionError(f"{ns.output} exists: give --force to overwrite it")
     start_fork_server(ns)

@@ -184,6 +184,9 @@ def test_an_existing_spec_is_never_overwritten_without_force(tmp_path):
     out.write_text("# the staff's own\n")
     one_line_error(run("spec", "infer", SUBMISSIONS / "worked_solution.ipynb", "-o", out), "--force")
     assert out.read_text() == "# the staff's own\n"
+    solution = notebook(tmp_path / "solution.ipynb", "def f(Q, K, V):\n    return V")
+    one_line_error(run("spec", "infer", solution, "-o", solution, "--force"), "the solution itself")
+    assert "def f(Q, K, V)" in solution.read_text()
 
 
 def test_support_needs_the_support_modules_feature_or_a_folder(tmp_path):
