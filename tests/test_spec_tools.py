@@ -143,6 +143,7 @@ def test_nothing_fits_is_exit_2_with_one_line(tmp_path):
     solution = notebook(tmp_path / "solution.ipynb", "import numpy as np",
                         "def attention(Q, K, V):\n    return Q + 1",          # no part of attention
                         "def plot(title, colour):\n    return None",           # no role in its names
+                        "class Attention:\n    def forward(self, x):\n        return x",
                         # Right on the probe's five tokens; one token's output loses its axis.
                         "def squeezed(Q, K, V):\n    s = Q @ K.T / np.sqrt(K.shape[1])\n"
                         "    w = np.exp(s - s.max(1, keepdims=True))\n"
@@ -151,6 +152,7 @@ def test_nothing_fits_is_exit_2_with_one_line(tmp_path):
     done = run("spec", "infer", solution, "-o", out)
     one_line_error(done, "nothing fits")
     assert "squeezed: graded with each convention that fit the probe, it lost points" in done.stderr
+    assert "Attention: a class" in done.stderr
     assert not out.exists()
 
 

@@ -26,7 +26,7 @@ from ..toml_text import dumps
 from .candidates import candidates
 from .probe import Fit, probe_all
 from .words import describe, differences
-from .signatures import notebook_functions
+from .signatures import notebook_classes, notebook_functions
 
 # The convention every setup spec can parse: the kernel for probing is set up from the spec's
 # header alone (its policy, its support), exactly as grading will set it up.
@@ -116,6 +116,9 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
     allowed = sorted({hit for module in modules if (hit := matches(module, DEFAULT_FORBIDDEN))})
     header = _header(output.stem, solution, allowed, support, output)
     inferred = Inferred("", {}, allowed=allowed)
+    if not only:
+        inferred.left_out.update({name: "a class: conventions that construct a class and call its method are not "
+                                        "proposed yet" for name in notebook_classes(nb)})
     proposals = []
     for signature in signatures:
         proposed = candidates(signature)

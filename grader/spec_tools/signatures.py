@@ -21,7 +21,6 @@ class Parameter:
 class Signature:
     name: str
     params: tuple[Parameter, ...]
-    cell: int                      # the index of the cell with its (last) definition
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -38,7 +37,7 @@ def _keys_read(function: ast.FunctionDef, name: str) -> tuple[str, ...]:
     return tuple(keys)
 
 
-def _signature(node: ast.FunctionDef, cell: int) -> Signature | None:
+def _signature(node: ast.FunctionDef) -> Signature | None:
     """Positional parameters only: the grader calls functions positionally (or by these names).
     A function taking *args or required keyword-only arguments cannot be called that way."""
     args = node.args
@@ -47,19 +46,29 @@ def _signature(node: ast.FunctionDef, cell: int) -> Signature | None:
     positional = [*args.posonlyargs, *args.args]
     first_default = len(positional) - len(args.defaults)
     params = tuple(Parameter(a.arg, i >= first_default, _keys_read(node, a.arg)) for i, a in enumerate(positional))
-    return Signature(node.name, params, cell) if params else None
+    return Signature(node.name, params) if params else None
+
+
+def _top_level(nb, kind) -> list:
+    nodes = []
+    for _, source in code_cells(nb):
+        try:
+            tree = ast.parse(python_source(source))
+        except SyntaxError:
+            continue
+        nodes += [node for node in tree.body if isinstance(node, kind) and not node.name.startswith("_")]
+    return nodes
 
 
 def notebook_functions(nb) -> list[Signature]:
     """The notebook's top-level functions that take parameters, each as last defined, in the
     order they are first defined; placeholders (a template's stubs) and private names left out."""
     found: dict[str, Signature | None] = {}
-    for index, source in code_cells(nb):
-        try:
-            tree = ast.parse(python_source(source))
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
-                found[node.name] = None if is_stub(node) else _signature(node, index)
+    for node in _top_level(nb, ast.FunctionDef):
+        found[node.name] = None if is_stub(node) else _signature(node)
     return [s for s in found.values() if s is not None]
+
+
+def notebook_classes(nb) -> list[str]:
+    """The names of the notebook's top-level classes (a class-based module is not proposed yet)."""
+    return list(dict.fromkeys(node.name for node in _top_level(nb, ast.ClassDef)))
