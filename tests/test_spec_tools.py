@@ -276,3 +276,23 @@ def test_the_readme_s_two_commands_for_course_staff_are_commands():
     assert [c[:3] for c in commands] == [["grader", "spec", "infer"], ["grader", "spec", "check"]]
     for command in commands:
         assert parser().parse_args(command[1:]).run.__name__ in ("spec_infer", "spec_check")
+
+
+@pytest.mark.slow
+def test_a_candidate_whose_call_never_ends_stops_only_itself(tmp_path):
+    """Handed a 0 / -inf mask, this function never returns: those calls time out, and the
+    candidates after them in the same request are called all the same (a 0/1 float mask,
+    tried later, fits as well as the boolean one)."""
+    from conftest import TEST_SETTINGS, expect_slow
+    from grader.settings import Settings
+    from grader.spec_tools.infer import infer
+    expect_slow()
+    solution = notebook(tmp_path / "solution.ipynb", "import numpy as np",
+                        "def attend(Q, K, V, mask):\n    while np.isinf(mask).any():\n        pass\n"
+                        "    s = np.where(mask, Q @ K.T / np.sqrt(K.shape[1]), -1e9)\n"
+                        "    w = np.exp(s - s.max(1, keepdims=True))\n"
+                        "    return w / w.sum(1, keepdims=True) @ V")
+    inferred = infer(solution, tmp_path / "spec.toml", Settings(**{**TEST_SETTINGS.__dict__, "call_timeout": 1.0}))
+    assert inferred.functions["attend"].table["params"][3] == {"name": "mask", "role": "mask", "form": "keep"}
+    assert inferred.undecided["attend"] == ["mask in form float_keep"]
+    assert inferred.score[0] == inferred.score[1] > 0
