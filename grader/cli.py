@@ -1,4 +1,5 @@
-"""Command line: `grader check`, `grader grade`, `grader lms`, `grader assignments`, `grader settings`."""
+"""Command line: `grader check`, `grader grade`, `grader lms`, `grader spec`, `grader assignments`,
+`grader settings`."""
 from __future__ import annotations
 
 import argparse
@@ -122,6 +123,52 @@ def package(ns) -> int:
     return 0
 
 
+def spec_infer(ns) -> int:
+    from .files import write_atomically
+    from .settings import settings_from
+    from .spec_tools.infer import infer
+    from .spec_tools.words import describe
+    if ns.output.exists() and ns.output.resolve() == ns.solution.resolve():
+        raise SubmissionError(f"{ns.output} is the solution itself: name another file for the spec")
+    if ns.output.exists() and not ns.force:
+        raise SubmissionError(f"{ns.output} exists: give --force to overwrite it")
+    start_fork_server(ns)
+    inferred = infer(ns.solution, ns.output, settings_from({}), ns.function, ns.support)
+    write_atomically(ns.output, inferred.text)
+    score, max_score = inferred.score
+    print(f"wrote {printable(ns.output)}: {len(inferred.functions)} function(s); graded with it, "
+          f"{printable(ns.solution.name)} earns {score:g} / {max_score:g}")
+    for name, fit in inferred.functions.items():
+        print(f"  {printable(name)}: {printable(describe(fit.table))}")
+        for other in inferred.undecided.get(name, []):
+            print(f"    undecided: also earns every point with {printable(other)}")
+    for name, why in inferred.left_out.items():
+        print(f"  left out {printable(name)}: {printable(why, one_line=True)}")
+    for module in inferred.allowed:
+        print(f"  not forbidden: {module} (the solution itself imports it)")
+    return EXIT_FULL_MARKS
+
+
+def spec_check(ns) -> int:
+    from .spec_tools.check import check_spec
+    from .terminal import summary, use_colour
+    if ns.solution is not None:
+        start_fork_server(ns)
+    checked = check_spec(ns.spec, ns.solution)
+    a = checked.assignment
+    print(f"{printable(ns.spec)}: a valid spec, {len(a.functions)} function(s): "
+          f"{', '.join(printable(f.name) for f in a.functions)}")
+    result = checked.result
+    if result is None:
+        return EXIT_FULL_MARKS
+    if result.full_marks:
+        print(f"{printable(ns.solution.name)} earns every point: {result.score:g} / {result.max_score:g}")
+        return EXIT_FULL_MARKS
+    print(summary(result, staff=True, colour=use_colour()))
+    print(f"{printable(ns.solution.name)} does not earn every point: {result.score:g} / {result.max_score:g}")
+    return EXIT_FAILURES
+
+
 def list_assignments(ns) -> int:
     from .classes import signature
     from .spec import builtin_names, load_assignment
@@ -170,6 +217,23 @@ def parser() -> argparse.ArgumentParser:
     packaging.add_argument("--assignment", metavar="STR", help=BY_NAME["assignment"].help)
     packaging.add_argument("-o", "--output", type=Path, required=True, metavar="ZIP", help="the zip to write")
     packaging.set_defaults(run=package)
+    spec = sub.add_parser("spec", help="write and check a course's assignment spec", **EXACT)
+    specs = spec.add_subparsers(dest="spec_command", required=True)
+    infer = specs.add_parser("infer", help="propose a spec from the staff's solution notebook, graded on it at "
+                             "full marks", **EXACT)
+    infer.add_argument("solution", type=Path, metavar="SOLUTION", help="the staff's solution (.ipynb or .py)")
+    infer.add_argument("-o", "--output", type=Path, required=True, metavar="SPEC", help="the spec to write (TOML)")
+    infer.add_argument("--force", action="store_true", help="overwrite SPEC if it exists")
+    infer.add_argument("--function", action="append", metavar="NAME",
+                       help="propose only this function (repeat for several; default: every function that fits)")
+    infer.add_argument("--support", type=Path, metavar="DIR",
+                       help="the course's own modules the solution imports (needs course support modules in specs)")
+    infer.set_defaults(run=spec_infer)
+    checking = specs.add_parser("check", help="validate a spec; with a solution, grade it and fail unless it earns "
+                                "every point", **EXACT)
+    checking.add_argument("spec", metavar="SPEC", help="the spec (a TOML file, or a built-in assignment's name)")
+    checking.add_argument("solution", type=Path, nargs="?", metavar="SOLUTION", help="the staff's solution")
+    checking.set_defaults(run=spec_check)
     sub.add_parser("assignments", help="list the built-in assignments").set_defaults(run=list_assignments)
     sub.add_parser("settings", help="print the settings table (markdown)").set_defaults(run=show_settings)
     return p

@@ -336,6 +336,16 @@ def _apply_penalty(checks: list[CheckResult], fn: FunctionSpec, uses: list[str],
             c.message += f" (Points withheld: the function uses {', '.join(uses)}.)"
 
 
+def assignment_kernel(nb, assignment: Assignment, settings, kernel_manager_factory=default_kernel_manager):
+    """`async with` it for (session, log): the notebook run in a sandboxed kernel set up for
+    the assignment (its forbidden libraries and its own file out of view, its course support
+    modules importable), the one way both
+    grading and `grader spec infer`'s probing see a notebook."""
+    return executed_notebook(nb, settings.limits, kernel_manager_factory, assignment.forbidden,
+                             (assignment.source_file,) if assignment.source_file else (),
+                             support=assignment.support)
+
+
 async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
                          kernel_manager_factory=default_kernel_manager) -> GradeResult:
     result = GradeResult(submission=submission, assignment=assignment.name, seed=settings.seed,
@@ -353,9 +363,7 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
         if static_scan.matches(module, GRADER_MODULES):
             result.policy["findings"].append({"source": "static", "module": module, "cell": cell, "line": line,
                                               "kind": "grader_import"})
-    async with executed_notebook(nb, settings.limits, kernel_manager_factory, assignment.forbidden,
-                                 (assignment.source_file,) if assignment.source_file else (),
-                                 support=assignment.support) as (session, log):
+    async with assignment_kernel(nb, assignment, settings, kernel_manager_factory) as (session, log):
         result.errors = [e.to_json() for e in log.errors]
         result.timing["execution"] = round(log.seconds, 3)
         probing_started = time.monotonic()
