@@ -57,6 +57,11 @@ class FunctionProber:
     def outcome(self, probe: Probe) -> Outcome:
         return self.outcomes[probe.key]
 
+    def convention_of(self, probe: Probe):
+        """The convention a probe's call is made in: the function's (`grader spec infer` calls
+        one function in many candidate conventions, and says so here)."""
+        return self.fn.convention
+
     async def run(self, probes: list[Probe]) -> None:
         """Call the function once per distinct probe (checks share some), in the order given,
         and wait for every call's outcome."""
@@ -64,7 +69,7 @@ class FunctionProber:
         for probe in probes:
             distinct.setdefault(probe.key, probe)
         self.calls = list(distinct.values())
-        self.sent = [classes.sent_arguments(p, self.fn.convention) for p in self.calls]
+        self.sent = [classes.sent_arguments(p, self.convention_of(p)) for p in self.calls]
         if not self.calls:
             return
         remaining = self.deadline - time.monotonic()
@@ -73,7 +78,7 @@ class FunctionProber:
         if not self.session.alive:
             return self._fill(0, ("dead", "not made: the kernel had stopped before this function was called"))
         requests = [{"names": self.fn.names, "params": list(self.fn.params),
-                     **classes.request(self.fn.convention, args, p.variant.layout),
+                     **classes.request(self.convention_of(p), args, p.variant.layout),
                      "return_inputs": p.return_inputs} for p, args in zip(self.calls, self.sent)]
         end = await self.session.run_calls(f"{HARNESS}.call_many({requests!r})", len(requests), self.call_timeout,
                                            remaining, self._received)

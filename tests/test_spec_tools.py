@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tomllib
 
-from conftest import FIXTURES, SAMPLES, SUBMISSIONS
+from conftest import FIXTURES, ROOT, SAMPLES, SUBMISSIONS
 from grader.conventions import parse_convention
 from grader.reference.attention import attention
 from grader.returns import Tolerance
@@ -46,11 +46,17 @@ def meaning(fn) -> tuple:
     name, description or the order of a dict's keys, nor `square`: d_k = D only narrows the
     cases (seed 003's data is square), and the general reading fits whenever it does."""
     conv = fn.convention   # a built-in convention's params are renamed by the spec's `params`
-    params = tuple((name, p.role, p.heads, p.head, p.form, tuple(sorted((k, i.role) for k, i in p.keys)))
+    params = tuple((name, p.role, p.heads, p.head, p.form, conv.mask_shape(p) if p.form else None,
+                    tuple(sorted((k, i.role) for k, i in p.keys)))
                    for name, p in zip(fn.params, conv.params))
     keys = None if conv.return_keys is None else dict(zip(conv.returns, conv.return_keys))
+    made = conv.class_call
+    if made is not None:   # how the object is made; the order attributes are set in does not matter
+        made = (made.method, tuple((p.name, p.role) for p in made.construct),
+                tuple(sorted((p.name, p.role) for p in made.attributes)), made.init,
+                tuple((p.name, p.role) for p in made.init_params))
     return (params, conv.returns if keys is None else tuple(sorted(conv.returns)), keys, conv.weights, conv.columns,
-            conv.scaled, conv.per_head_returns, conv.causal_inside, conv.fully_masked)
+            conv.scaled, conv.per_head_returns, conv.causal_inside, conv.fully_masked, conv.batched, made)
 
 
 # Each golden solution, with the spec it is graded by: built-in or a course's own.
@@ -60,8 +66,10 @@ SOLUTIONS = [
     (SAMPLES / "sdpa_sheet_004.ipynb", "sdpa"),
     (SAMPLES / "qkv_correct.ipynb", "qkv"),
     (SAMPLES / "two_head_sheet_002.ipynb", "two-head"),
-    (FIXTURES / "masks" / "worked.ipynb", str(FIXTURES / "masks" / "course.toml")),
-    (FIXTURES / "cross" / "worked.ipynb", str(FIXTURES / "cross" / "course.toml")),
+    (FIXTURES / "masks" / "worked.ipynb", "masks"),
+    (FIXTURES / "cross" / "worked.ipynb", "cross"),
+    (FIXTURES / "batch" / "worked.ipynb", "batched"),
+    (FIXTURES / "classes" / "worked.ipynb", str(FIXTURES / "classes" / "course.toml")),
     (FIXTURES / "conventions" / "worked.ipynb", str(FIXTURES / "conventions" / "course.toml")),
 ]
 
@@ -160,13 +168,14 @@ def test_nothing_fits_is_exit_2_with_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_check_fails_a_mistaken_notebook_with_exit_1():
-    done = run("spec", "check", FIXTURES / "masks" / "course.toml", FIXTURES / "masks" / "mistakes.ipynb")
+    done = run("spec", "check", ROOT / "reference" / "assignments" / "masks.toml",
+               FIXTURES / "masks" / "mistakes.ipynb")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "does not earn every point" in done.stdout
 
 
 def test_check_validates_a_spec_without_a_solution(tmp_path):
-    done = run("spec", "check", FIXTURES / "cross" / "course.toml")
+    done = run("spec", "check", ROOT / "reference" / "assignments" / "cross.toml")
     assert done.returncode == 0, done.stderr
     assert "a valid spec, 2 function(s): cross_attention, cross_multihead" in done.stdout
 

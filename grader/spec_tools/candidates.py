@@ -10,13 +10,16 @@ first option, so the plainest reading of a function is tried, and kept, first.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 
-from ..conventions import HEAD_FORM_ROLES, parse_convention
+from ..conventions import HEAD_FORM_ROLES, MASK_ROLES, MASK_SHAPES, parse_convention
 from ..errors import SpecError
 from ..reference.masks import FORMS
-from .roles import Guess, guesses
-from .signatures import Parameter, Signature
+from ..classes import CONSTRUCT_ROLES
+from ..classes import WEIGHT_ROLES as OBJECT_WEIGHT_ROLES
+from .roles import Guess, guesses, normalised
+from .signatures import ClassSignature, Parameter, Signature
 
 # More candidates than this for one function are not tried (the simplest are kept).
 MAX_CANDIDATES = 400
@@ -77,14 +80,19 @@ def _dimensions(params: list[dict], plural: bool) -> list[tuple[str, list]]:
     heads_given = any(p["role"] in HEAD_FORM_ROLES and "head" not in p for p in params)
     if heads_given and plural:
         dims.append(("heads", ["per_head", "axis", "fused"]))
+    elif heads_given and "n_heads" not in roles and roles & {"q", "k", "v"}:
+        dims.append(("heads", ["fused", "axis"]))   # Q, K, V with the heads already split off
     single = not plural and "n_heads" not in roles and not any("head" in p for p in params)
     if "x" in roles and single:
         dims.append(("square", [False, True]))
-    # Leading batch axes and class-based conventions join here as dimensions of their own once
-    # conventions take them (`batch`, `class`): one more entry, tried like the rest.
+    if not helper and roles & {"x", "q", "k", "v"}:
+        dims.append(("batch", [False, True]))
+    # Class-based conventions would join here as a dimension of their own (`class`).
     for p in params:
-        if p["role"] == "mask":
+        if p["role"] in MASK_ROLES:
             dims.append((f"form:{p['name']}", list(FORMS)))
+            # Only with a batch: a shape other than the default (candidates() drops the rest).
+            dims.append((f"shape:{p['name']}", [None, *MASK_SHAPES[(p["role"], True)][1:]]))
     return dims
 
 
@@ -102,9 +110,10 @@ def _placeholder_returns(roles: set) -> str | list:
 def _apply(params: list[dict], dims: list[tuple[str, list]], picks: tuple) -> dict:
     table: dict = {"params": [dict(p, keys=dict(p["keys"])) if "keys" in p else dict(p) for p in params]}
     for (dim, options), pick in zip(dims, picks):
-        if dim.startswith("form:"):
-            name = dim.split(":", 1)[1]
-            next(p for p in table["params"] if p["name"] == name)["form"] = pick
+        if dim.startswith(("form:", "shape:")):
+            key, name = dim.split(":", 1)
+            if pick is not None:
+                next(p for p in table["params"] if p["name"] == name)[key] = pick
         elif dim == "heads":
             if pick != "fused":
                 for p in table["params"]:
@@ -113,6 +122,58 @@ def _apply(params: list[dict], dims: list[tuple[str, list]], picks: tuple) -> di
         elif pick != options[0]:
             table[dim] = pick
     return table
+
+
+# A method a module's weights are given to (init_weights, set_params, load_weights, ...).
+INIT_METHOD = re.compile(r"(init|set|load|assign)(weights|params|parameters)")
+
+
+def _first_role(name: str, allowed) -> str | None:
+    return next((g.role for g in guesses(name) if g.role in allowed and g.role != "dict" and g.head is None), None)
+
+
+def class_table(cls: ClassSignature) -> tuple[dict | None, str]:
+    """How to make the object, as a convention's `class` table, from the class's source: its
+    constructor's parameters by their names, and where the weights go, in order of preference:
+    the constructor itself, an init method, or the attributes __init__ sets. (None, why) when
+    its source says no way."""
+    construct = []
+    for p in cls.construct:
+        role = _first_role(p.name, CONSTRUCT_ROLES)
+        if role is None:
+            if p.has_default:
+                continue   # left to its default (the harness then calls by keyword)
+            return None, f"its constructor's parameter `{p.name}` has a name no role is known by"
+        construct.append({"name": p.name, "role": role})
+    table: dict = {"method": cls.method.name}
+    if construct:
+        table["construct"] = construct
+    if any(c["role"] in OBJECT_WEIGHT_ROLES for c in construct):
+        return table, ""
+    for method in cls.methods:
+        roles = [_first_role(p.name, OBJECT_WEIGHT_ROLES) for p in method.params]
+        if INIT_METHOD.fullmatch(normalised(method.name)) and all(roles) and len(set(roles)) == len(roles):
+            table["init"] = {"method": method.name,
+                             "params": [{"name": p.name, "role": r} for p, r in zip(method.params, roles)]}
+            return table, ""
+    attributes: dict = {}
+    for name in cls.attributes:
+        role = _first_role(name, OBJECT_WEIGHT_ROLES)
+        if role is not None and role not in attributes.values():
+            attributes[name] = role
+    if attributes:
+        table["attributes"] = attributes
+        return table, ""
+    return None, "neither its constructor, an init method nor the attributes its __init__ sets hold the weights"
+
+
+def _object_params(table: dict | None) -> list[dict]:
+    """The roles a class table gives the object, as params (what the convention-wide choices
+    depend on: a weight layout, for one)."""
+    if table is None:
+        return []
+    return [*table.get("construct", []), *table.get("init", {}).get("params", []),
+            *({"name": n, "role": r} for n, r in table.get("attributes", {}).items())]
 
 
 def parseable(table: dict, name: str) -> str | None:
@@ -124,7 +185,9 @@ def parseable(table: dict, name: str) -> str | None:
     return None
 
 
-def candidates(signature: Signature) -> Candidates:
+def candidates(signature: Signature, object_table: dict | None = None) -> Candidates:
+    """`signature`'s candidate conventions; for a class's method, each with the class table
+    `object_table` saying how its object is made."""
     per_param = [_param_options(p) for p in signature.params]
     for param, options in zip(signature.params, per_param):
         if not options and guesses(param.name):
@@ -141,11 +204,15 @@ def candidates(signature: Signature) -> Candidates:
             continue
         chosen = tuple(("role", label) for _, (label, _) in combination)
         plural = any(g.plural for p in signature.params for g in guesses(p.name)[:1])
-        dims = _dimensions(params, plural)
+        dims = _dimensions(params + _object_params(object_table), plural)
         roles = {p["role"] for p in params} | {r for p in params if p["role"] == "dict" for r in p["keys"].values()}
         for picks in itertools.product(*(enumerate(options) for _, options in dims)):
             table = _apply(params, dims, tuple(option for _, option in picks))
-            table["returns"] = _placeholder_returns(roles)
+            if not table.get("batch") and any("shape" in p for p in table["params"]):
+                continue   # without a batch a mask has one shape, the default
+            table["returns"] = _placeholder_returns(roles | {p["role"] for p in _object_params(object_table)})
+            if object_table is not None:
+                table["class"] = object_table
             refusal = parseable(table, signature.name)
             if refusal:
                 refusals.append(refusal)

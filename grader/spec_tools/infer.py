@@ -23,10 +23,10 @@ from ..result import GradeResult
 from ..spec import DEFAULT_FORBIDDEN, Assignment, FunctionSpec, parse
 from ..static_scan import matches, scan
 from ..toml_text import dumps
-from .candidates import candidates
+from .candidates import candidates, class_table
 from .probe import Fit, probe_all
 from .words import describe, differences
-from .signatures import notebook_classes, notebook_functions
+from .signatures import Signature, notebook_class_signatures, notebook_classes, notebook_functions
 
 # The convention every setup spec can parse: the kernel for probing is set up from the spec's
 # header alone (its policy, its support), exactly as grading will set it up.
@@ -105,7 +105,7 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
     nb = load_submission(solution)
     signatures = notebook_functions(nb)
     if only:
-        known = {s.name for s in signatures}
+        known = {s.name for s in signatures} | set(notebook_classes(nb))
         missing = [name for name in only if name not in known]
         if missing:
             raise SubmissionError(f"{solution.name} defines no function {missing[0]!r} that takes parameters "
@@ -118,9 +118,11 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
     allowed = sorted({hit for module in modules if (hit := matches(module, DEFAULT_FORBIDDEN))})
     header = _header(output.stem, solution, allowed, support, output)
     inferred = Inferred("", {}, allowed=allowed)
-    if not only:
-        inferred.left_out.update({name: "a class: conventions that construct a class and call its method are not "
-                                        "proposed yet" for name in notebook_classes(nb)})
+    classes, not_modules = notebook_class_signatures(nb)
+    if only:
+        classes = [c for c in classes if c.name in only]
+        not_modules = {name: why for name, why in not_modules.items() if name in only}
+    inferred.left_out.update(not_modules)
     proposals = []
     for signature in signatures:
         proposed = candidates(signature)
@@ -128,6 +130,14 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
             proposals.append((signature, proposed.found))
         else:
             inferred.left_out[signature.name] = proposed.why_none
+    for module in classes:
+        # A class is graded as its method, called on an object made as its source says.
+        table, why = class_table(module)
+        proposed = candidates(Signature(module.name, module.method.params), table) if table else None
+        if proposed is not None and proposed.found:
+            proposals.append((Signature(module.name, module.method.params), proposed.found))
+        else:
+            inferred.left_out[module.name] = f"a class: {why or proposed.why_none}"
     setup = _setup(header, str(output), output.resolve().parent)
     probed = asyncio.run(probe_all(copy.deepcopy(nb), setup, proposals, settings, setup.tolerance))
     fits = {}

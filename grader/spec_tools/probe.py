@@ -9,13 +9,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from .. import payloads
 from ..cases import base_case
 from ..checks import Probe
-from ..conventions import Convention, parse_convention
+from ..conventions import MASK_ROLES, Convention, parse_convention
 from ..errors import SpecError
 from ..grade import FunctionProber, assignment_kernel
-from ..reference.attention import attention
 from ..reference.masks import FORMS, FULLY_MASKED_RULES
 from ..returns import Tolerance, canonical_parts, same
 from ..spec import Assignment, FunctionSpec
@@ -50,6 +51,9 @@ class KeepingProber(FunctionProber):
     def __init__(self, *args):
         super().__init__(*args)
         self.values: dict[tuple, dict] = {}
+
+    def convention_of(self, probe: Probe) -> Convention:
+        return getattr(probe, "convention", None) or self.fn.convention
 
     def _received(self, index: int, payload) -> None:
         super()._received(index, payload)
@@ -108,9 +112,14 @@ async def _call_each(session, name: str, probes: list[CandidateProbe], settings,
 async def _fully_masked(session, fn: FunctionSpec, table: dict, case, settings, deadline, tol) -> dict:
     """`fully_masked` when a row with every key masked gives other than what the mask's form
     implies; {} when it gives that, or nothing the grader knows."""
-    keep = case.mask.copy()
-    keep[0] = False
-    emptied = replace(case, mask=keep, label=f"{case.label}, the first query's every key masked")
+    if case.mask is not None:
+        keep = case.mask.copy()
+        keep[0] = False
+        emptied = replace(case, mask=keep, label=f"{case.label}, the first query's every key masked")
+    elif case.key_mask is not None:   # a key-padding mask alone: every key of the first sequence padded
+        emptied = replace(case, key_mask=np.zeros_like(case.key_mask), label=f"{case.label}, every key padded")
+    else:
+        return {}
     probe = Probe(emptied)
     prober = await _call(session, fn, [probe], settings, deadline)
     outcome = prober.outcome(probe)
@@ -118,9 +127,9 @@ async def _fully_masked(session, fn: FunctionSpec, table: dict, case, settings, 
         return {}
     conv = fn.convention
     for rule in FULLY_MASKED_RULES:
-        expected = conv.expected(attention(replace(emptied, fully_masked=rule)), replace(emptied, fully_masked=rule))
+        expected = replace(conv, fully_masked=rule).expected_parts(emptied)
         if all(p in outcome.parts.values and same(outcome.parts.values[p], e, tol) for p, e in expected.items()):
-            forms = [p.form for p in conv.flat if p.role == "mask"]
+            forms = [p.form for p in conv.flat if p.role in MASK_ROLES]
             implied = FORMS[forms[0]].fully_masked if forms else None
             return {} if rule == (implied or "zeros") else {"fully_masked": rule}
     return {}

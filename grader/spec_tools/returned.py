@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..conventions import Convention
-from ..reference.attention import Case, attention
+from ..reference.attention import Case
 from ..returns import Tolerance, canonical_parts, same
 
 # The parts a value may be, in order of preference when one value could be two.
@@ -19,9 +19,7 @@ RETURN_NAME = {"weights_per_head": "weights", "scores_per_head": "scores"}
 def _every_part(conv: Convention, case: Case) -> dict:
     """Every part the reference computes for this case, canonical."""
     parts = MULTI_PARTS if conv.heads != "one" else SINGLE_PARTS
-    everything = replace(conv, returns=parts, return_keys=None)
-    prepared = conv.prepare(case)
-    return everything.expected(attention(prepared), prepared)
+    return replace(conv, returns=parts, return_keys=None).expected_parts(case)
 
 
 def _part_of(conv: Convention, encoded: dict, expected: dict, tol: Tolerance) -> tuple[str, bool] | None:

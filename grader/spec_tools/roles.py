@@ -35,6 +35,10 @@ NAME_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (WEIGHT + r"(o|out|output|c)" + HEAD + r"|outproj(weight)?|(o|out)(w|weight|proj)", ("wo",)),
     (BIAS + r"(o|out|output|c)|outprojbias|(o|out)(b|bias)", ("bo",)),
     (r"h|nh|nheads?|numheads?|heads|headcount|numattentionheads", ("n_heads",)),
+    # A module's sizes, which only its constructor takes.
+    (r"dmodel|d|dim|embeddim|embedsize|embeddingdim|hiddensize|hiddendim|modeldim|inputdim|din|nembd|nembed",
+     ("d_model",)),
+    (r"dk|headdim|dhead|headsize|dkey|kdim", ("d_k",)),
     (r"mask|masks|m|attnmask|attentionmask", ("mask",)),
     (r"keypaddingmask|paddingmask|keymask|srckeypaddingmask", ("key_padding",)),
     (r"causal|iscausal|usecausal|causalmask|autoregressive", ("causal",)),

@@ -70,5 +70,64 @@ def notebook_functions(nb) -> list[Signature]:
 
 
 def notebook_classes(nb) -> list[str]:
-    """The names of the notebook's top-level classes (a class-based module is not proposed yet)."""
+    """The names of the notebook's top-level classes."""
     return list(dict.fromkeys(node.name for node in _top_level(nb, ast.ClassDef)))
+
+
+# The methods a module is called through, in order of preference.
+GRADED_METHODS = ("forward", "__call__")
+
+
+@dataclass(frozen=True)
+class ClassSignature:
+    """What a class's source says about how to make and call it."""
+    name: str
+    method: Signature                     # the method graded (forward, else __call__), without self
+    construct: tuple[Parameter, ...]      # __init__'s parameters, without self
+    attributes: tuple[str, ...]           # what __init__ sets on self, in order
+    methods: tuple[Signature, ...]        # its other public methods (an init method among them)
+
+
+def _self_attributes(init: ast.FunctionDef) -> tuple[str, ...]:
+    found: list[str] = []
+    for node in ast.walk(init):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            for item in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name) and item.value.id == "self" \
+                        and item.attr not in found:
+                    found.append(item.attr)
+    return tuple(found)
+
+
+def _without_self(node: ast.FunctionDef) -> Signature | None:
+    signature = _signature(node)
+    if signature is None or not signature.params or signature.params[0].name != "self":
+        return None
+    return Signature(node.name, signature.params[1:])
+
+
+def notebook_class_signatures(nb) -> tuple[list[ClassSignature], dict[str, str]]:
+    """The notebook's classes that can be graded as modules, and why each other one cannot."""
+    nodes: dict[str, ast.ClassDef] = {}
+    for node in _top_level(nb, ast.ClassDef):
+        nodes[node.name] = node
+    found, why = [], {}
+    for name, node in nodes.items():
+        methods = {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)}
+        graded = next((methods[m] for m in GRADED_METHODS if m in methods and not is_stub(methods[m])), None)
+        method = _without_self(graded) if graded is not None else None
+        if method is None or not method.params:
+            why[name] = "a class with no forward (or __call__) method taking arguments"
+            continue
+        init = methods.get("__init__")
+        construct = _without_self(init) if init is not None else Signature("__init__", ())
+        if construct is None:
+            why[name] = "a class whose __init__ cannot be called with positional arguments"
+            continue
+        others = tuple(s for m in methods.values() if not m.name.startswith("_") and m is not graded
+                       and (s := _without_self(m)) is not None and s.params)
+        found.append(ClassSignature(name, method, construct.params,
+                                    _self_attributes(init) if init is not None else (), others))
+    return found, why

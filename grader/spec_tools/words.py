@@ -12,10 +12,19 @@ def describe(table: dict) -> str:
         role = p["role"] if p["role"] != "dict" else \
             "a dict of " + " and ".join(f"{k}={r}" for k, r in p["keys"].items())
         extra = [f"form {p['form']}" if "form" in p else "", f"head {p['head']}" if "head" in p else "",
-                 f"{p['heads']} heads" if "heads" in p else ""]
+                 f"{p['heads']} heads" if "heads" in p else "", f"shape {p['shape']}" if "shape" in p else ""]
         extra = [e for e in extra if e]
         params.append(f"{p['name']}={role}" + (f" ({', '.join(extra)})" if extra else ""))
     words = [", ".join(params)]
+    made = table.get("class")
+    if made:
+        built = ", ".join(f"{c['name']}={c['role']}" for c in made.get("construct", []))
+        given = f"{made['init']['method']}(...)" if "init" in made else \
+            "attributes " + ", ".join(made["attributes"]) if "attributes" in made else "the constructor"
+        words = [f"an object made as ({built}), the weights through {given}; its {made['method']} takes "
+                 + words[0]]
+    if table.get("batch"):
+        words.append("a leading batch axis")
     if table.get("tokens") == "columns":
         words.append("tokens as columns")
     if table.get("weights") == "out_in":
@@ -49,6 +58,8 @@ NARROWING = {("square", True)}
 def _choice_words(dim: str, option) -> str:
     if dim.startswith("form:"):
         return f"{dim.split(':', 1)[1]} in form {option}"
+    if dim.startswith("shape:"):
+        return f"{dim.split(':', 1)[1]} of shape {option or 'B x ... (the default)'}"
     return f"{dim} = {str(option).lower() if isinstance(option, bool) else option}"
 
 
