@@ -94,7 +94,9 @@ def _shown(parts: dict, conv: Convention) -> list[str]:
     compares a tokens-as-columns output transposed), per-head parts as the convention returns
     them: a list, or one array with the heads axis first."""
     lines = []
-    keys = dict(zip(conv.returns, conv.return_keys or ()))   # a dict return: each part under its key
+    # A dict return: each part under its key; otherwise the part's own name (weights, not
+    # weights_per_head: the student returns "the weights").
+    keys = dict(zip(conv.returns, conv.return_keys or conv.return_names))
     for part, value in parts.items():
         name = keys.get(part, part)
         value = value if isinstance(value, list) else np.asarray(value)

@@ -125,7 +125,7 @@ def test_course_conventions_name_each_planted_mistake():
         code = result.functions[function]["smallest_failing"]["code"]
         space = _notebook_functions("mistakes")
         exec(code, space)
-    assert "weights_per_head = np.array([[[" in result.functions["multihead_per_head"]["smallest_failing"]["code"]
+    assert "weights = np.array([[[" in result.functions["multihead_per_head"]["smallest_failing"]["code"]
     packed = result.functions["packed_attention"]["smallest_failing"]["code"]
     assert "params = {'W_qkv': np.array(" in packed and "# expected: out = np.array(" in packed
     assert "#           attn = np.array(" in packed
