@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLES, FIXTURES, SUBMISSIONS
+from conftest import FIXTURES, GRADER, SAMPLES, SUBMISSIONS
 
 FAST = ["--cell-timeout", "4", "--call-timeout", "2"]
 
 
 def run(*args, cwd=None):
-    return subprocess.run(["grader", *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd)
+    return subprocess.run([*GRADER, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 @pytest.mark.parametrize("args, words", [

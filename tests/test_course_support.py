@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, ROOT, grade, own_run_environment
+from conftest import FIXTURES, GRADER, ROOT, grade, own_run_environment
 from grader import in_notebook, lms, lms_package
 from grader.errors import SpecError
 from grader.similarity import fingerprint
@@ -222,7 +222,7 @@ def test_without_namespaces_landlock_keeps_the_course_modules_read_only(way, out
     course, out = outside_tmp / "course", outside_tmp / "out"
     shutil.copytree(COURSE, course)
     shutil.copy(HERE / "overwrite.py", outside_tmp / "overwrite.py")
-    command = [*WAYS[way], shutil.which("grader"), "check", str(outside_tmp / "overwrite.py"),
+    command = [*WAYS[way], *GRADER, "check", str(outside_tmp / "overwrite.py"),
                "--assignment", str(course / "assignment.toml"), "--json", str(out / "result.json")]
     out.mkdir()
     out.chmod(0o777)
@@ -260,7 +260,7 @@ def test_an_upload_s_copy_of_the_course_package_is_neither_the_submission_nor_im
     (upload / "__init__.py").write_text("")
     assert lms.find_submission(root / "submission", {"activation.py", "utils.py", "__init__.py"}) == \
         upload / "attention.py"
-    done = subprocess.run([shutil.which("grader"), "lms", "gradescope", "--root", str(root)], capture_output=True,
+    done = subprocess.run([*GRADER, "lms", "gradescope", "--root", str(root)], capture_output=True,
                           text=True, timeout=300, env=own_run_environment())
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((root / "results" / "results.json").read_text())
@@ -281,7 +281,7 @@ def test_a_killed_grader_leaves_no_copy_of_the_course_modules(tmp_path):
     """The kernel's copy goes with the grader, however it dies: its watchdog removes it."""
     submission = tmp_path / "attention.py"
     submission.write_text((HERE / "worked.py").read_text() + "\n# %%\nimport time\ntime.sleep(120)\n")
-    grader = subprocess.Popen([shutil.which("grader"), "check", str(submission), "--assignment", str(SPEC),
+    grader = subprocess.Popen([*GRADER, "check", str(submission), "--assignment", str(SPEC),
                                "--cell-timeout", "120"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env=own_run_environment())
     copies = lambda: list(Path(tempfile.gettempdir()).glob(f"grader-kernel-{grader.pid}-course-*"))  # noqa: E731
@@ -303,7 +303,7 @@ def test_a_class_is_graded_with_the_course_modules_and_graded_again_when_one_cha
     batch.mkdir()
     for name in ("worked.py", "mistakes.py", "overwrite.py"):
         shutil.copy(HERE / name, batch / name)
-    command = [shutil.which("grader"), "grade", str(batch), "-o", str(out), "--assignment",
+    command = [*GRADER, "grade", str(batch), "-o", str(out), "--assignment",
                str(course / "assignment.toml"), "--workers", "2"]
 
     def scores():
@@ -332,7 +332,7 @@ def test_a_student_folder_holding_their_whole_package_is_one_submission(tmp_path
     (package / "activation.py").write_text(WRONG_SOFTMAX)
     (package / "__init__.py").write_text("")
     out = tmp_path / "out"
-    done = subprocess.run([shutil.which("grader"), "grade", str(tmp_path / "batch"), "-o", str(out), "--assignment",
+    done = subprocess.run([*GRADER, "grade", str(tmp_path / "batch"), "-o", str(out), "--assignment",
                            str(SPEC)], capture_output=True, text=True, timeout=300, env=own_run_environment())
     assert done.returncode == 0, done.stderr[-2000:]
     assert "1 graded" in done.stdout, done.stdout

@@ -103,9 +103,16 @@ def test_reordered_parameters_are_called_by_keyword():
 
 
 def test_result_json_is_strict_json(tmp_path):
+    """NaN and Infinity are not JSON: a notebook whose numpy returns them still gives a file
+    any strict parser reads, with every check in it."""
     result = grade(FIXTURES / "hostile_monkeypatch_numpy.ipynb", "rows")
     result.write_json(tmp_path / "r.json")
-    json.loads((tmp_path / "r.json").read_text())
+
+    def refuse(constant):
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    data = json.loads((tmp_path / "r.json").read_text(), parse_constant=refuse)
+    assert len(data["checks"]) == len(result.checks) > 0
 
 
 def test_a_kernel_whose_harness_fails_to_start_leaves_nothing_behind(monkeypatch):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, ROOT, SUBMISSIONS, run_grader
+from conftest import FIXTURES, GRADER, ROOT, SUBMISSIONS, run_grader
 from grader.errors import SubmissionError
 from grader.exports import CANVAS_FILE, MOODLE_FILE
 from grader.gradebook import cell, counted
@@ -327,7 +327,7 @@ if __name__ == "__main__":
         canvas, moodle = exports_class(Path(folder))
         overrides = Path(folder) / "overrides.csv"
         shutil.copy(SAMPLE_OVERRIDES, overrides)
-        subprocess.run(["grader", "grade", canvas, moodle, "-o", Path(folder) / "out", "--overrides", overrides,
+        subprocess.run([*GRADER, "grade", canvas, moodle, "-o", Path(folder) / "out", "--overrides", overrides,
                         "--lms-assignment", "Homework 3 (1234)", *FAST], check=True)
         GOLDEN.mkdir(parents=True, exist_ok=True)
         for name in (CANVAS_FILE, MOODLE_FILE):

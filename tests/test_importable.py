@@ -1,18 +1,23 @@
 """The folders the kernel could import from, read from an installation's files without
 importing them (tests/test_import_paths.py grades through real venvs)."""
+import site
 import sys
 from pathlib import Path
 
 from grader import importable
 
-BASE_SITE = Path(sys.base_prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+# The base interpreter's own package folders: site-packages where it was built from source
+# (pyenv, python.org), dist-packages where Debian installed it.
+BASE_SITES = [Path(p) for p in site.getsitepackages(prefixes=[sys.base_prefix]) if Path(p).is_dir()]
 
 
 def test_the_base_interpreters_site_packages_are_a_root_whatever_sys_path_holds(monkeypatch):
+    assert BASE_SITES
     importable.search.cache_clear()
     monkeypatch.setattr(sys, "path", [p for p in sys.path if not p.startswith(sys.base_prefix)])
     try:
-        assert str(BASE_SITE.resolve()) in importable.import_roots()
+        roots = importable.import_roots()
+        assert all(str(folder.resolve()) in roots for folder in BASE_SITES), (BASE_SITES, roots)
     finally:
         importable.search.cache_clear()
 

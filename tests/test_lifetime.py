@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, own_run_environment, sandbox_processes
+from conftest import FIXTURES, GRADER, own_run_environment, sandbox_processes
 from grader.sandbox import MARKER
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
@@ -128,7 +128,7 @@ def assert_gone_soon(owned: dict, seconds: float = 5.0):
 
 
 def start_grader(args: list) -> subprocess.Popen:
-    return subprocess.Popen(["grader", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    return subprocess.Popen([*GRADER, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=own_run_environment())
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tomllib
 
-from conftest import FIXTURES, ROOT, SAMPLES, SUBMISSIONS
+from conftest import FIXTURES, GRADER, ROOT, SAMPLES, SUBMISSIONS
 from grader.conventions import parse_convention
 from grader.reference.attention import attention
 from grader.returns import Tolerance
@@ -25,7 +25,7 @@ from grader import cases
 
 
 def run(*args):
-    return subprocess.run(["grader", *map(str, args)], capture_output=True, text=True, timeout=600)
+    return subprocess.run([*GRADER, *map(str, args)], capture_output=True, text=True, timeout=600)
 
 
 def one_line_error(done, words: str) -> None:

@@ -8,7 +8,7 @@ import subprocess
 import nbformat
 import pytest
 
-from conftest import SUBMISSIONS, own_run_environment, run_grader
+from conftest import GRADER, SUBMISSIONS, own_run_environment, run_grader
 from grader.result import CheckResult, ErrorRecord, GradeResult
 from grader.terminal import summary
 from grader.view import result_view
@@ -64,7 +64,7 @@ def test_check_on_a_terminal_adds_only_its_own_colours(tmp_path):
     import pty
     path = hostile_notebook(tmp_path, "hw\x1b]0;owned\x07\u202e.ipynb")
     primary, secondary = pty.openpty()
-    process = subprocess.Popen(["grader", "check", str(path), "--cell-timeout", "4"], stdout=secondary,
+    process = subprocess.Popen([*GRADER, "check", str(path), "--cell-timeout", "4"], stdout=secondary,
                                stderr=secondary, env={k: v for k, v in own_run_environment().items()
                                                       if k != "NO_COLOR"})
     os.close(secondary)

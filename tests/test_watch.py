@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import SUBMISSIONS, expect_slow, own_run_environment
+from conftest import GRADER, SUBMISSIONS, expect_slow, own_run_environment
 from grader.result import CheckResult, GradeResult
 from grader.view import result_view
 from grader.watch import changes
@@ -42,7 +42,7 @@ def test_watch_grades_each_save_and_stops_on_ctrl_c(tmp_path):
     expect_slow()
     notebook = tmp_path / "hw.ipynb"
     shutil.copy(SUBMISSIONS / "mistake_softmax_axis.ipynb", notebook)
-    process = subprocess.Popen(["grader", "check", "--watch", str(notebook), "--cell-timeout", "4"],
+    process = subprocess.Popen([*GRADER, "check", "--watch", str(notebook), "--cell-timeout", "4"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=own_run_environment())
     lines = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line.rstrip("\n")) for line in process.stdout], daemon=True).start()
