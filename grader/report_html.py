@@ -23,7 +23,8 @@ def _environment() -> jinja2.Environment:
 
 
 def timing_text(timing: dict) -> str:
-    """The timing as a sentence: how long running the notebook and calling its functions took."""
+    """The timing as a sentence: how long running the notebook and calling its functions took,
+    and which of its cells were the grader's own, left out."""
     parts = []
     if "execution" in timing:
         parts.append(f"ran the notebook in {timing['execution']:.1f} s")
@@ -31,6 +32,11 @@ def timing_text(timing: dict) -> str:
         parts.append(f"called its functions in {timing['probing']:.1f} s")
     if "output_characters" in timing:
         parts.append(f"read {timing['output_characters']:,} characters of its output")
+    if timing.get("grader_cells"):
+        cells = ", ".join(str(cell + 1) for cell in timing["grader_cells"])
+        plural = "s" if len(timing["grader_cells"]) > 1 else ""
+        parts.append(f"left out cell{plural} {cells}: the grader's own %load_ext grader / %grade "
+                     f"cell{plural}, which grading does not run")
     return ("The grader " + ", ".join(parts) + "." if parts else "")
 
 
