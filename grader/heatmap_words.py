@@ -19,21 +19,22 @@ def figure_sentence(figure: dict) -> str:
     differ = [c for c in cells if shown(c[2]) != shown(c[3])]
     title = figure["title"][:1].upper() + figure["title"][1:]
     if not differ:
-        return f"{title}: yours match the expected weights in all {len(cells)} entries (to two decimals)."
+        return f"{title}: all {len(cells)} match the expected (to two decimals)."
     broken = [c for c in differ if c[2] is None or c[3] is None]
     q, k, a, e = max(differ, key=lambda c: float("inf") if c in broken else abs(c[2] - c[3]))
-    sentence = (f"{title}: {len(differ)} of {len(cells)} of your weights differ from the expected ones; "
-                f"the most at query {q + 1}, key {k + 1}: yours {shown(a)}, expected {shown(e)}")
+    sentence = (f"{title}: {len(differ)} of {len(cells)} differ from the expected, most at query {q + 1}, "
+                f"key {k + 1} (yours {shown(a)}, expected {shown(e)})")
     if broken:
-        sentence += f" ({len(broken)} {'entry is' if len(broken) == 1 else 'entries are'} NaN or inf)"
+        sentence += f"; {len(broken)} {'is' if len(broken) == 1 else 'are'} NaN or inf"
     return sentence + "."
 
 
-def heatmaps_in_words(figures: list, mistakes: list) -> str:
-    """The text alternative of a function's heatmaps: a sentence per figure, then the likely
-    mistake the report names (what the picture is evidence of), if it names one."""
-    sentences = [figure_sentence(f) for f in figures]
-    named = [m for m, _, informational in mistakes if not informational]
-    if named:
-        sentences.append(f"The report's likely mistake: {named[0]}.")
+def heatmaps_in_words(check) -> str:
+    """The text alternative of a function's heatmaps (`check` is the view of the check that
+    shows them): a sentence per figure, then the mistake that check names, which the picture
+    is evidence of."""
+    sentences = [figure_sentence(f) for f in check.figures]
+    if check.diagnosis:
+        sentences.append(f"{'Likely mistake' if check.lost_points else 'Also noticed (no points)'}: "
+                         f"{check.diagnosis}.")
     return " ".join(sentences)

@@ -269,10 +269,10 @@ def test_the_heatmaps_say_in_words_what_they_show(tmp_path):
     figure = shown.figures[0]
     yours, expected = np.round(np.array(figure["student"]), 2), np.round(np.array(figure["expected"]), 2)
     q, k = np.unravel_index(np.argmax(np.abs(yours - expected)), yours.shape)
-    assert words[0].startswith(f"Attention weights: {int((yours != expected).sum())} of {yours.size} of your weights "
-                               f"differ from the expected ones; the most at query {q + 1}, key {k + 1}: "
-                               f"yours {yours[q, k]:.2f}, expected {expected[q, k]:.2f}.")
-    assert words[0].endswith(f"The report's likely mistake: {shown.diagnosis}.")
+    assert words[0].startswith(f"Attention weights: {int((yours != expected).sum())} of {yours.size} differ from the "
+                               f"expected, most at query {q + 1}, key {k + 1} "
+                               f"(yours {yours[q, k]:.2f}, expected {expected[q, k]:.2f}).")
+    assert words[0].endswith(f"Likely mistake: {shown.diagnosis}.")
     assert [w.count("head") for w in words[1:]] == [3]
 
 
