@@ -33,7 +33,9 @@ def test_report_renders_without_console_errors_or_fetches(tmp_path, name, assign
         rows = page.locator("table.checks > tbody > tr").count()
         sections = page.locator("section.function").count()
         heatmaps = page.locator("table.heat").count()
+        violations, _ = axe_violations(page)
         browser.close()
+    assert violations == []   # WCAG 2.1 AA: a wide cell that scrolls is reachable from the keyboard
     assert problems == []
     assert all(url.startswith("file://") for url in requests), requests
     assert score.replace(" ", "") == f"{result.score:g}/{result.max_score:g}"
