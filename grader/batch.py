@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import sys
 import time
+import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -198,7 +199,14 @@ def local_pool(workers: int, context=None):
     """Worker processes that die with the grader, so a killed batch leaves nothing running,
     and carry its run id, so their submissions' processes and folders are known as this run's."""
     run_id()
-    return ProcessPoolExecutor(max_workers=workers, initializer=Sandbox.die_with_parent, mp_context=context)
+    return ProcessPoolExecutor(max_workers=workers, initializer=start_worker, mp_context=context)
+
+
+def start_worker() -> None:
+    """A local worker dies with the grader and, like `grader` itself (grader/cli.py), keeps
+    libraries' warnings off the TA's terminal, which it shares."""
+    Sandbox.die_with_parent()
+    warnings.simplefilter("ignore")
 
 
 def dask_pool(scheduler: str, settings):

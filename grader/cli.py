@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 from . import __version__
@@ -242,7 +243,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     ns = parser().parse_args(argv)
     try:
-        return ns.run(ns)
+        with warnings.catch_warnings():
+            # A library's warnings are for its developers: a student or a TA reads the grader's
+            # one-line error or its summary, never a library's advice about its own future.
+            warnings.simplefilter("ignore")
+            return ns.run(ns)
     except (SubmissionError, SpecError) as exc:
         print(f"grader: error: {printable(exc, one_line=True)}", file=sys.stderr)
         return EXIT_UNUSABLE

@@ -18,3 +18,4 @@ class ExecutionLog:
     leftover_processes: int = 0
     background_stopped: int = 0
     isolation: dict = field(default_factory=dict)
+    grader_cells: list[int] = field(default_factory=list)   # left out: the grader's own (grader/own_cells.py)

@@ -379,6 +379,8 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
             _not_graded_for_lost_replies(result, assignment, str(lost))
         result.timing["probing"] = round(time.monotonic() - probing_started, 3)
         result.timing["output_characters"] = log.output_bytes
+        if log.grader_cells:
+            result.timing["grader_cells"] = log.grader_cells
     result.isolation = {**log.isolation, "leftover_processes_killed": log.leftover_processes,
                         "background_processes_stopped": log.background_stopped}
     result.policy["level"] = "full" if ENFORCES_POLICY in log.isolation.get("active", []) else "partial"

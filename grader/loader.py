@@ -6,6 +6,7 @@ import json
 import os
 import re
 import stat
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -43,7 +44,12 @@ def notebook_from_json(text: str, name: str):
     if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
         raise SubmissionError(f"{name} is not a notebook: it has no cells")
     try:
-        nb = nbformat.reads(text, as_version=4)
+        with warnings.catch_warnings():
+            # A cell without an id, or with another cell's, makes nbformat print three lines on
+            # stderr; it gives the cell a new id itself, and ids mean nothing to grading.
+            warnings.simplefilter("ignore", nbformat.warnings.MissingIDFieldWarning)
+            warnings.simplefilter("ignore", nbformat.warnings.DuplicateCellId)
+            nb = nbformat.reads(text, as_version=4)
     except Exception as exc:  # noqa: BLE001 - nbformat raises many kinds for malformed files
         raise SubmissionError(f"{name} is not a notebook nbformat can read: {str(exc).splitlines()[0][:200]}") from None
     for cell in nb.cells:

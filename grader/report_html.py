@@ -7,6 +7,7 @@ from pathlib import Path
 import jinja2
 
 from .files import write_atomically
+from .heatmap_words import heatmaps_in_words
 from .result import GradeResult
 from .view import ANSI, result_view, where
 
@@ -16,6 +17,8 @@ def _environment() -> jinja2.Environment:
         lambda name: resources.files("grader.templates").joinpath(name).read_text()),
         autoescape=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["heat"] = heat_colour
+    env.filters["heat_text"] = heat_text_colour
+    env.filters["in_words"] = heatmaps_in_words
     env.filters["where"] = where
     env.filters["plain"] = lambda text: ANSI.sub("", str(text))
     env.filters["timing"] = timing_text
@@ -23,7 +26,8 @@ def _environment() -> jinja2.Environment:
 
 
 def timing_text(timing: dict) -> str:
-    """The timing as a sentence: how long running the notebook and calling its functions took."""
+    """The timing as a sentence: how long running the notebook and calling its functions took,
+    and which of its cells were the grader's own, left out."""
     parts = []
     if "execution" in timing:
         parts.append(f"ran the notebook in {timing['execution']:.1f} s")
@@ -31,16 +35,38 @@ def timing_text(timing: dict) -> str:
         parts.append(f"called its functions in {timing['probing']:.1f} s")
     if "output_characters" in timing:
         parts.append(f"read {timing['output_characters']:,} characters of its output")
+    if timing.get("grader_cells"):
+        cells = ", ".join(str(cell + 1) for cell in timing["grader_cells"])
+        plural = "s" if len(timing["grader_cells"]) > 1 else ""
+        parts.append(f"left out cell{plural} {cells}: the grader's own %load_ext grader / %grade "
+                     f"cell{plural}, which grading does not run")
     return ("The grader " + ", ".join(parts) + "." if parts else "")
 
 
-def heat_colour(value: float) -> str:
-    """White for 0 to deep blue for 1; out-of-range values are clipped; missing ones grey."""
+def _heat_rgb(value: float | None) -> tuple[int, int, int]:
     if value is None:
-        return "rgb(200,200,200)"
+        return (200, 200, 200)
     v = min(max(float(value), 0.0), 1.0)
     r, g, b = (int(255 - v * (255 - c)) for c in (33, 102, 172))
-    return f"rgb({r},{g},{b})"
+    return (r, g, b)
+
+
+def heat_colour(value: float | None) -> str:
+    """White for 0 to deep blue for 1; out-of-range values are clipped; missing ones grey."""
+    return "rgb({},{},{})".format(*_heat_rgb(value))
+
+
+def _luminance(rgb: tuple[int, int, int]) -> float:
+    """WCAG 2.1's relative luminance of an sRGB colour."""
+    linear = [c / 255 / 12.92 if c / 255 <= 0.04045 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def heat_text_colour(value: float | None) -> str:
+    """Black or white, whichever reads better on the cell's colour: one of them always has
+    the 4.5:1 contrast WCAG AA asks of small text."""
+    background = _luminance(_heat_rgb(value))
+    return "#000" if (background + 0.05) / 0.05 >= 1.05 / (background + 0.05) else "#fff"
 
 
 def render(result: GradeResult, staff: bool = False) -> str:

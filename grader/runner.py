@@ -20,6 +20,7 @@ from .execution import ExecutionLog
 from .result import ErrorRecord
 from .kernel import Kernel
 from .kernel_client import default_kernel_manager
+from .own_cells import is_grader_cell, without_grader_lines
 from .settings import Limits
 from .static_scan import python_source
 
@@ -87,6 +88,9 @@ class NotebookRunner:
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code" or not cell.source.strip() or index in skip:
                 continue
+            if is_grader_cell(cell.source):   # %load_ext grader / %grade: the grader is not in the kernel
+                self.log.grader_cells.append(index)
+                continue
             if not self.kernel.alive:
                 break
             if deadline - self.clock() <= 0:
@@ -108,7 +112,8 @@ class NotebookRunner:
         """Run a cell; when a statement raises, record it and run the rest of the cell from the
         next top-level statement, so an error early in a cell does not lose the functions
         defined after it."""
-        original = source = nb.cells[index].source
+        original = nb.cells[index].source
+        source = without_grader_lines(original)
         while True:
             error = await self.kernel.run_cell(source, min(self.cell_timeout, deadline - self.clock()))
             if not error:

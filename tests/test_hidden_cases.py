@@ -67,12 +67,13 @@ ROUTES = {"random_shapes": "weights_distribution", "dtypes": "memory_layout"}
 
 
 def heat_tables(document: str) -> list[np.ndarray]:
-    """The heatmaps of an HTML report, as the numbers shown in their cells."""
+    """The heatmaps of an HTML report, as the numbers shown in their cells (the row of key
+    headers holds none)."""
     tables = []
     for table in re.findall(r'<table class="heat">(.*?)</table>', document, re.S):
         rows = [[float("nan") if v == "nan" else float(v) for v in re.findall(r">(-?[\d.]+|nan)</td>", row)]
                 for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
-        tables.append(np.array(rows))
+        tables.append(np.array([row for row in rows if row]))
     return tables
 
 

@@ -33,7 +33,9 @@ def test_report_renders_without_console_errors_or_fetches(tmp_path, name, assign
         rows = page.locator("table.checks > tbody > tr").count()
         sections = page.locator("section.function").count()
         heatmaps = page.locator("table.heat").count()
+        violations, _ = axe_violations(page)
         browser.close()
+    assert violations == []   # WCAG 2.1 AA: a wide cell that scrolls is reachable from the keyboard
     assert problems == []
     assert all(url.startswith("file://") for url in requests), requests
     assert score.replace(" ", "") == f"{result.score:g}/{result.max_score:g}"
@@ -180,3 +182,123 @@ def test_a_two_mistake_multi_head_report_is_compact(tmp_path):
     assert info_colour == "rgb(110, 119, 129)"
     assert "output_characters" not in footer and "ran the notebook in" in footer
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+# The built-in rows assignment with two of its checks hidden, as a course may write it.
+HIDDEN_COURSE = '''name = "rows-hidden"
+[[functions]]
+name = "self_attention"
+convention = "rows_single"
+fixed_data = "sheet_000"
+hidden = ["random_shapes", "dtypes"]
+
+[[functions]]
+name = "multi_head_attention"
+convention = "rows_multi"
+fixed_data = "sheet_000_heads"
+hidden = ["random_shapes", "dtypes"]
+'''
+SERIOUS = ("serious", "critical")
+
+
+def axe_violations(page) -> list[dict]:
+    """axe-core's serious and critical violations of every rule it has (WCAG 2.1 A and AA
+    among them), and the ids of the rules the page passed: proof that it checked something."""
+    from axe_playwright_python.sync_playwright import Axe
+    found = Axe().run(page, options={"resultTypes": ["violations", "passes"]}).response
+    serious = [{"rule": v["id"], "impact": v["impact"], "where": [n["target"] for n in v["nodes"][:3]],
+                "why": v["nodes"][0]["failureSummary"]} for v in found["violations"] if v["impact"] in SERIOUS]
+    return serious, {p["id"] for p in found["passes"]}
+
+
+def test_the_report_passes_axe_with_heatmaps_failures_and_hidden_checks(tmp_path):
+    """WCAG 2.1 AA (axe-core): a two-mistake multi-head report with heatmaps, failed checks and
+    hidden ones, as a student and as the staff see it; every heatmap a captioned table whose
+    weights a screen reader reads with their query and key; every check's status in words."""
+    if not chromium_path():
+        pytest.fail("Chromium is not installed (apt-get install chromium)")
+    course = tmp_path / "rows_hidden.toml"
+    course.write_text(HIDDEN_COURSE)
+    result = grade(SUBMISSIONS / "mistake_global_D.ipynb", str(course))
+    assert any(c.hidden and c.status == "failed" for c in result.checks)
+    pages = {}
+    for reader in ("student", "staff"):
+        pages[reader] = tmp_path / f"{reader}.html"
+        write_html(result, pages[reader], staff=reader == "staff")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS)
+        for reader, path in pages.items():
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(path.as_uri())
+            violations, passed = axe_violations(page)
+            assert violations == [], (reader, violations)
+            assert {"color-contrast", "th-has-data-cells", "landmark-one-main"} <= passed
+            tables = page.locator("table.heat").count()
+            assert tables >= 8   # one head's pair for self_attention, three for multi_head_attention
+            assert page.get_by_role("table", name="Yours: attention weights, head 2").count() == 1
+            five_tokens = page.eval_on_selector_all("table.heat", "ts => ts.filter(t => t.rows.length == 6).length")
+            assert five_tokens and page.get_by_role("rowheader", name="query 5", exact=True).count() == five_tokens
+            assert page.get_by_role("columnheader", name="key 5", exact=True).count() == five_tokens
+            # Every table: a caption, a header per key and per query, a number in every other cell.
+            shapes = page.eval_on_selector_all("table.heat", """ts => ts.map(t => [t.caption.innerText.length > 0,
+                t.querySelectorAll("th[scope=col]").length, t.querySelectorAll("th[scope=row]").length,
+                t.rows.length - 1, t.querySelectorAll("td").length - 1])""")
+            assert all(caption and keys * queries == cells and queries == rows
+                       for caption, keys, queries, rows, cells in shapes), shapes
+            statuses = page.eval_on_selector_all("table.checks td.status", "cells => cells.map(c => c.innerText)")
+            assert len(statuses) == len(result.checks)
+            assert {s.lower() for s in statuses} <= {"passed", "failed", "error", "info"}
+        browser.close()
+
+
+def test_the_heatmaps_say_in_words_what_they_show(tmp_path):
+    """Below each function's heatmaps, a sentence per head from the numbers shown (how many
+    weights differ, where the most and by how much) and the likely mistake the report names."""
+    if not chromium_path():
+        pytest.fail("Chromium is not installed (apt-get install chromium)")
+    import numpy as np
+    result = grade(SUBMISSIONS / "mistake_global_D.ipynb", "rows")
+    page_path = tmp_path / "report.html"
+    write_html(result, page_path)
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS)
+        page = browser.new_page()
+        page.goto(page_path.as_uri())
+        words = page.eval_on_selector_all("section.function .in-words", "ps => ps.map(p => p.innerText)")
+        browser.close()
+    shown = next(c for c in result.checks if c.function == "self_attention" and c.figures
+                 and c.status == "failed")
+    figure = shown.figures[0]
+    yours, expected = np.round(np.array(figure["student"]), 2), np.round(np.array(figure["expected"]), 2)
+    q, k = np.unravel_index(np.argmax(np.abs(yours - expected)), yours.shape)
+    assert words[0].startswith(f"Attention weights: {int((yours != expected).sum())} of {yours.size} differ from the "
+                               f"expected, most at query {q + 1}, key {k + 1} "
+                               f"(yours {yours[q, k]:.2f}, expected {expected[q, k]:.2f}).")
+    assert words[0].endswith(f"Likely mistake: {shown.diagnosis}.")
+    assert [w.count("head") for w in words[1:]] == [3]
+
+
+def test_the_class_summary_passes_axe_and_sorts_from_the_keyboard(tmp_path):
+    if not chromium_path():
+        pytest.fail("Chromium is not installed (apt-get install chromium)")
+    from grader.report_html import write_summary
+    students, rows, people, similar = a_class(tmp_path)
+    page_path = tmp_path / "summary.html"
+    write_summary(students, rows, people, similar, page_path,
+                  {"assignment": "Homework 3", "seed": 42, "version": "9.9", "date": "2026-11-23 10:00 UTC"})
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(page_path.as_uri())
+        violations, passed = axe_violations(page)
+        histogram = page.get_by_role("img").get_attribute("aria-label")
+        page.focus("table.students th button:has-text('Score')")
+        page.keyboard.press("Enter")
+        sort = page.get_attribute("table.students th:has-text('Score')", "aria-sort")
+        scores = page.evaluate("[...document.querySelectorAll('table.students tbody tr')]"
+                               ".map(r => Number(r.cells[2].dataset.value))")
+        browser.close()
+    assert violations == []
+    assert {"color-contrast", "landmark-one-main", "svg-img-alt"} <= passed
+    assert "7 from 90 to 100 %" in histogram   # the bars' numbers, not only their picture
+    assert sort == "ascending" and scores == sorted(scores)
