@@ -59,6 +59,36 @@ def grade(path: Path, assignment: str, _fresh=None, **overrides):
     return _graded[key]
 
 
+def graded_at_full_marks(path: Path, assignment: str):
+    """The notebook graded: every check passed (or informational), and some points to earn."""
+    result = grade(path, assignment)
+    assert result.status == "graded"
+    failed = [(c.name, c.message) for c in result.checks if c.status not in ("passed", "info")]
+    assert not failed and result.score == result.max_score > 0
+    return result
+
+
+def planted_mistakes_named(path: Path, assignment: str, planted: dict) -> tuple:
+    """The notebook graded, each function in `planted` (function -> (line, replacement, title))
+    losing points with its mistake's title among its diagnoses, a genuine attempt (never a
+    non-answer), and its smallest failing case running as printed beside the notebook's own
+    cells. Returns the result and each function's smallest case."""
+    import nbformat
+    result = grade(path, assignment)
+    space: dict = {}
+    for cell in nbformat.read(path, as_version=4).cells:
+        exec(cell.source, space)
+    smallest = {}
+    for function, (_, _, title) in planted.items():
+        checks = [c for c in result.checks if c.function == function]
+        assert any(c.lost_points for c in checks), function
+        assert any(title in (c.diagnosis or "") for c in checks), (function, {c.diagnosis for c in checks})
+        assert not result.functions[function].get("non_answer"), function
+        smallest[function] = result.functions[function]["smallest_failing"]
+        exec(smallest[function]["code"], dict(space))
+    return result, smallest
+
+
 def grade_many(requests: list[tuple], workers: int = 2) -> None:
     """Grade (path, assignment, settings) requests into the cache, two at a time: each kernel
     is a process of its own, so the machine's two cores both work, as in `grader grade`."""

@@ -4,11 +4,10 @@ course's shape; the cases drawn as batches sharing the weights, each element its
 (the batch_elements check), and the batch mistakes named, end to end in a real kernel."""
 import sys
 
-import nbformat
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, ROOT, grade
+from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
 from grader import cases, smallest
 from grader.checks import CHECKS, Context, Outcome, check_probes, judge_batch_elements
 from grader.errors import SpecError
@@ -191,10 +190,7 @@ def test_a_value_with_nan_only_where_a_mask_leaves_nothing_is_judged_on_its_fini
 
 @pytest.mark.slow
 def test_batched_worked_solutions_earn_full_marks():
-    result = grade(BATCH / "worked.ipynb", str(SPEC))
-    assert result.status == "graded"
-    failed = [(c.name, c.message) for c in result.checks if c.status not in ("passed", "info")]
-    assert not failed and result.score == result.max_score > 0
+    result = graded_at_full_marks(BATCH / "worked.ipynb", SPEC)
     kinds = {c.name for c in result.checks}
     assert {"multi_head_attention.batch_elements", "attention_heads.batch_elements",
             "causal_self_attention.causal_future", "multi_head_attention.masked_keys_zero_weight"} <= kinds
@@ -203,17 +199,8 @@ def test_batched_worked_solutions_earn_full_marks():
 @pytest.mark.slow
 @pytest.mark.parametrize("notebook, planted", [("mistakes", MISTAKES), ("second_mistakes", SECOND_MISTAKES)])
 def test_each_planted_batch_mistake_is_named_and_its_smallest_case_runs(notebook, planted):
-    result = grade(BATCH / f"{notebook}.ipynb", str(SPEC))
-    space = {}
-    for cell in nbformat.read(BATCH / f"{notebook}.ipynb", as_version=4).cells:
-        exec(cell.source, space)
-    for function, (_, _, title) in planted.items():
-        checks = [c for c in result.checks if c.function == function]
-        assert any(c.lost_points for c in checks), function
-        assert any(title in (c.diagnosis or "") for c in checks), (function, {c.diagnosis for c in checks})
-        assert not any("does not compute attention" in c.message for c in checks), function
-        code = result.functions[function]["smallest_failing"]["code"]
-        exec(code, dict(space))
+    result, _ = planted_mistakes_named(BATCH / f"{notebook}.ipynb", SPEC, planted)
+    assert not any("does not compute attention" in c.message for c in result.checks)
     assert smallest.candidates   # the smallest case of a batched convention is a batch of one
 
 

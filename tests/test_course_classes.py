@@ -10,7 +10,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, ROOT, grade
+from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
 from grader import cases, classes, harness, payloads, static_scan, wire
 from grader.checks import Context, InputVariant, Outcome, check_probes, judge_unmodified
 from grader.errors import SpecError
@@ -245,10 +245,7 @@ def test_the_static_scan_and_similarity_read_a_graded_class():
 
 @pytest.mark.slow
 def test_class_worked_solutions_earn_full_marks():
-    result = grade(CLASSES / "worked.ipynb", str(SPEC))
-    assert result.status == "graded"
-    failed = [(c.name, c.message) for c in result.checks if c.status not in ("passed", "info")]
-    assert not failed and result.score == result.max_score > 0
+    result = graded_at_full_marks(CLASSES / "worked.ipynb", str(SPEC))
     kinds = {c.name for c in result.checks}
     assert {"MultiHeadAttention.masked_keys_zero_weight", "CausalSelfAttention.causal_future",
             "SelfAttentionHeads.fixed", "MultiHeadAttention.inputs_unmodified"} <= kinds
@@ -261,19 +258,9 @@ def test_class_worked_solutions_earn_full_marks():
 @pytest.mark.parametrize("notebook, mistakes", [("mistakes.ipynb", MISTAKES),
                                                 ("second_mistakes.ipynb", SECOND_MISTAKES)])
 def test_each_planted_mistake_in_a_class_is_named_with_a_smallest_case_that_runs(notebook, mistakes):
-    result = grade(CLASSES / notebook, str(SPEC))
-    space = {}
-    for cell in nbformat.read(CLASSES / notebook, as_version=4).cells:
-        exec(cell.source, space)
-    for name, (_, _, title) in mistakes.items():
-        checks = [c for c in result.checks if c.function == name]
-        assert any(c.lost_points for c in checks), name
-        assert any(title in (c.diagnosis or "") for c in checks), (name, {c.diagnosis for c in checks})
-        assert not result.functions[name]["non_answer"], name
-        # The smallest failing case makes the object as the grader did, and runs as printed.
-        code = result.functions[name]["smallest_failing"]["code"]
-        assert f"layer = {name}(" in code, code
-        exec(code, dict(space))
+    _, smallest = planted_mistakes_named(CLASSES / notebook, str(SPEC), mistakes)
+    # The smallest failing case makes the object as the grader did.
+    assert all(f"layer = {name}(" in case["code"] for name, case in smallest.items())
 
 
 @pytest.mark.slow

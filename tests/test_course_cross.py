@@ -8,7 +8,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, ROOT, grade
+from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
 from grader import cases, smallest
 from grader.checks import Context, Outcome, check_probes, judge_memory_permutation
 from grader.errors import SpecError
@@ -103,10 +103,7 @@ def test_weights_that_are_not_over_the_memory_fail_the_memory_check_in_one_sente
 
 @pytest.mark.slow
 def test_cross_attention_worked_solutions_earn_full_marks():
-    result = grade(CROSS / "worked.ipynb", str(SPEC))
-    assert result.status == "graded"
-    failed = [(c.name, c.message) for c in result.checks if c.status not in ("passed", "info")]
-    assert not failed and result.score == result.max_score > 0
+    result = graded_at_full_marks(CROSS / "worked.ipynb", SPEC)
     kinds = {c.name for c in result.checks}
     assert {"cross_attention.memory_permutation", "cross_multihead.memory_permutation",
             "cross_attention.permutation_equivariance", "cross_multihead.single_head"} <= kinds
@@ -114,20 +111,11 @@ def test_cross_attention_worked_solutions_earn_full_marks():
 
 @pytest.mark.slow
 def test_each_planted_cross_attention_mistake_is_named():
-    result = grade(CROSS / "mistakes.ipynb", str(SPEC))
-    space = {}
-    for cell in nbformat.read(CROSS / "mistakes.ipynb", as_version=4).cells:
-        exec(cell.source, space)
-    for function, (_, _, title) in MISTAKES.items():
-        checks = [c for c in result.checks if c.function == function]
-        assert any(c.lost_points for c in checks), function
-        assert any(title in (c.diagnosis or "") for c in checks), (function, {c.diagnosis for c in checks})
-        # A wrong shape is the student's answer, judged, never a check the grader cannot judge.
-        assert not any("could not judge" in c.message for c in checks), [(c.name, c.message) for c in checks]
-        # The smallest failing case has a memory, and runs as printed.
-        code = result.functions[function]["smallest_failing"]["code"]
-        assert "memory of" in result.functions[function]["smallest_failing"]["case"]
-        exec(code, dict(space))
+    result, smallest = planted_mistakes_named(CROSS / "mistakes.ipynb", SPEC, MISTAKES)
+    # A wrong shape is the student's answer, judged, never a check the grader cannot judge.
+    assert not any("could not judge" in c.message for c in result.checks)
+    # The smallest failing case has a memory.
+    assert all("memory of" in case["case"] for case in smallest.values())
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, ROOT, grade
+from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
 from grader import cases
 from grader.checks import Context, check_probes
 from grader.explain import applicable, features
@@ -123,10 +123,7 @@ def test_the_sheet_data_is_sent_with_a_mask_that_hides_nothing():
 
 @pytest.mark.slow
 def test_masked_and_causal_worked_solutions_earn_full_marks():
-    result = grade(MASKS / "worked.ipynb", str(SPEC))
-    assert result.status == "graded"
-    failed = [(c.name, c.message) for c in result.checks if c.status not in ("passed", "info")]
-    assert not failed and result.score == result.max_score > 0
+    result = graded_at_full_marks(MASKS / "worked.ipynb", SPEC)
     kinds = {c.name for c in result.checks}
     assert {"masked_attention.masked_keys_zero_weight", "boolean_masked_attention.fixed",
             "boolean_masked_attention.permutation_equivariance", "causal_multihead.causal_future"} <= kinds
@@ -136,16 +133,8 @@ def test_masked_and_causal_worked_solutions_earn_full_marks():
 @pytest.mark.slow
 @pytest.mark.parametrize("notebook, planted", [("mistakes", MISTAKES), ("second_mistakes", SECOND_MISTAKES)])
 def test_each_planted_mask_mistake_is_named(notebook, planted):
-    result = grade(MASKS / f"{notebook}.ipynb", str(SPEC))
-    space = {}
-    for cell in nbformat.read(MASKS / f"{notebook}.ipynb", as_version=4).cells:
-        exec(cell.source, space)
-    for function, (_, _, title) in planted.items():
-        checks = [c for c in result.checks if c.function == function]
-        assert any(c.lost_points for c in checks), function
-        assert any(title in (c.diagnosis or "") for c in checks), (function, {c.diagnosis for c in checks})
-        # The smallest failing case runs as printed, a -inf mask included.
-        exec(result.functions[function]["smallest_failing"]["code"], dict(space))
+    # The smallest failing case runs as printed, a -inf mask included.
+    planted_mistakes_named(MASKS / f"{notebook}.ipynb", SPEC, planted)
 
 
 @pytest.mark.slow
