@@ -94,7 +94,7 @@ def attempt_probes(conv: Convention, seed: int) -> list[Probe]:
     """Calls around the base case for the attempt test (ATTEMPT_LABELS): only the values, the
     keys or the tokens behind the queries and keys change between them, so the grader alone
     knows what attention does on each. None for a convention that returns no output."""
-    if "output" not in conv.returns:
+    if _attended_part(conv) is None:
         return []
     base = make.base_case(conv, seed)
     rng = np.random.default_rng(seed + 12)
@@ -148,6 +148,27 @@ def _off(a, b) -> float:
     return float(np.abs(np.asarray(a) - b).max(initial=0.0))
 
 
+def _attended_part(conv: Convention) -> str | None:
+    """The part that holds the values once attended: the output, else the heads' outputs (a
+    function that takes the heads already split returns those)."""
+    return next((part for part in ("output", "heads") if part in conv.returns), None)
+
+
+def _attended(conv: Convention, outcome: Outcome) -> np.ndarray | None:
+    """The attended values one call returned, as one finite matrix (the heads side by side; a
+    batch's first element), or None."""
+    value = outcome.parts.values.get(_attended_part(conv)) if outcome.status == "ok" and outcome.parts else None
+    if value is None:
+        return None
+    try:
+        arrays = [np.asarray(v, dtype=np.float64) for v in (value if isinstance(value, list) else [value])]
+        arrays = [a[0] if conv.batched else a for a in arrays]
+        matrix = np.concatenate(arrays, axis=-1) if all(a.ndim == 2 for a in arrays) else None
+    except (ValueError, IndexError, TypeError):
+        return None
+    return matrix if matrix is not None and np.all(np.isfinite(matrix)) else None
+
+
 def attempt_problem(conv: Convention, results: list[tuple[Probe, Outcome]]) -> str | None:
     """None when the output behaves as attention's on the attempt probes, else what it lacks.
     With the queries and keys fixed, attention's output is affine in the values, through
@@ -157,15 +178,11 @@ def attempt_problem(conv: Convention, results: list[tuple[Probe, Outcome]]) -> s
     one whose tokens the probes choose."""
     if len(results) != len(ATTEMPT_LABELS):
         return "it returns no output"
-    outputs = []
-    for _, outcome in results:
-        value = outcome.parts.values.get("output") if outcome.status == "ok" and outcome.parts else None
-        if value is None or isinstance(value, list) or not np.all(np.isfinite(np.asarray(value, dtype=np.float64))):
-            return "its output could not be read as a finite array on every call"
-        value = np.asarray(value, dtype=np.float64)
-        outputs.append(value[0] if conv.batched and value.ndim else value)
-    if len({o.shape for o in outputs}) != 1 or outputs[0].ndim != 2:
-        return "its output is not one matrix of the same shape on every call"
+    outputs = [_attended(conv, outcome) for _, outcome in results]
+    if any(o is None for o in outputs):
+        return "its output could not be read as a finite matrix on every call"
+    if len({o.shape for o in outputs}) != 1:
+        return "its output changes shape between calls of the same shapes"
     v1, v2, v3, combined, k1, k2, t1, t2, once, twice, ends = outputs
     scale = _largest(v1, v2, v3, combined)
     response = v1 - v2

@@ -37,12 +37,14 @@ def locate(conv: Convention, results, tol, message: str = "") -> str:
         largest = largest_difference(actual, wanted, probe_tolerance(probe, tol))
         if largest is None:
             continue
-        (row, col), _ = largest
+        index, _ = largest
+        (row, col), element = index[-2:], index[:-2]   # a batch's element comes first
         heads = len(probe.case.heads)
         head = col // (wanted.shape[1] // heads) + 1 if heads > 1 and probe.case.wo is None else None
         if "at index" in message:
             return f" It is in head {head}." if head else ""
-        where = f"token {row}, feature {col}" + (f" (head {head})" if head else "")
+        where = (f"batch element {element[0]}, " if element else "") + f"token {row}, feature {col}" + (
+            f" (head {head})" if head else "")
         return f" The largest difference is at {where}."
     return ""
 

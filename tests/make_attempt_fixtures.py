@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "tests" / "fixtures" / "attempts"
 WORKED = ROOT / "submissions" / "worked_solution.ipynb"
 SDPA = ROOT / "tests" / "fixtures" / "samples" / "sdpa_sheet_004.ipynb"
+BATCHED = ROOT / "tests" / "fixtures" / "batch" / "worked.ipynb"
 
 # name -> (worked notebook, the line as written, the same line with one slip)
 ONE_TOKEN_BUGS = {
@@ -25,6 +26,8 @@ ONE_TOKEN_BUGS = {
     "max_whole_matrix_rows": (WORKED, "np.exp(scores)", "np.exp(scores - np.max(scores))"),
     # No known mistake: a softmax in base 2 is a softmax of rescaled scores.
     "unknown_exp2_rows": (WORKED, "np.exp(scores)", "np.exp2(scores)"),
+    # The same in the batched assignment's shared softmax: every function is an attempt.
+    "unknown_exp2_batched": (BATCHED, "np.exp(scores", "np.exp2(scores"),
 }
 
 # Forgeries, each for both functions of `rows`: output that varies with the values, and with
@@ -98,6 +101,8 @@ def forgery(body: str):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("import numpy as np"),
                 nbformat.v4.new_code_cell(body.strip() + "\n" + MULTI_HEAD_FROM_ONE)]
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"cell-{i}"   # the same file each time this script writes it
     return nb
 
 

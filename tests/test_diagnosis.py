@@ -230,3 +230,16 @@ def test_when_nothing_matches_what_is_known_is_said():
     said = what_is_known(sdpa, [(case, {**parts, "weights": parts["weights"] ** 0.5, "output": parts["output"] + 1},
                                 Tolerance())], Predictions())
     assert said.startswith("Your attention scores match the reference, so the mistake comes after them.")
+
+
+def test_the_largest_difference_of_a_batched_output_names_its_element():
+    from grader.checks import Outcome, Probe
+    from grader.diagnosis import locate
+    from grader.returns import Parts
+    from grader.spec import load_assignment
+    conv = next(fn for fn in load_assignment("batched").functions if fn.name == "causal_self_attention").convention
+    case = cases.base_case(conv, SEED)
+    output = conv.expected_parts(case)["output"].copy()
+    output[2, 3, 1] += 1.0
+    said = locate(conv, [(Probe(case), Outcome("ok", parts=Parts(values={"output": output})))], Tolerance())
+    assert said == " The largest difference is at batch element 2, token 3, feature 1."
