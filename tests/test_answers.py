@@ -161,6 +161,8 @@ FORGERIES = {
     "softmax(random) times V": _attend(lambda Q, K: _softmax(np.random.default_rng(0).normal(size=(len(Q),) * 2))),
     "weights drawn afresh on each call": _attend(lambda Q, K: _softmax(np.random.normal(size=(len(Q),) * 2))),
     "weights seeded by Q and K": _attend(_hashed),
+    "attention weights applied to tanh(V)": lambda X, Wq, Wk, Wv: (lambda out, w: (out, np.eye(len(X))))(
+        _softmax((X @ Wq) @ (X @ Wk).T) @ np.tanh(X @ Wv), None),
     "V times a number from Q and K": lambda X, Wq, Wk, Wv: ((X @ Wv) * np.tanh((X @ Wq).mean() * (X @ Wk).mean()),
                                                              np.eye(len(X))),
     "V plus something from Q and K": lambda X, Wq, Wk, Wv: (X @ Wv + np.tanh((X @ Wq) @ (X @ Wk).T).sum(1)[:, None],
