@@ -178,6 +178,9 @@ def attempt_problem(conv: Convention, results: list[tuple[Probe, Outcome]]) -> s
     one whose tokens the probes choose."""
     if len(results) != len(ATTEMPT_LABELS):
         return "it returns no output"
+    failed = next((outcome for _, outcome in results if outcome.status != "ok"), None)
+    if failed is not None:
+        return f"it did not answer every call that tests this ({failed.error or failed.status})"
     outputs = [_attended(conv, outcome) for _, outcome in results]
     if any(o is None for o in outputs):
         return "its output could not be read as a finite matrix on every call"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .checks import Outcome, Probe, probe_tolerance
-from .conventions import PART_WORDS, Convention
 from grader.reference.mistakes import HARMLESS
 
+from .checks import Outcome, Probe, probe_tolerance
+from .conventions import PART_WORDS, Convention
 from .explain import CORRECT, Predictions, agrees, differs_from_reference, explanations
 from .returns import largest_difference
 

@@ -232,3 +232,13 @@ def test_the_reason_says_why_it_is_not_an_attempt_either():
         "what it returns as the output is the same row for every token")
     said = reason(_results(conv, _like_reference(conv, NON_ANSWERS["reference scaled"])), why)
     assert said.endswith("and the weights it applies to the values do not depend on the keys")
+
+
+def test_an_attempt_probe_that_was_not_answered_is_said_as_such():
+    from grader.answers import attempt_problem
+    conv = CONVENTIONS["rows_single"]
+    results = _called(conv, ATTEMPTS["softmax in base 2"])
+    probe, _ = results[4]
+    results[4] = (probe, Outcome("timeout", error="the call took longer than 2 s"))
+    said = attempt_problem(conv, results)
+    assert said == "it did not answer every call that tests this (the call took longer than 2 s)"
