@@ -66,6 +66,7 @@ def reason(results: list[tuple[Probe, Outcome]], attempt: str | None = None) -> 
 # The attempt probes, in order (see attempt_probes): three draws of the values and their affine
 # combination; the keys, then the tokens, redrawn, each with the first two values; the keys
 # nudged by NUDGE and by twice that; the first values changed at the first and last tokens only.
+# Weights returned beside the output are judged on the first two values, the keys and the tokens.
 ATTEMPT_LABELS = ("values 1", "values 2", "values 3", "values 1 - 2 + 3", "keys redrawn, values 1",
                   "keys redrawn, values 2", "tokens redrawn, values 1 kept", "tokens redrawn, values 2 kept",
                   "keys nudged once, values 1", "keys nudged twice, values 1", "values 1, two tokens' changed")
@@ -169,6 +170,35 @@ def _attended(conv: Convention, outcome: Outcome) -> np.ndarray | None:
     return matrix if matrix is not None and np.all(np.isfinite(matrix)) else None
 
 
+def _returned_weights(conv: Convention, outcome: Outcome) -> np.ndarray | None:
+    """The weights one call returned, every head's (a batch's first element), flattened; None
+    when it returned none that can be read."""
+    value = next((outcome.parts.values[p] for p in ("weights", "weights_per_head") if p in outcome.parts.values),
+                 None)
+    try:
+        arrays = [np.asarray(v, dtype=np.float64) for v in (value if isinstance(value, list) else [value])]
+        flat = np.concatenate([(a[0] if conv.batched else a).ravel() for a in arrays])
+    except (ValueError, IndexError, TypeError):
+        return None
+    return flat if np.all(np.isfinite(flat)) else None
+
+
+def _weights_problem(conv: Convention, results: list[tuple[Probe, Outcome]]) -> str | None:
+    """Weights returned beside the output must be the ones it applies: unchanged when only the
+    values change, changed with the keys and with the tokens (identity or uniform weights
+    returned beside some other output are not)."""
+    weights = [_returned_weights(conv, outcome) for _, outcome in results]
+    v1, v2, k1, t1 = (weights[i] for i in (0, 1, 4, 6))
+    if any(w is None for w in (v1, v2, k1, t1)) or len({w.shape for w in (v1, v2, k1, t1)}) != 1:
+        return None   # missing or unreadable weights fail the checks that judge them
+    scale = _largest(v1)
+    if _off(v1, v2) > ROUNDING * max(scale, 1.0):
+        return "the weights it returns change when only the values change"
+    if _off(v1, k1) <= CHANGED * scale or _off(v1, t1) <= CHANGED * scale:
+        return "the weights it returns do not follow the keys and the tokens"
+    return None
+
+
 def attempt_problem(conv: Convention, results: list[tuple[Probe, Outcome]]) -> str | None:
     """None when the output behaves as attention's on the attempt probes, else what it lacks.
     With the queries and keys fixed, attention's output is affine in the values, through
@@ -205,7 +235,7 @@ def attempt_problem(conv: Convention, results: list[tuple[Probe, Outcome]]) -> s
     if _full_row_rank(results[-1][0].case.keys.astype(np.float64)) and changed.shape[0] > 2 \
             and _largest(changed[1:-1]) <= CHANGED * _largest(changed):
         return "changing the first and last tokens' values changes only their own outputs, so it mixes no tokens"
-    return None
+    return _weights_problem(conv, results)
 
 
 def withhold(checks: list[CheckResult], why: str) -> None:

@@ -153,6 +153,7 @@ ATTEMPTS = {
     "softmax in base 2": _attend(lambda Q, K: (lambda e: e / e.sum(axis=1, keepdims=True))(np.exp2(Q @ K.T))),
     "softmax of the squared scores": _attend(lambda Q, K: _softmax((Q @ K.T) ** 2 / 10)),
     "keepdims missing": _attend(lambda Q, K: np.exp(Q @ K.T) / np.exp(Q @ K.T).sum(axis=-1)),
+    "softmax missing (the scores applied as weights)": _attend(lambda Q, K: Q @ K.T),
 }
 FORGERIES = {
     "the tokens": lambda X, Wq, Wk, Wv: (X.copy(), np.eye(len(X))),
@@ -165,6 +166,8 @@ FORGERIES = {
         _softmax((X @ Wq) @ (X @ Wk).T) @ np.tanh(X @ Wv), None),
     "V times a number from Q and K": lambda X, Wq, Wk, Wv: ((X @ Wv) * np.tanh((X @ Wq).mean() * (X @ Wk).mean()),
                                                              np.eye(len(X))),
+    "linear attention returned with identity weights": lambda X, Wq, Wk, Wv: (
+        ((X @ Wq) @ (X @ Wk).T) @ (X @ Wv), np.eye(len(X))),
     "V plus something from Q and K": lambda X, Wq, Wk, Wv: (X @ Wv + np.tanh((X @ Wq) @ (X @ Wk).T).sum(1)[:, None],
                                                              np.eye(len(X))),
     "weights of another input": lambda X, Wq, Wk, Wv: _attend(lambda Q, K: _softmax(
