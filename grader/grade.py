@@ -302,15 +302,20 @@ async def _grade_visible(session, fn: FunctionSpec, info: dict, scan, ctx: Conte
         return grading
     prober = grading.prober = FunctionProber(session, fn, call_timeout, deadline)
     evidence_for = evidence_probes(fn, ctx)
+    attempt_for = answers.attempt_probes(fn.convention, ctx.seed)
     grading.contexts = {kind: check_context(ctx, kind in fn.hidden) for kind in fn.points}
     grading.probes_of = {kind: check_probes(kind, fn, grading.contexts[kind]) for kind in fn.points}
     visible = [kind for kind in fn.points if kind not in fn.hidden]
     # The evidence for the non-answer rule is called for first, so that a slow function which
     # runs out of probing time is still judged on what it computes.
-    await prober.run([*evidence_for, *(p for kind in visible for p in grading.probes_of[kind])])
+    await prober.run([*evidence_for, *attempt_for, *(p for kind in visible for p in grading.probes_of[kind])])
     evidence = [(p, prober.outcome(p)) for p in evidence_for]
-    info["non_answer"] = not answers.recognised(fn.convention, evidence, ctx.tolerance, ctx.predictions)
-    grading.non_answer_reason = answers.reason(evidence) if info["non_answer"] else ""
+    attempt = None
+    if not answers.recognised(fn.convention, evidence, ctx.tolerance, ctx.predictions):
+        # A mistake the grader does not know, when the output still behaves as attention's.
+        attempt = answers.attempt_problem(fn.convention, [(p, prober.outcome(p)) for p in attempt_for])
+    info["non_answer"] = attempt is not None
+    grading.non_answer_reason = answers.reason(evidence, attempt) if info["non_answer"] else ""
     _judge(grading, visible, ctx)
     _withhold(grading, grading.checks())
     found = await smallest.find(prober, fn, ctx, grading.checks(), name)

@@ -36,8 +36,9 @@ WRONG_SIGN_BIG = 1e9
 class Variant:
     """How the computation goes wrong; the defaults are the reference."""
 
-    scale: str = "sqrt_dk"          # sqrt_dk | none | sqrt_D | twice | after_softmax
-    softmax: str = "rows"           # rows | columns | whole | naive | heads | batch
+    scale: str = "sqrt_dk"          # sqrt_dk | none | sqrt_D | sqrt_N | twice | after_softmax | floor
+    # rows | columns | whole | naive | heads | batch, or a slip inside a row softmax (_SLIPS)
+    softmax: str = "rows"
     scores: str = "qk"              # qk | kq
     values: str = "v"               # v | x
     combine: str = "wv"             # wv | transposed
@@ -74,6 +75,31 @@ def _softmax(scores: np.ndarray, how: str) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         e = np.exp(scores)
         return e / e.sum(axis=-1, keepdims=True)
+
+
+def _slipped_softmax(scores: np.ndarray, how: str) -> np.ndarray:
+    """A row softmax written with one NumPy slip (see _SLIPS); masked scores arrive as -inf.
+    A reduction without keepdims=True gives a vector of one entry per row, which broadcasting
+    lines up with the columns: row j's sum (or maximum) then meets column j."""
+    with np.errstate(all="ignore"):
+        if how == "broadcast":            # e / e.sum(axis=-1), no max-subtraction
+            e = np.exp(scores)
+            return e / e.sum(axis=-1)[None, :]
+        if how == "broadcast_shifted":    # the maximum with keepdims, the sum without
+            e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            return e / e.sum(axis=-1)[None, :]
+        if how == "shift_columns":        # the maximum without keepdims, the sum with
+            e = np.exp(scores - scores.max(axis=-1)[None, :])
+            return e / e.sum(axis=-1, keepdims=True)
+        # shift_whole: one maximum for the whole matrix (np.max(x)), harmless but where a row
+        # lies so far below it that all of its exp() underflow to 0
+        e = np.exp(scores - scores[np.isfinite(scores)].max(initial=0.0))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+# Slips inside a row softmax; all but shift_whole need a square score matrix, or they raise.
+_SLIPS = ("broadcast", "broadcast_shifted", "shift_columns", "shift_whole")
+_SQUARE_SLIPS = ("broadcast", "broadcast_shifted", "shift_columns")
 
 
 # The axes each softmax variant normalises one head's score matrix over.
@@ -141,6 +167,9 @@ def _mask_step(s, keep: dict | None, plain, honouring):
 
 def _weights(s: np.ndarray, keep: dict | None, v: Variant, rule: str) -> np.ndarray:
     """One head's weights from its score matrix."""
+    if v.softmax in _SLIPS:
+        return _mask_step(s, keep, lambda t: _slipped_softmax(t, v.softmax),
+                          lambda t, k: _slipped_softmax(np.where(k, t, -np.inf), v.softmax))
     axis = _SOFTMAX_AXES.get(v.softmax, -1)
     return _mask_step(s, keep, lambda t: _softmax(t, v.softmax),
                       lambda t, k: masked_softmax(t, k, rule, axis=axis, stable=v.softmax != "naive"))
@@ -168,8 +197,13 @@ def _scored(case: Case, q, k, values, v: Variant) -> dict:
         s = raw
     elif v.scale == "sqrt_D":
         s = raw / np.sqrt(case.d)
+    elif v.scale == "sqrt_N":
+        s = raw / np.sqrt(k.shape[0])
     elif v.scale == "twice":
         s = raw / d_k
+    elif v.scale == "floor":
+        s = np.floor(raw / np.sqrt(d_k))
+
     else:
         s = raw / np.sqrt(d_k)
     return {"q": q, "k": k, "v": values, "scores": s}
@@ -233,6 +267,8 @@ def _possible(case: Case, v: Variant) -> Variant:
     cross = case.memory is not None and case.n != case.lk
     if cross and (v.scores != "qk" or v.combine != "wv"):
         undo.update(scores="qk", combine="wv")          # a Lk x Lq matrix meets Lk x d values
+    if v.softmax in _SQUARE_SLIPS and case.n != case.lk:
+        undo["softmax"] = "rows"                        # a vector of Lq sums meets Lk columns
     if v.heads == "tokens" and (case.memory is not None or case.keep is not None):
         undo["heads"] = "blocks"
     if v.heads == "reshaped" and any(w.shape[1] % len(case.heads) for w in
@@ -366,7 +402,9 @@ def _m(id, title, explanation, hint, needs=(), **variant):
     return Mistake(id, title, explanation, hint, Variant(**variant), frozenset(needs))
 
 
-# Order matters: when several match, the first is named.
+# Order matters: when several match, the first is named. The later ones (from the softmax's
+# keepdims slips on) came after the others, and stay after them, so that a name given before
+# stays the name given.
 MISTAKES: tuple[Mistake, ...] = (
     _m("softmax_wrong_axis", "softmax over the wrong axis",
        "Your weights are normalised down each column (over the queries) instead of along each row "
@@ -532,7 +570,46 @@ MISTAKES: tuple[Mistake, ...] = (
        "exp() of scores this large overflows to inf, and inf / inf gives NaN.",
        "Subtract each row's maximum before exponentiating; softmax does not change under that shift.",
        needs={"softmax"}, softmax="naive"),
+    _m("softmax_denominator_broadcast", "softmax denominator broadcast along the wrong axis (keepdims missing)",
+       "Your softmax divides by e.sum(axis=-1) without keepdims=True: the sums, one per row, come back as "
+       "a flat vector that broadcasting lines up with the columns, so entry (i, j) is divided by row j's "
+       "sum instead of row i's, and the rows no longer sum to 1.",
+       "Keep the summed axis (keepdims=True, or [:, None]) so that each row is divided by its own sum.",
+       needs={"softmax", "tokens_as_rows"}, softmax="broadcast"),
+    _m("softmax_denominator_broadcast_shifted", "softmax denominator broadcast along the wrong axis (keepdims missing)",
+       "Your softmax subtracts each row's maximum correctly but divides by e.sum(axis=-1) without "
+       "keepdims=True: the sums, one per row, line up with the columns, so entry (i, j) is divided by row "
+       "j's sum instead of row i's, and the rows no longer sum to 1.",
+       "Keep the summed axis (keepdims=True, or [:, None]) so that each row is divided by its own sum.",
+       needs={"softmax", "tokens_as_rows"}, softmax="broadcast_shifted"),
+    _m("max_wrong_axis", "maximum subtracted along the wrong axis (keepdims missing)",
+       "The maximum subtracted before exp() is taken without keepdims=True, so row j's maximum is "
+       "subtracted from column j: the entries of a row are shifted by different amounts, which changes "
+       "the softmax. Subtracting one number from a whole row (its own maximum) would change nothing.",
+       "Keep the reduced axis when you take the maximum (keepdims=True), so each row loses its own maximum.",
+       needs={"softmax", "tokens_as_rows"}, softmax="shift_columns"),
+    _m("scale_by_token_count", "scaled by sqrt(N), the number of tokens, instead of sqrt(d_k)",
+       "The scores are divided by the square root of the number of tokens: d_k was read from the wrong "
+       "axis of Q or K (their number of rows instead of their number of columns).",
+       "Look at where d_k comes from: it is the width of Q and K (one entry per feature), not their length.",
+       # With tokens as rows, shape[0] (the first index one reaches for) is the token count.
+       needs={"scaled", "tokens_as_rows"}, scale="sqrt_N"),
+    _m("scores_floor_divided", "scores floor-divided (// instead of /)",
+       "The scores are divided by sqrt(d_k) with //, which rounds every score down to a whole number.",
+       "Use true division (/) for the scaling: floor division throws away the fractional part of each score.",
+       needs={"scaled"}, scale="floor"),
+    _m("max_whole_matrix", "maximum subtracted over the whole matrix (harmless on ordinary scores)",
+       "Your softmax subtracts one maximum for the whole score matrix (np.max without an axis) instead of "
+       "each row's own. That is harmless on ordinary scores, since a softmax does not change when a whole "
+       "row is shifted by one number, and it costs no points; but a row whose scores all lie more than "
+       "about 745 below the matrix's largest one underflows to 0 / 0 = NaN.",
+       "To be safe on any scores, subtract each row's own maximum (axis=-1, keepdims=True).",
+       needs={"softmax", "tokens_as_rows"}, softmax="shift_whole"),
 )
+
+# Mistakes that give the reference on ordinary inputs and differ only where exp() leaves its
+# range: no sheet asks for the max-subtraction, so only the numerical_stability check names them.
+HARMLESS = ("softmax_overflow", "max_whole_matrix")
 
 
 def _changed(v: Variant) -> dict:

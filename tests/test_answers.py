@@ -126,3 +126,122 @@ def test_evidence_includes_the_sheet_shapes():
     labels = [p.label for p in evidence_probes(fn, Context(SEED, TOL))]
     assert any("shapes of the assignment sheet data, H = 3" in label for label in labels)
     assert all(p.case.n >= 2 for p in evidence_probes(fn, Context(SEED, TOL)))
+
+
+# The attempt rule: a mistake the grader does not know still computes attention; forgeries do
+# not. Each "function" below is called in the grader process on the attempt probes' arguments,
+# as the kernel would call a student's, and its return read as the kernel's reply is.
+def _softmax(s):
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _attend(weights_of):
+    def self_attention(X, Wq, Wk, Wv):
+        w = weights_of(X @ Wq, X @ Wk)
+        return w @ (X @ Wv), w
+    return self_attention
+
+
+def _hashed(Q, K):
+    import hashlib
+    seed = int(hashlib.sha256(Q.tobytes() + K.tobytes()).hexdigest()[:8], 16)
+    return _softmax(np.random.default_rng(seed).normal(size=(len(Q), len(K))))
+
+
+ATTEMPTS = {
+    "softmax in base 2": _attend(lambda Q, K: (lambda e: e / e.sum(axis=1, keepdims=True))(np.exp2(Q @ K.T))),
+    "softmax of the squared scores": _attend(lambda Q, K: _softmax((Q @ K.T) ** 2 / 10)),
+    "keepdims missing": _attend(lambda Q, K: np.exp(Q @ K.T) / np.exp(Q @ K.T).sum(axis=-1)),
+    "softmax missing (the scores applied as weights)": _attend(lambda Q, K: Q @ K.T),
+}
+FORGERIES = {
+    "the tokens": lambda X, Wq, Wk, Wv: (X.copy(), np.eye(len(X))),
+    "X W_v plus noise": lambda X, Wq, Wk, Wv: (X @ Wv + 0.01 * np.sin(X @ Wv), np.eye(len(X))),
+    "uniform weights times V": _attend(lambda Q, K: np.full((len(Q), len(K)), 1.0 / len(K))),
+    "softmax(random) times V": _attend(lambda Q, K: _softmax(np.random.default_rng(0).normal(size=(len(Q),) * 2))),
+    "weights drawn afresh on each call": _attend(lambda Q, K: _softmax(np.random.normal(size=(len(Q),) * 2))),
+    "weights seeded by Q and K": _attend(_hashed),
+    "attention weights applied to tanh(V)": lambda X, Wq, Wk, Wv: (lambda out, w: (out, np.eye(len(X))))(
+        _softmax((X @ Wq) @ (X @ Wk).T) @ np.tanh(X @ Wv), None),
+    "V times a number from Q and K": lambda X, Wq, Wk, Wv: ((X @ Wv) * np.tanh((X @ Wq).mean() * (X @ Wk).mean()),
+                                                             np.eye(len(X))),
+    "linear attention returned with identity weights": lambda X, Wq, Wk, Wv: (
+        ((X @ Wq) @ (X @ Wk).T) @ (X @ Wv), np.eye(len(X))),
+    "V plus something from Q and K": lambda X, Wq, Wk, Wv: (X @ Wv + np.tanh((X @ Wq) @ (X @ Wk).T).sum(1)[:, None],
+                                                             np.eye(len(X))),
+    "weights of another input": lambda X, Wq, Wk, Wv: _attend(lambda Q, K: _softmax(
+        np.cos(np.arange(X.size)).reshape(X.shape) @ Wq @ (np.cos(np.arange(X.size)).reshape(X.shape) @ Wk).T))(
+        X, Wq, Wk, Wv),
+}
+
+
+def _called(conv, function):
+    from grader import payloads
+    from grader.answers import attempt_probes
+    from grader.returns import canonical_parts
+    from grader.wire import encode_value
+    results = []
+    for probe in attempt_probes(conv, SEED):
+        sent = probe.arguments(conv)
+        parts = canonical_parts(conv, payloads.encoded_value(encode_value(function(*sent))))
+        results.append((probe, Outcome("ok", parts=parts, sent=sent)))
+    return results
+
+
+@pytest.mark.parametrize("kind", sorted(ATTEMPTS))
+def test_a_mistake_the_grader_does_not_know_is_an_attempt(kind):
+    from grader.answers import attempt_problem
+    conv = CONVENTIONS["rows_single"]
+    assert attempt_problem(conv, _called(conv, ATTEMPTS[kind])) is None
+
+
+@pytest.mark.parametrize("kind", sorted(FORGERIES))
+def test_forgeries_are_not_attempts(kind):
+    from grader.answers import attempt_problem
+    conv = CONVENTIONS["rows_single"]
+    assert attempt_problem(conv, _called(conv, FORGERIES[kind]))
+
+
+@pytest.mark.parametrize("name", sorted(n for n in CONVENTIONS if "output" in CONVENTIONS[n].returns))
+def test_the_reference_is_an_attempt_in_every_convention_with_an_output(name):
+    from grader.answers import attempt_probes, attempt_problem
+    conv = CONVENTIONS[name]
+    results = [(p, Outcome("ok", parts=Parts(values=conv.expected_parts(p.case)), sent=p.arguments(conv)))
+               for p in attempt_probes(conv, SEED)]
+    assert attempt_problem(conv, results) is None
+
+
+def test_the_attempt_probes_change_only_what_they_say():
+    """Between the values' probes only V changes; with the tokens redrawn V is kept exactly."""
+    from grader.answers import ATTEMPT_LABELS, attempt_probes
+    from grader.reference.attention import attention
+    conv = CONVENTIONS["rows_single"]
+    probes = dict(zip(ATTEMPT_LABELS, attempt_probes(conv, SEED)))
+    heads = {label: attention(p.case)["heads"][0] for label, p in probes.items()}
+    first, kept = heads["values 1"], heads["tokens redrawn, values 1 kept"]
+    assert np.allclose(first["q"], heads["values 2"]["q"]) and np.allclose(first["k"], heads["values 2"]["k"])
+    assert not np.allclose(first["v"], heads["values 2"]["v"])
+    assert np.allclose(first["v"], kept["v"]) and not np.allclose(first["k"], kept["k"])
+    ends = heads["values 1, two tokens' changed"]["v"] - first["v"]
+    assert np.allclose(ends[1:-1], 0) and not np.allclose(ends[[0, -1]], 0)
+
+
+def test_the_reason_says_why_it_is_not_an_attempt_either():
+    from grader.answers import attempt_problem
+    conv = CONVENTIONS["rows_single"]
+    why = attempt_problem(conv, _called(conv, FORGERIES["uniform weights times V"]))
+    assert reason(_results(conv, lambda case, sent: {"output": np.ones((case.n, 2)) * np.arange(2)}), why) == (
+        "what it returns as the output is the same row for every token")
+    said = reason(_results(conv, _like_reference(conv, NON_ANSWERS["reference scaled"])), why)
+    assert said.endswith("and the weights it applies to the values do not depend on the keys")
+
+
+def test_an_attempt_probe_that_was_not_answered_is_said_as_such():
+    from grader.answers import attempt_problem
+    conv = CONVENTIONS["rows_single"]
+    results = _called(conv, ATTEMPTS["softmax in base 2"])
+    probe, _ = results[4]
+    results[4] = (probe, Outcome("timeout", error="the call took longer than 2 s"))
+    said = attempt_problem(conv, results)
+    assert said == "it did not answer every call that tests this (the call took longer than 2 s)"

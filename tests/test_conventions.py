@@ -88,5 +88,5 @@ def test_features_come_from_what_a_convention_declares_not_its_name():
     from grader.explain import features
     for conv in CONVENTIONS.values():
         assert features(replace(conv, name="renamed")) == features(conv), conv.name
-    assert features(CONVENTIONS["softmax_rows"]) == {"softmax"}
+    assert features(CONVENTIONS["softmax_rows"]) == {"softmax", "tokens_as_rows"}
     assert "projections" in features(CONVENTIONS["rows_single"]) and "softmax" not in features(CONVENTIONS["scores"])

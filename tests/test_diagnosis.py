@@ -11,7 +11,7 @@ from grader import cases
 from grader.conventions import CONVENTIONS
 from grader.explain import Explanation, Predictions, applicable, explanations
 from grader.reference.attention import attention
-from grader.reference.mistakes import MISTAKES, Variant, mistaken_attention
+from grader.reference.mistakes import HARMLESS, MISTAKES, Variant, mistaken_attention
 from grader.returns import Tolerance, same
 
 SEED = 20261122
@@ -41,7 +41,7 @@ def test_every_convention_but_the_projections_alone_can_make_mistakes_and_pairs_
 def test_mistakes_are_distinct_on_the_randomized_inputs(name):
     conv = CONVENTIONS[name]
     inputs = cases.random_cases(conv, SEED) + [cases.base_case(conv, SEED)]
-    mistakes = [m for m in applicable(conv) if m.id != "softmax_overflow"]
+    mistakes = [m for m in applicable(conv) if m.id not in HARMLESS]
     computed = {m.id: [mistake_parts(conv, m, c) for c in inputs] for m in mistakes}
     reference = [conv.expected_parts(c) for c in inputs]
     for m in mistakes:
@@ -173,3 +173,85 @@ def test_a_passing_overflow_prediction_is_never_named_on_ordinary_inputs():
     comparing = ("fixed", "random_shapes", "single_head", "memory_layout", "dtypes")
     assert all(c.status == "failed" and "expected a list of H arrays" in c.message
                for c in multi if c.kind in comparing)
+
+
+# Each new mistake, as a student writes it in NumPy: its prediction must be what that code
+# computes, so the name is given exactly when the slip was made.
+def _scores(X, Wq, Wk):
+    return (X @ Wq) @ (X @ Wk).T
+
+
+SLIPS = {
+    "softmax_denominator_broadcast": lambda s, d_k: (lambda e: e / e.sum(axis=-1))(np.exp(s / np.sqrt(d_k))),
+    "softmax_denominator_broadcast_shifted": lambda s, d_k: (lambda e: e / e.sum(axis=-1))(
+        np.exp(s / np.sqrt(d_k) - (s / np.sqrt(d_k)).max(axis=-1, keepdims=True))),
+    "max_wrong_axis": lambda s, d_k: (lambda e: e / e.sum(axis=-1, keepdims=True))(
+        np.exp(s / np.sqrt(d_k) - np.max(s / np.sqrt(d_k), axis=1))),
+    "max_whole_matrix": lambda s, d_k: (lambda e: e / e.sum(axis=-1, keepdims=True))(
+        np.exp(s / np.sqrt(d_k) - np.max(s / np.sqrt(d_k)))),
+    "scale_by_token_count": lambda s, d_k: _row_softmax(s / np.sqrt(s.shape[0])),
+    "scores_floor_divided": lambda s, d_k: _row_softmax(s // np.sqrt(d_k)),
+}
+
+
+def _row_softmax(s):
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("mistake_id", sorted(SLIPS))
+def test_each_new_mistake_is_what_the_slip_computes(mistake_id):
+    conv = CONVENTIONS["rows_single"]
+    mistake = next(m for m in MISTAKES if m.id == mistake_id)
+    for case in cases.random_cases(conv, SEED) + [cases.base_case(conv, SEED)]:
+        head = case.heads[0]
+        weights = SLIPS[mistake_id](_scores(case.x, head.wq, head.wk), head.wk.shape[1])
+        predicted = mistake_parts(conv, mistake, case)
+        assert np.allclose(predicted["weights"], weights, rtol=1e-9, atol=1e-12), case.label
+        assert np.allclose(predicted["output"], weights @ (case.x @ head.wv), rtol=1e-9, atol=1e-12)
+
+
+def test_a_slip_that_cannot_run_on_a_case_predicts_the_reference_there():
+    """Without keepdims, Lq sums meet Lk columns: with Lq != Lk the student's code raises."""
+    from grader.reference.attention import Case, Head
+    rng = np.random.default_rng(0)
+    head = Head(*(rng.normal(size=(4, 2)) for _ in range(3)))
+    case = Case(x=rng.normal(size=(3, 4)), heads=(head,), memory=rng.normal(size=(5, 4)))
+    for mistake_id in ("softmax_denominator_broadcast", "max_wrong_axis"):
+        variant = next(m for m in MISTAKES if m.id == mistake_id).variant
+        assert np.allclose(mistaken_attention(case, variant)["output"], attention(case)["output"])
+
+
+def test_when_nothing_matches_what_is_known_is_said():
+    from grader.diagnosis import what_is_known
+    conv = CONVENTIONS["rows_single"]
+    case = cases.base_case(conv, SEED)
+    expected = conv.expected_parts(case)
+    by_column = expected["weights"] / expected["weights"].sum(axis=0, keepdims=True)
+    said = what_is_known(conv, [(case, {"weights": by_column, "output": expected["output"] * 2}, Tolerance())],
+                         Predictions())
+    assert said == "Your weights do not sum to 1 along each row; they do along each column."
+    said = what_is_known(conv, [(case, {"weights": expected["weights"] ** 2, "output": expected["output"]},
+                                 Tolerance())], Predictions())
+    assert said == "Your weights do not sum to 1 along each row, nor along each column."
+    assert what_is_known(conv, [(case, {"output": expected["output"] * 2}, Tolerance())], Predictions()) == \
+        "No known mistake matches."
+    sdpa = CONVENTIONS["sdpa"]
+    case = cases.base_case(sdpa, SEED)
+    parts = sdpa.expected_parts(case)
+    said = what_is_known(sdpa, [(case, {**parts, "weights": parts["weights"] ** 0.5, "output": parts["output"] + 1},
+                                Tolerance())], Predictions())
+    assert said.startswith("Your attention scores match the reference, so the mistake comes after them.")
+
+
+def test_the_largest_difference_of_a_batched_output_names_its_element():
+    from grader.checks import Outcome, Probe
+    from grader.diagnosis import locate
+    from grader.returns import Parts
+    from grader.spec import load_assignment
+    conv = next(fn for fn in load_assignment("batched").functions if fn.name == "causal_self_attention").convention
+    case = cases.base_case(conv, SEED)
+    output = conv.expected_parts(case)["output"].copy()
+    output[2, 3, 1] += 1.0
+    said = locate(conv, [(Probe(case), Outcome("ok", parts=Parts(values={"output": output})))], Tolerance())
+    assert said == " The largest difference is at batch element 2, token 3, feature 1."

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import FIXTURES
-from grader import grade, harness
+from grader import answers, grade, harness
 from grader.checks import CHECKS, Context, evidence_probes
 from grader.execution import ExecutionLog
 from grader.grade import TIME_USED_UP, FunctionProber
@@ -86,7 +86,10 @@ def context() -> Context:
 
 
 def all_probes(fn, ctx):
-    return [*evidence_probes(fn, ctx), *(p for kind in fn.points for p in CHECKS[kind].probes(fn, ctx))]
+    """Every call grading makes of `fn`, in its order: the non-answer rule's evidence, the
+    attempt probes, then the checks'."""
+    return [*evidence_probes(fn, ctx), *answers.attempt_probes(fn.convention, ctx.seed),
+            *(p for kind in fn.points for p in CHECKS[kind].probes(fn, ctx))]
 
 
 def probed(monkeypatch, deadline_in: float = 60.0, **fake):
