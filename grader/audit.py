@@ -1,0 +1,185 @@
+"""`grader audit SPEC`: what a spec's checks make of each known mistake, before students meet it.
+
+For each function of the spec and each known mistake that its convention can make (with
+`pairs`, each pair of them too), a computation that makes only that mistake is graded
+exactly as a student's function is (grade.judge_computed: the non-answer rule, every check's
+judge, hidden checks included), its answer to every call being what the mistake computes on
+that call's case (`Convention.predict` with `mistaken_elements`), so no kernel is started;
+on a case whose shapes the mistake cannot be computed on (keys from X when the memory is wider),
+the call raises, as the student's would.
+The reference itself is graded the same way first: a spec on which it loses points is wrong.
+
+The computations work in float64 on each case as it is: an input variant (float32, integer,
+Fortran-ordered or non-contiguous inputs) changes what a student's code is given, never what
+this audit computes, so the `dtypes` and `memory_layout` checks catch here only what a mistake
+does on any input, never a student's truncating integer division or in-place slip.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from grader.reference.mistakes import computable
+
+from .checks import CHECKS, Context, Outcome, Probe
+from .classes import sent_arguments
+from .conventions import PART_WORDS
+from .explain import CORRECT, Explanation, Predictions, explanations
+from .grade import judge_computed
+from .returns import Parts, Tolerance, same
+from .spec import Assignment, FunctionSpec
+
+# Where a check's verdict says it caught the computation (an informational check says "info").
+CAUGHT = ("failed", "info", "error")
+# Checks whose subject no known mistake is about: a mistake is a computation, and these judge
+# what a function does to its arguments and which libraries it uses, so they never catch one.
+BEYOND_MISTAKES = {"inputs_unmodified": "changes to the arguments in place",
+                   "forbidden_libraries": "the libraries a function uses"}
+
+
+@dataclass
+class Graded:
+    """One computation graded with one function's checks."""
+    title: str                 # "reference", or the mistakes' titles joined by " and "
+    ids: tuple[str, ...]       # the mistakes' ids; () for the reference
+    points: float
+    max_points: float
+    caught_by: list[str]       # the checks whose own verdict was not "passed", in the spec's order
+    non_answer: str = ""       # why the non-answer rule withheld every point, or ""
+    named: str = ""            # what the diagnosis named, on the checks that caught it
+    differs: bool = True       # some call's answer differs from the reference's
+    raised: str = ""           # "every" or "some" call raised (the mistake cannot be made on its shapes), or ""
+
+    @property
+    def full_marks(self) -> bool:
+        return self.points >= self.max_points
+
+    @property
+    def unseen(self) -> bool:
+        """Full marks while it computes something else, and no check at all, not even an
+        informational one, says so: the spec lets it through unremarked."""
+        return self.full_marks and self.differs and not self.caught_by
+
+
+@dataclass
+class FunctionAudit:
+    name: str
+    checks: dict                            # kind -> points, as the spec gives them
+    hidden: frozenset
+    reference: Graded
+    mistakes: list[Graded] = field(default_factory=list)
+
+    @property
+    def silent_checks(self) -> list[str]:
+        """Checks that catch none of the mistakes, besides those no mistake is about."""
+        return [kind for kind in self.checks if kind not in BEYOND_MISTAKES
+                and not any(kind in m.caught_by for m in self.mistakes)]
+
+    @property
+    def beyond_mistakes(self) -> list[str]:
+        return [kind for kind in self.checks if kind in BEYOND_MISTAKES]
+
+    @property
+    def let_through(self) -> list[Graded]:
+        """Mistakes that earn every point while computing something else on the spec's cases."""
+        return [m for m in self.mistakes if m.full_marks and m.differs]
+
+    @property
+    def same_as_reference(self) -> list[Graded]:
+        """Mistakes that compute the reference's values on every case of the spec (a mistake
+        the convention's inputs cannot show, as a heads axis given ready-split)."""
+        return [m for m in self.mistakes if not m.differs]
+
+    @property
+    def as_non_answers(self) -> list[Graded]:
+        """Mistakes that end at or below a non-answer's 0: a genuine attempt keeps the points
+        its checks give, so each of these is either zeroed by the non-answer rule or fails
+        every check with points."""
+        return [m for m in self.mistakes if m.points <= 0 < m.max_points and m.differs]
+
+
+@dataclass
+class Audit:
+    assignment: str
+    title: str
+    seed: int
+    pairs: bool
+    functions: list[FunctionAudit]
+
+    @property
+    def reference_failures(self) -> list[FunctionAudit]:
+        return [f for f in self.functions if not f.reference.full_marks]
+
+    @property
+    def unseen(self) -> list[tuple[str, Graded]]:
+        return [(f.name, m) for f in self.functions for m in f.mistakes if m.unseen]
+
+    @property
+    def sound(self) -> bool:
+        """The reference earns every point and no mistake passes unremarked."""
+        return not self.reference_failures and not self.unseen
+
+
+class _Computation:
+    """A student function that computes `explanation` (the reference, or mistakes) on each
+    call's case, in float64, and leaves its inputs as they were."""
+
+    def __init__(self, fn: FunctionSpec, explanation: Explanation, predictions: Predictions, tol: Tolerance):
+        self.fn, self.explanation, self.predictions, self.tol = fn, explanation, predictions, tol
+        self.differs = False
+        self.calls, self.raised = 0, 0
+
+    def raised_on(self) -> str:
+        """On "every" call, "some" or none ("")."""
+        return "" if not self.raised else "every" if self.raised == self.calls else "some"
+
+    def outcome(self, probe: Probe) -> Outcome:
+        conv = self.fn.convention
+        sent = sent_arguments(probe, conv)
+        self.calls += 1
+        if not all(computable(element, self.explanation.variant) for element in conv.elements(probe.case)):
+            # The mistake predicts the reference where it cannot be made; a student's code raises.
+            self.differs = True
+            self.raised += 1
+            return Outcome("error", error=f"the call raises: {self.explanation.title} cannot be computed on "
+                                          "these shapes", sent=sent)
+        values = self.predictions.parts(conv, self.explanation, probe.case)
+        reference = self.predictions.parts(conv, CORRECT, probe.case)
+        if any(part not in values or not same(values[part], reference[part], self.tol) for part in reference):
+            self.differs = True
+        returned = ", ".join(PART_WORDS[p] for p in conv.returns if p in values)
+        # A part this computation cannot give in the convention's form (each batch element's
+        # of another shape) is one it does not return.
+        parts = Parts(values=dict(values), returned=f"what it computes ({returned})")
+        for part in conv.returns:
+            if part not in values:
+                parts.unreadable[part] = "was not returned"
+        return Outcome("ok", parts=parts, sent=sent, inputs_after=sent)
+
+
+def _graded(fn: FunctionSpec, explanation: Explanation, ctx: Context) -> Graded:
+    computation = _Computation(fn, explanation, ctx.predictions, ctx.tolerance)
+    grading = judge_computed(fn, ctx, computation.outcome)
+    checks = grading.checks()
+    caught = [kind for kind in fn.points if grading.verdicts.get(kind) in CAUGHT]
+    named = sorted({c.diagnosis for c in checks if c.diagnosis})
+    return Graded(title=explanation.title or "reference", ids=tuple(m.id for m in explanation.mistakes),
+                  points=sum(c.points for c in checks), max_points=sum(c.max_points for c in checks),
+                  caught_by=caught, non_answer=grading.non_answer_reason, named="; ".join(named),
+                  differs=computation.differs, raised=computation.raised_on())
+
+
+def audit_function(fn: FunctionSpec, seed: int, tolerance: Tolerance, pairs: bool = False) -> FunctionAudit:
+    ctx = Context(seed, tolerance, {})
+    tried = [e for e in explanations(fn.convention) if pairs or len(e.mistakes) == 1]
+    return FunctionAudit(fn.name, dict(fn.points), fn.hidden, _graded(fn, CORRECT, ctx),
+                         [_graded(fn, e, ctx) for e in tried])
+
+
+def audit(assignment: Assignment, seed: int, pairs: bool = False) -> Audit:
+    return Audit(assignment.name, assignment.title, seed, pairs,
+                 [audit_function(fn, seed, assignment.tolerance, pairs) for fn in assignment.functions])
+
+
+def informational(fn: FunctionAudit, kind: str) -> bool:
+    """A check that carries no points and is no policy: what it catches costs nothing."""
+    return not fn.checks[kind] and not CHECKS[kind].policy
