@@ -47,6 +47,7 @@ class Graded:
     non_answer: str = ""       # why the non-answer rule withheld every point, or ""
     named: str = ""            # what the diagnosis named, on the checks that caught it
     differs: bool = True       # some call's answer differs from the reference's
+    differs_on: list[str] = field(default_factory=list)   # the checks with points on whose cases it does
     raised: str = ""           # "every" or "some" call raised (the mistake cannot be made on its shapes), or ""
 
     @property
@@ -54,10 +55,12 @@ class Graded:
         return self.points >= self.max_points
 
     @property
-    def unseen(self) -> bool:
-        """Full marks while it computes something else, and no check at all, not even an
-        informational one, says so: the spec lets it through unremarked."""
-        return self.full_marks and self.differs and not self.caught_by
+    def slips_through(self) -> bool:
+        """Full marks, though on the cases of a check with points it computes something else
+        than the reference: the spec lets it through. (A mistake that differs only where no
+        points are at stake, as an overflowing softmax on numerical_stability's large scores,
+        earns its full marks by design.)"""
+        return self.full_marks and bool(self.differs_on)
 
 
 @dataclass
@@ -80,8 +83,14 @@ class FunctionAudit:
 
     @property
     def let_through(self) -> list[Graded]:
-        """Mistakes that earn every point while computing something else on the spec's cases."""
-        return [m for m in self.mistakes if m.full_marks and m.differs]
+        """Mistakes that earn every point while computing something else where points are at stake."""
+        return [m for m in self.mistakes if m.slips_through]
+
+    @property
+    def full_marks_by_design(self) -> list[Graded]:
+        """Mistakes at full marks that differ from the reference only on the cases of checks
+        without points (an overflowing softmax, which no sheet asks to avoid)."""
+        return [m for m in self.mistakes if m.full_marks and m.differs and not m.slips_through]
 
     @property
     def same_as_reference(self) -> list[Graded]:
@@ -110,13 +119,13 @@ class Audit:
         return [f for f in self.functions if not f.reference.full_marks]
 
     @property
-    def unseen(self) -> list[tuple[str, Graded]]:
-        return [(f.name, m) for f in self.functions for m in f.mistakes if m.unseen]
+    def slipping_through(self) -> list[tuple[str, Graded]]:
+        return [(f.name, m) for f in self.functions for m in f.mistakes if m.slips_through]
 
     @property
     def sound(self) -> bool:
-        """The reference earns every point and no mistake passes unremarked."""
-        return not self.reference_failures and not self.unseen
+        """The reference earns every point and no mistake slips through."""
+        return not self.reference_failures and not self.slipping_through
 
 
 class _Computation:
@@ -125,7 +134,7 @@ class _Computation:
 
     def __init__(self, fn: FunctionSpec, explanation: Explanation, predictions: Predictions, tol: Tolerance):
         self.fn, self.explanation, self.predictions, self.tol = fn, explanation, predictions, tol
-        self.differs = False
+        self.differing: set = set()   # the keys of the probes on which it computes something else
         self.calls, self.raised = 0, 0
 
     def raised_on(self) -> str:
@@ -138,14 +147,14 @@ class _Computation:
         self.calls += 1
         if not all(computable(element, self.explanation.variant) for element in conv.elements(probe.case)):
             # The mistake predicts the reference where it cannot be made; a student's code raises.
-            self.differs = True
+            self.differing.add(probe.key)
             self.raised += 1
             return Outcome("error", error=f"the call raises: {self.explanation.title} cannot be computed on "
                                           "these shapes", sent=sent)
         values = self.predictions.parts(conv, self.explanation, probe.case)
         reference = self.predictions.parts(conv, CORRECT, probe.case)
         if any(part not in values or not same(values[part], reference[part], self.tol) for part in reference):
-            self.differs = True
+            self.differing.add(probe.key)
         returned = ", ".join(PART_WORDS[p] for p in conv.returns if p in values)
         # A part this computation cannot give in the convention's form (each batch element's
         # of another shape) is one it does not return.
@@ -165,7 +174,9 @@ def _graded(fn: FunctionSpec, explanation: Explanation, ctx: Context) -> Graded:
     return Graded(title=explanation.title or "reference", ids=tuple(m.id for m in explanation.mistakes),
                   points=sum(c.points for c in checks), max_points=sum(c.max_points for c in checks),
                   caught_by=caught, non_answer=grading.non_answer_reason, named="; ".join(named),
-                  differs=computation.differs, raised=computation.raised_on())
+                  differs=bool(computation.differing), raised=computation.raised_on(),
+                  differs_on=[kind for kind, points in fn.points.items() if points and any(
+                      p.key in computation.differing for p in grading.probes_of[kind])])
 
 
 def audit_function(fn: FunctionSpec, seed: int, tolerance: Tolerance, pairs: bool = False) -> FunctionAudit:

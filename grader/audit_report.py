@@ -30,10 +30,11 @@ def remark(g: Graded) -> str:
         return "its code raises on every case: the shapes do not fit this mistake"
     if g.non_answer:
         return f"scored as a non-answer: {g.non_answer}"
-    if g.unseen:
-        return "full marks, and no check says anything"
+    if g.slips_through:
+        seen = " (only informational checks say so)" if g.caught_by else ", and no check says anything"
+        return f"full marks, though it computes something else where points are at stake{seen}"
     if g.full_marks:
-        return "full marks: only informational checks see it"
+        return "full marks: it differs from the reference only where no points are at stake"
     if g.points <= 0:
         return "0 points"
     notes = ["its code raises on some cases, whose shapes do not fit this mistake"] if g.raised else []
@@ -51,7 +52,7 @@ def _function_text(fn: FunctionAudit) -> list[str]:
         lines.append("  no known mistake applies to its convention")
         return lines
     width = max(len(m.title) for m in fn.mistakes)
-    points = max(len(_score(m)) for m in fn.mistakes)
+    points = max(len("points"), *(len(_score(m)) for m in fn.mistakes))
     lines.append(f"  {'mistake':<{width}}  {'points':>{points}}  caught by")
     for m in fn.mistakes:
         caught = ", ".join(check_label(fn, k) for k in m.caught_by) or "-"
@@ -64,6 +65,9 @@ def _function_text(fn: FunctionAudit) -> list[str]:
             f"{BEYOND_MISTAKES[k]}: {k}" for k in fn.beyond_mistakes) + ")")
     lines.append("  mistakes at full marks (the spec lets them through): "
                  + (", ".join(m.title for m in fn.let_through) or "none"))
+    if fn.full_marks_by_design:
+        lines.append("  at full marks by design (they differ only where no points are at stake): "
+                     + ", ".join(m.title for m in fn.full_marks_by_design))
     lines.append("  mistakes at or below a non-answer's 0 points: "
                  + (", ".join(m.title for m in fn.as_non_answers) or "none"))
     return lines
@@ -86,10 +90,11 @@ def verdict(audit: Audit) -> str:
     """The closing line: whether the spec is fit to release, and if not, why."""
     problems = [f"the reference loses points in {', '.join(printable(f.name) for f in audit.reference_failures)}"] \
         if audit.reference_failures else []
-    problems += [f"{printable(name)}: {m.title} earns full marks unremarked" for name, m in audit.unseen]
+    problems += [f"{printable(name)}: {m.title} earns full marks" for name, m in audit.slipping_through]
     if problems:
         return "The spec has a problem: " + "; ".join(problems) + "."
-    return "The reference earns every point, and every mistake that computes something else is seen by a check."
+    return ("The reference earns every point, and every mistake that computes something else where points are "
+            "at stake loses some.")
 
 
 def render_html(audit: Audit) -> str:

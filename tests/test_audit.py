@@ -32,12 +32,12 @@ def mistake(fn: FunctionAudit, mistake_id: str) -> Graded:
 
 
 @pytest.mark.parametrize("spec", ["rows", "masks", "batched", "cross", "columns", "module"])
-def test_every_builtin_reference_earns_every_point_and_no_mistake_passes_unseen(spec):
+def test_every_builtin_reference_earns_every_point_and_no_mistake_slips_through(spec):
     found = audit(load_assignment(spec), PUBLIC_SEED)
     for fn in found.functions:
         assert fn.reference.full_marks and fn.reference.caught_by == [], (fn.name, fn.reference)
         assert fn.mistakes, fn.name
-    assert found.sound and found.unseen == []
+    assert found.sound and found.slipping_through == []
 
 
 def test_known_mistakes_are_caught_by_the_checks_made_for_them():
@@ -49,9 +49,10 @@ def test_known_mistakes_are_caught_by_the_checks_made_for_them():
     assert "masked_keys_zero_weight" in mistake(masks["masked_attention"], "mask_ignored").caught_by
     assert "causal_future" in mistake(masks["causal_multihead"], "causal_ignored").caught_by
     assert "batch_elements" in mistake(batched["multi_head_attention"], "softmax_over_batch").caught_by
-    # What no check with points can see: only the informational check notices it.
+    # It differs only on the large scores of the informational check: full marks by design.
     overflow = mistake(rows["self_attention"], "softmax_overflow")
-    assert overflow.full_marks and overflow.caught_by == ["numerical_stability"] and not overflow.unseen
+    assert overflow.full_marks and overflow.caught_by == ["numerical_stability"] and overflow.differs_on == []
+    assert not overflow.slips_through and overflow in rows["self_attention"].full_marks_by_design
     # A mistake the convention's inputs cannot show (heads given ready-split cannot be
     # concatenated in the wrong order) computes the reference: it is said, not counted as let through.
     ready_split = mistake(batched["attention_heads"], "heads_reversed")
@@ -160,10 +161,14 @@ def test_a_spec_that_skips_the_checks_a_mistake_fails_is_reported_as_letting_it_
     out = done.stdout
     assert "scaled by sqrt(D) instead of sqrt(d_k)" in out
     line = next(x for x in out.splitlines() if x.strip().startswith("scaled by sqrt(D)"))
-    assert "full marks, and no check says anything" in line
+    assert "full marks, though it computes something else where points are at stake, and no check says" in line
+    # Seen by the informational check alone, which costs nothing: let through all the same.
+    line = next(x for x in out.splitlines() if x.strip().startswith("K Q^T instead of Q K^T"))
+    assert "(only informational checks say so)" in line
     through = next(x for x in out.splitlines() if "mistakes at full marks" in x)
-    assert "scaled by sqrt(D) instead of sqrt(d_k)" in through
-    assert "The spec has a problem" in out.splitlines()[-2] and "earns full marks unremarked" in out
+    assert "scaled by sqrt(D) instead of sqrt(d_k)" in through and "K Q^T instead of Q K^T" in through
+    assert "softmax without max-subtraction" not in through
+    assert "The spec has a problem" in out.splitlines()[-2] and "K Q^T instead of Q K^T earns full marks" in out
     assert page.is_file() and "scaled by sqrt(D) instead of sqrt(d_k)" in page.read_text()
 
 
@@ -206,3 +211,81 @@ def test_the_cli_help_lists_audit():
     done = subprocess.run([sys.executable, "-m", "grader.cli", "--help"], capture_output=True, text=True,
                           cwd=ROOT, timeout=60)
     assert "audit" in done.stdout
+
+
+HOSTILE_TITLE = '<script>alert(1)</script><img src=x onerror=alert(2)>'
+
+
+@pytest.mark.slow
+def test_the_audit_page_reads_in_a_real_browser(tmp_path):
+    """One section per function, a row per mistake with a cell per check, the verdict in words
+    (not colour alone), no console errors, no fetches, no horizontal scroll at 1280 px, and a
+    spec's title shown as text."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    from conftest import chromium_path
+    from grader.audit_report import write_html
+    if not chromium_path():
+        pytest.fail("Chromium is not installed (apt-get install chromium)")
+    spec = tmp_path / "lenient.toml"
+    spec.write_text(f"title = {HOSTILE_TITLE!r}\n" + SKIPPING + MASKED)
+    found = audit(load_assignment(str(spec)), PUBLIC_SEED)
+    page_path = tmp_path / "audit.html"
+    write_html(found, page_path)
+    problems, requests, dialogs = [], [], []
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.on("console", lambda m: m.type in ("error", "warning") and problems.append(m.text))
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(page_path.as_uri())
+        sections = page.locator("section.function").count()
+        rows = page.evaluate("[...document.querySelectorAll('table.audit')].map(t => t.tBodies[0].rows.length)")
+        caught = page.evaluate("[...document.querySelectorAll('table.audit')].map(t => "
+                               "t.querySelectorAll('td.hit').length)")
+        through = page.evaluate("[...document.querySelectorAll('table.audit')[0].querySelectorAll('tr.through')]"
+                                ".map(r => r.innerText)")
+        verdict_text = page.inner_text("p.verdict")
+        meta = page.inner_text("p.meta")
+        injected = page.locator("body script, body img").count()
+        width = page.evaluate("document.documentElement.scrollWidth")
+        browser.close()
+    assert problems == [] and dialogs == [] and injected == 0
+    assert all(url.startswith("file://") for url in requests), requests
+    assert HOSTILE_TITLE in meta
+    assert sections == len(found.functions) == 2
+    assert rows == [len(f.mistakes) for f in found.functions]
+    assert caught == [sum(len(m.caught_by) for m in f.mistakes) for f in found.functions]
+    by_d = next(row for row in through if row.startswith("scaled by sqrt(D) instead of sqrt(d_k)"))
+    assert "no check says anything" in by_d
+    assert {row.split("\t")[0] for row in through} == {m.title for m in found.functions[0].let_through}
+    assert verdict_text.startswith("Problem:") and "scaled by sqrt(D) instead of sqrt(d_k) earns full marks" \
+        in verdict_text
+    assert width <= 1280
+
+
+MASKED = """
+[[functions]]
+name = "masked_attention"
+[functions.convention]
+params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name = "V", role = "v" },
+          { name = "mask", role = "mask", form = "additive_inf" }]
+returns = ["output", "weights"]
+"""
+
+
+def test_hidden_checks_are_judged_on_their_own_cases_and_marked(tmp_path):
+    """A hidden check draws its own cases; a mistake loses its points there as it would in grading."""
+    from grader.audit_report import check_label
+    text = 'name = "h"\n[[functions]]\nname = "self_attention"\nconvention = "rows_single"\n'
+    (tmp_path / "open.toml").write_text(text)
+    (tmp_path / "hidden.toml").write_text(text + 'hidden = ["random_shapes"]\n')
+    open_fn, fn = (audit(load_assignment(str(tmp_path / f"{n}.toml")), PUBLIC_SEED).functions[0]
+                   for n in ("open", "hidden"))
+    for hidden, shown in zip(fn.mistakes, open_fn.mistakes):
+        assert (hidden.points, hidden.caught_by) == (shown.points, shown.caught_by), hidden.title
+    axis = mistake(fn, "softmax_wrong_axis")
+    assert "random_shapes" in axis.caught_by and axis.points < axis.max_points
+    assert check_label(fn, "random_shapes") == "random_shapes (hidden)"
+    assert check_label(fn, "numerical_stability") == "numerical_stability (info)"
