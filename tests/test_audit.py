@@ -289,3 +289,16 @@ def test_hidden_checks_are_judged_on_their_own_cases_and_marked(tmp_path):
     assert "random_shapes" in axis.caught_by and axis.points < axis.max_points
     assert check_label(fn, "random_shapes") == "random_shapes (hidden)"
     assert check_label(fn, "numerical_stability") == "numerical_stability (info)"
+
+
+def test_the_readme_s_audit_commands_are_commands():
+    from grader.cli import parser
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Auditing a spec", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```")[0]
+    using = readme.split("## Using it", 1)[1].split("\n## ", 1)[0]
+    lines = block.splitlines() + [line for line in using.splitlines() if line.startswith("grader audit")]
+    assert len(lines) == 2
+    for line in lines:
+        command = line.split("#")[0].split()
+        assert parser().parse_args(command[1:]).run.__name__ == "audit"
