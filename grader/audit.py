@@ -23,7 +23,7 @@ from grader.reference.mistakes import computable
 from .checks import CHECKS, Context, Outcome, Probe
 from .classes import sent_arguments
 from .conventions import PART_WORDS
-from .explain import CORRECT, Explanation, Predictions, explanations
+from .explain import CORRECT, Explanation, Predictions, explanations, overflow
 from .grade import judge_computed
 from .returns import Parts, Tolerance, same
 from .spec import Assignment, FunctionSpec
@@ -47,7 +47,9 @@ class Graded:
     non_answer: str = ""       # why the non-answer rule withheld every point, or ""
     named: str = ""            # what the diagnosis named, on the checks that caught it
     differs: bool = True       # some call's answer differs from the reference's
-    differs_on: list[str] = field(default_factory=list)   # the checks with points on whose cases it does
+    # The checks with points on whose cases it differs in a way they count (an overflow that the
+    # softmax without max-subtraction gives is judged by numerical_stability alone).
+    differs_on: list[str] = field(default_factory=list)
     raised: str = ""           # "every" or "some" call raised (the mistake cannot be made on its shapes), or ""
 
     @property
@@ -58,8 +60,8 @@ class Graded:
     def slips_through(self) -> bool:
         """Full marks, though on the cases of a check with points it computes something else
         than the reference: the spec lets it through. (A mistake that differs only where no
-        points are at stake, as an overflowing softmax on numerical_stability's large scores,
-        earns its full marks by design.)"""
+        points are at stake, or only by overflowing, as a softmax without max-subtraction
+        does, earns its full marks by design.)"""
         return self.full_marks and bool(self.differs_on)
 
 
@@ -88,8 +90,8 @@ class FunctionAudit:
 
     @property
     def full_marks_by_design(self) -> list[Graded]:
-        """Mistakes at full marks that differ from the reference only on the cases of checks
-        without points (an overflowing softmax, which no sheet asks to avoid)."""
+        """Mistakes at full marks whose only differences from the reference no check with points
+        counts (an overflowing softmax, which no sheet asks to avoid)."""
         return [m for m in self.mistakes if m.full_marks and m.differs and not m.slips_through]
 
     @property
@@ -135,7 +137,16 @@ class _Computation:
     def __init__(self, fn: FunctionSpec, explanation: Explanation, predictions: Predictions, tol: Tolerance):
         self.fn, self.explanation, self.predictions, self.tol = fn, explanation, predictions, tol
         self.differing: set = set()   # the keys of the probes on which it computes something else
+        self.overflowing: set = set()   # those on which it differs only as an overflowing softmax does
+        self.overflow = overflow(fn.convention)
         self.calls, self.raised = 0, 0
+
+    def _same(self, values: dict, wanted: dict) -> bool:
+        return all(part in values and same(values[part], wanted[part], self.tol) for part in wanted)
+
+    def counted(self, probes: list[Probe]) -> bool:
+        """Whether it differs on any of these calls in a way the checks count."""
+        return any(p.key in self.differing and p.key not in self.overflowing for p in probes)
 
     def raised_on(self) -> str:
         """On "every" call, "some" or none ("")."""
@@ -153,8 +164,11 @@ class _Computation:
                                           "these shapes", sent=sent)
         values = self.predictions.parts(conv, self.explanation, probe.case)
         reference = self.predictions.parts(conv, CORRECT, probe.case)
-        if any(part not in values or not same(values[part], reference[part], self.tol) for part in reference):
+        if not self._same(values, reference):
             self.differing.add(probe.key)
+            naive = self.overflow and self.predictions.parts(conv, self.overflow, probe.case)
+            if naive and self._same(values, naive):
+                self.overflowing.add(probe.key)
         returned = ", ".join(PART_WORDS[p] for p in conv.returns if p in values)
         # A part this computation cannot give in the convention's form (each batch element's
         # of another shape) is one it does not return.
@@ -175,8 +189,8 @@ def _graded(fn: FunctionSpec, explanation: Explanation, ctx: Context) -> Graded:
                   points=sum(c.points for c in checks), max_points=sum(c.max_points for c in checks),
                   caught_by=caught, non_answer=grading.non_answer_reason, named="; ".join(named),
                   differs=bool(computation.differing), raised=computation.raised_on(),
-                  differs_on=[kind for kind, points in fn.points.items() if points and any(
-                      p.key in computation.differing for p in grading.probes_of[kind])])
+                  differs_on=[kind for kind, points in fn.points.items()
+                              if points and computation.counted(grading.probes_of[kind])])
 
 
 def audit_function(fn: FunctionSpec, seed: int, tolerance: Tolerance, pairs: bool = False) -> FunctionAudit:

@@ -34,7 +34,7 @@ def remark(g: Graded) -> str:
         seen = " (only informational checks say so)" if g.caught_by else ", and no check says anything"
         return f"full marks, though it computes something else where points are at stake{seen}"
     if g.full_marks:
-        return "full marks: it differs from the reference only where no points are at stake"
+        return "full marks by design: no check with points counts how it differs (overflow is numerical_stability's)"
     if g.points <= 0:
         return "0 points"
     notes = ["its code raises on some cases, whose shapes do not fit this mistake"] if g.raised else []
@@ -66,7 +66,7 @@ def _function_text(fn: FunctionAudit) -> list[str]:
     lines.append("  mistakes at full marks (the spec lets them through): "
                  + (", ".join(m.title for m in fn.let_through) or "none"))
     if fn.full_marks_by_design:
-        lines.append("  at full marks by design (they differ only where no points are at stake): "
+        lines.append("  at full marks by design (no check with points counts how they differ): "
                      + ", ".join(m.title for m in fn.full_marks_by_design))
     lines.append("  mistakes at or below a non-answer's 0 points: "
                  + (", ".join(m.title for m in fn.as_non_answers) or "none"))
