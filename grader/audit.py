@@ -16,7 +16,10 @@ does on any input, never a student's truncating integer division or in-place sli
 """
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from grader.reference.mistakes import computable
 
@@ -72,6 +75,7 @@ class FunctionAudit:
     hidden: frozenset
     reference: Graded
     mistakes: list[Graded] = field(default_factory=list)
+    non_answers: list[Graded] = field(default_factory=list)   # functions that compute no attention
 
     @property
     def silent_checks(self) -> list[str]:
@@ -101,11 +105,16 @@ class FunctionAudit:
         return [m for m in self.mistakes if not m.differs]
 
     @property
+    def non_answer_points(self) -> float:
+        """The most a non-answer earns here: 0, by the non-answer rule."""
+        return max((n.points for n in self.non_answers), default=0.0)
+
+    @property
     def as_non_answers(self) -> list[Graded]:
-        """Mistakes that end at or below a non-answer's 0: a genuine attempt keeps the points
-        its checks give, so each of these is either zeroed by the non-answer rule or fails
-        every check with points."""
-        return [m for m in self.mistakes if m.points <= 0 < m.max_points and m.differs]
+        """Mistakes that end at or below a non-answer's score (0): a genuine attempt keeps the
+        points its checks give, so each of these is either zeroed by the non-answer rule or
+        fails every check with points."""
+        return [m for m in self.mistakes if m.points <= self.non_answer_points and m.max_points and m.differs]
 
 
 @dataclass
@@ -125,17 +134,39 @@ class Audit:
         return [(f.name, m) for f in self.functions for m in f.mistakes if m.slips_through]
 
     @property
+    def paid_non_answers(self) -> list[tuple[str, Graded]]:
+        return [(f.name, n) for f in self.functions for n in f.non_answers if n.points > 0]
+
+    @property
     def sound(self) -> bool:
-        """The reference earns every point and no mistake slips through."""
-        return not self.reference_failures and not self.slipping_through
+        """The reference earns every point, no mistake slips through and no non-answer scores."""
+        return not self.reference_failures and not self.slipping_through and not self.paid_non_answers
+
+
+def _zeros(value, probe: Probe):
+    return np.zeros_like(value)
+
+
+def _noise(value, probe: Probe):
+    """Random numbers, drawn anew for each call (from its label, so the audit is repeatable)."""
+    return np.random.default_rng(zlib.crc32(probe.label.encode())).normal(size=value.shape)
+
+
+# Answers that compute no attention, in exactly the shapes and structure the reference returns:
+# they pass return_structure and inputs_unmodified, and the noise what no property check holds
+# it to, so only the non-answer rule keeps them at 0.
+NON_ANSWERS = {"zeros in the expected shapes": _zeros, "random numbers in the expected shapes": _noise}
 
 
 class _Computation:
     """A student function that computes `explanation` (the reference, or mistakes) on each
-    call's case, in float64, and leaves its inputs as they were."""
+    call's case, in float64, and leaves its inputs as they were; with `fill`, one that
+    returns `fill(value, probe)` for each value the reference returns instead."""
 
-    def __init__(self, fn: FunctionSpec, explanation: Explanation, predictions: Predictions, tol: Tolerance):
+    def __init__(self, fn: FunctionSpec, explanation: Explanation, predictions: Predictions, tol: Tolerance,
+                 fill=None):
         self.fn, self.explanation, self.predictions, self.tol = fn, explanation, predictions, tol
+        self.fill = fill
         self.differing: set = set()   # the keys of the probes on which it computes something else
         self.overflowing: set = set()   # those on which it differs only as an overflowing softmax does
         self.overflow = overflow(fn.convention)
@@ -164,6 +195,9 @@ class _Computation:
                                           "these shapes", sent=sent)
         values = self.predictions.parts(conv, self.explanation, probe.case)
         reference = self.predictions.parts(conv, CORRECT, probe.case)
+        if self.fill is not None:
+            values = {part: [self.fill(v, probe) for v in value] if isinstance(value, list) else
+                      self.fill(value, probe) for part, value in reference.items()}
         if not self._same(values, reference):
             self.differing.add(probe.key)
             naive = self.overflow and self.predictions.parts(conv, self.overflow, probe.case)
@@ -179,13 +213,13 @@ class _Computation:
         return Outcome("ok", parts=parts, sent=sent, inputs_after=sent)
 
 
-def _graded(fn: FunctionSpec, explanation: Explanation, ctx: Context) -> Graded:
-    computation = _Computation(fn, explanation, ctx.predictions, ctx.tolerance)
+def _graded(fn: FunctionSpec, explanation: Explanation, ctx: Context, fill=None, title: str = "") -> Graded:
+    computation = _Computation(fn, explanation, ctx.predictions, ctx.tolerance, fill)
     grading = judge_computed(fn, ctx, computation.outcome)
     checks = grading.checks()
     caught = [kind for kind in fn.points if grading.verdicts.get(kind) in CAUGHT]
     named = sorted({c.diagnosis for c in checks if c.diagnosis})
-    return Graded(title=explanation.title or "reference", ids=tuple(m.id for m in explanation.mistakes),
+    return Graded(title=title or explanation.title or "reference", ids=tuple(m.id for m in explanation.mistakes),
                   points=sum(c.points for c in checks), max_points=sum(c.max_points for c in checks),
                   caught_by=caught, non_answer=grading.non_answer_reason, named="; ".join(named),
                   differs=bool(computation.differing), raised=computation.raised_on(),
@@ -197,7 +231,8 @@ def audit_function(fn: FunctionSpec, seed: int, tolerance: Tolerance, pairs: boo
     ctx = Context(seed, tolerance, {})
     tried = [e for e in explanations(fn.convention) if pairs or len(e.mistakes) == 1]
     return FunctionAudit(fn.name, dict(fn.points), fn.hidden, _graded(fn, CORRECT, ctx),
-                         [_graded(fn, e, ctx) for e in tried])
+                         [_graded(fn, e, ctx) for e in tried],
+                         [_graded(fn, CORRECT, ctx, fill, title) for title, fill in NON_ANSWERS.items()])
 
 
 def audit(assignment: Assignment, seed: int, pairs: bool = False) -> Audit:

@@ -68,7 +68,8 @@ def _function_text(fn: FunctionAudit) -> list[str]:
     if fn.full_marks_by_design:
         lines.append("  at full marks by design (no check with points counts how they differ): "
                      + ", ".join(m.title for m in fn.full_marks_by_design))
-    lines.append("  mistakes at or below a non-answer's 0 points: "
+    lines.append("  non-answers (the non-answer rule): " + ", ".join(f"{n.title} {_score(n)}" for n in fn.non_answers))
+    lines.append(f"  mistakes at or below a non-answer's {fn.non_answer_points:g} points: "
                  + (", ".join(m.title for m in fn.as_non_answers) or "none"))
     return lines
 
@@ -91,10 +92,11 @@ def verdict(audit: Audit) -> str:
     problems = [f"the reference loses points in {', '.join(printable(f.name) for f in audit.reference_failures)}"] \
         if audit.reference_failures else []
     problems += [f"{printable(name)}: {m.title} earns full marks" for name, m in audit.slipping_through]
+    problems += [f"{printable(name)}: a non-answer ({n.title}) earns {_score(n)}" for name, n in audit.paid_non_answers]
     if problems:
         return "The spec has a problem: " + "; ".join(problems) + "."
-    return ("The reference earns every point, and every mistake that computes something else where points are "
-            "at stake loses some.")
+    return ("The reference earns every point, every mistake that computes something else where points are "
+            "at stake loses some, and non-answers earn nothing.")
 
 
 def render_html(audit: Audit) -> str:

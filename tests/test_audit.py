@@ -205,6 +205,19 @@ def test_a_spec_with_an_error_is_one_line_and_exit_2(tmp_path):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+def test_non_answers_in_the_expected_shapes_earn_nothing_though_some_checks_pass_them():
+    for fn in audited("rows").values():
+        zeros, noise = fn.non_answers
+        assert (zeros.points, noise.points) == (0, 0) and zeros.max_points == fn.reference.max_points
+        assert zeros.non_answer == "what it returns as the output is all zeros"
+        assert "nothing it returns matches attention" in noise.non_answer
+        # What withholds their points is the non-answer rule, not the checks' own verdicts.
+        for kind in ("inputs_unmodified", "return_structure", "permutation_equivariance"):
+            assert kind not in zeros.caught_by, kind
+        assert "return_structure" not in noise.caught_by and "inputs_unmodified" not in noise.caught_by
+        assert fn.non_answer_points == 0
+
+
 def test_a_reference_that_loses_points_makes_the_spec_wrong():
     """The closing verdict and the exit status, on an audit whose reference failed a check."""
     reference = Graded("reference", (), 9.0, 12.0, ["random_shapes"])
@@ -213,6 +226,11 @@ def test_a_reference_that_loses_points_makes_the_spec_wrong():
     assert not found.sound
     assert verdict(found) == "The spec has a problem: the reference loses points in self_attention."
     assert "THE SPEC IS WRONG" in text(found) and "(it fails random_shapes)" in text(found)
+    paid = Graded("random numbers in the expected shapes", (), 1.0, 12.0, [])
+    found.functions[0].reference.points = 12.0
+    found.functions[0].non_answers = [paid]
+    assert not found.sound and verdict(found) == ("The spec has a problem: self_attention: a non-answer (random "
+                                                  "numbers in the expected shapes) earns 1 / 12.")
 
 
 def test_the_cli_help_lists_audit():
