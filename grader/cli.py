@@ -170,8 +170,8 @@ def spec_check(ns) -> int:
 
 
 def audit(ns) -> int:
-    """Exit 0 when the spec is sound, 1 when the reference loses points or a mistake that
-    computes something else earns every point with no check saying so."""
+    """Exit 0 when the spec is sound, 1 when the reference loses points, a mistake that computes
+    something else where points are at stake earns every point, or a non-answer scores."""
     from .audit import audit as audit_spec
     from .audit_report import text, write_html
     from .spec import load_assignment
