@@ -1,5 +1,5 @@
-"""Command line: `grader check`, `grader grade`, `grader lms`, `grader spec`, `grader assignments`,
-`grader settings`."""
+"""Command line: `grader check`, `grader grade`, `grader lms`, `grader spec`, `grader audit`,
+`grader assignments`, `grader settings`."""
 from __future__ import annotations
 
 import argparse
@@ -170,6 +170,20 @@ def spec_check(ns) -> int:
     return EXIT_FAILURES
 
 
+def audit(ns) -> int:
+    """Exit 0 when the spec is sound, 1 when the reference loses points, a mistake that computes
+    something else where points are at stake earns every point, or a non-answer scores."""
+    from .audit import audit as audit_spec
+    from .audit_report import text, write_html
+    from .spec import load_assignment
+    found = audit_spec(load_assignment(ns.spec), ns.seed, pairs=ns.pairs)
+    print(text(found))
+    if ns.html:
+        write_html(found, ns.html)
+        print(f"wrote {printable(ns.html)}")
+    return EXIT_FULL_MARKS if found.sound else EXIT_FAILURES
+
+
 def list_assignments(ns) -> int:
     from .classes import signature
     from .spec import builtin_names, load_assignment
@@ -235,6 +249,15 @@ def parser() -> argparse.ArgumentParser:
     checking.add_argument("spec", metavar="SPEC", help="the spec (a TOML file, or a built-in assignment's name)")
     checking.add_argument("solution", type=Path, nargs="?", metavar="SOLUTION", help="the staff's solution")
     checking.set_defaults(run=spec_check)
+    auditing = sub.add_parser("audit", help="course staff: what the spec's checks give each known mistake, "
+                              "which checks catch it, which catch none, which mistakes earn full marks", **EXACT)
+    auditing.add_argument("spec", metavar="SPEC", help="the spec (a TOML file, or a built-in assignment's name)")
+    auditing.add_argument("--pairs", action="store_true", help="also every pair of mistakes that change different "
+                          "steps (slower)")
+    auditing.add_argument("--html", type=Path, metavar="PATH", help="also write the audit as an HTML page")
+    auditing.add_argument("--seed", type=BY_NAME["seed"].from_text, default=BY_NAME["seed"].default, metavar="INT",
+                          help=f"seed of the randomized cases (default: {BY_NAME['seed'].default}, the public one)")
+    auditing.set_defaults(run=audit)
     sub.add_parser("assignments", help="list the built-in assignments").set_defaults(run=list_assignments)
     sub.add_parser("settings", help="print the settings table (markdown)").set_defaults(run=show_settings)
     return p

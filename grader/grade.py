@@ -236,11 +236,13 @@ class _Grading:
     fn: FunctionSpec
     info: dict
     results: dict = field(default_factory=dict)   # kind -> CheckResult
-    prober: FunctionProber | None = None
+    prober: FunctionProber | None = None   # or what answers its calls without a kernel (judge_computed)
     contexts: dict = field(default_factory=dict)
     probes_of: dict = field(default_factory=dict)
+    attempt_for: list = field(default_factory=list)   # the non-answer rule's probes around one case
     non_answer_reason: str = ""   # why the function is a non-answer, or ""
     withheld: bool = False        # whether its checks' points were withheld as a non-answer's
+    verdicts: dict = field(default_factory=dict)   # kind -> its check's own status, before any withholding
 
     def checks(self) -> list[CheckResult]:
         return [self.results[kind] for kind in self.fn.points if kind in self.results]
@@ -265,6 +267,7 @@ def _judge(grading: _Grading, kinds, ctx: Context) -> None:
             verdict = Verdict("error", f"The grader could not judge what the function returned "
                                        f"({type(exc).__name__}: {exc}).")
         status = _status(verdict.status, points) if not check.policy else verdict.status
+        grading.verdicts[kind] = status
         grading.results[kind] = CheckResult(f"{fn.name}.{kind}", fn.name, kind, check.title, status,
                                             points if status == "passed" else 0.0, points, verdict.message,
                                             diagnosis=diagnosis, hidden=kind in fn.hidden, figures=verdict.figures,
@@ -281,6 +284,62 @@ def _withhold(grading: _Grading, checks: list[CheckResult]) -> None:
     elif any(c.points for c in checks):
         grading.withheld = True
         answers.withhold(grading.checks(), grading.non_answer_reason)
+
+
+def _plan(grading: _Grading, ctx: Context) -> list[Probe]:
+    """Each check's context and probes; returns the probes of the non-answer rule: its evidence,
+    then the attempt probes around one case."""
+    fn = grading.fn
+    grading.contexts = {kind: check_context(ctx, kind in fn.hidden) for kind in fn.points}
+    grading.probes_of = {kind: check_probes(kind, fn, grading.contexts[kind]) for kind in fn.points}
+    grading.attempt_for = answers.attempt_probes(fn.convention, ctx.seed)
+    return [*evidence_probes(fn, ctx), *grading.attempt_for]
+
+
+def _visible(fn: FunctionSpec) -> list[str]:
+    return [kind for kind in fn.points if kind not in fn.hidden]
+
+
+def _judge_visible(grading: _Grading, rule_for: list[Probe], ctx: Context) -> None:
+    """The non-answer rule on its probes, then the visible checks, once their calls are made."""
+    fn, prober, info = grading.fn, grading.prober, grading.info
+    attempt_for = grading.attempt_for
+    attempt_keys = {p.key for p in attempt_for}
+    evidence = [(p, prober.outcome(p)) for p in rule_for if p.key not in attempt_keys]
+    attempt = None
+    if not answers.recognised(fn.convention, evidence, ctx.tolerance, ctx.predictions):
+        # A mistake the grader does not know, when the output still behaves as attention's.
+        attempt = answers.attempt_problem(fn.convention, [(p, prober.outcome(p)) for p in attempt_for])
+    info["non_answer"] = attempt is not None
+    grading.non_answer_reason = answers.reason(evidence, attempt) if info["non_answer"] else ""
+    _judge(grading, _visible(fn), ctx)
+    _withhold(grading, grading.checks())
+
+
+def _hidden(grading: _Grading) -> list[str]:
+    return [kind for kind in grading.fn.points if kind in grading.fn.hidden and kind not in grading.results]
+
+
+def _judge_hidden(grading: _Grading, hidden: list[str], ctx: Context) -> None:
+    _judge(grading, hidden, ctx)
+    _withhold(grading, [grading.results[kind] for kind in hidden])
+
+
+class _Computed:
+    """Calls answered without a kernel: `outcome(probe)` gives each call's Outcome."""
+
+    def __init__(self, outcome):
+        self.outcome = outcome
+
+
+def judge_computed(fn: FunctionSpec, ctx: Context, outcome) -> _Grading:
+    """Every check of `fn` judged exactly as grade_notebook judges a function's calls (the
+    non-answer rule, the visible checks, then the hidden ones), on the Outcome `outcome(probe)`
+    gives for each call instead of the kernel's: `grader audit` grades a computation this way."""
+    grading = _Grading(fn, {"found": True}, prober=_Computed(outcome))
+    _judge_visible(grading, _plan(grading, ctx), ctx)
+    _judge_hidden(grading, _hidden(grading), ctx)
+    return grading
 
 
 async def _grade_visible(session, fn: FunctionSpec, info: dict, scan, ctx: Context, call_timeout: float,
@@ -301,23 +360,11 @@ async def _grade_visible(session, fn: FunctionSpec, info: dict, scan, ctx: Conte
                                                                    "placeholder body")}
         return grading
     prober = grading.prober = FunctionProber(session, fn, call_timeout, deadline)
-    evidence_for = evidence_probes(fn, ctx)
-    attempt_for = answers.attempt_probes(fn.convention, ctx.seed)
-    grading.contexts = {kind: check_context(ctx, kind in fn.hidden) for kind in fn.points}
-    grading.probes_of = {kind: check_probes(kind, fn, grading.contexts[kind]) for kind in fn.points}
-    visible = [kind for kind in fn.points if kind not in fn.hidden]
+    rule_for = _plan(grading, ctx)
     # The evidence for the non-answer rule is called for first, so that a slow function which
     # runs out of probing time is still judged on what it computes.
-    await prober.run([*evidence_for, *attempt_for, *(p for kind in visible for p in grading.probes_of[kind])])
-    evidence = [(p, prober.outcome(p)) for p in evidence_for]
-    attempt = None
-    if not answers.recognised(fn.convention, evidence, ctx.tolerance, ctx.predictions):
-        # A mistake the grader does not know, when the output still behaves as attention's.
-        attempt = answers.attempt_problem(fn.convention, [(p, prober.outcome(p)) for p in attempt_for])
-    info["non_answer"] = attempt is not None
-    grading.non_answer_reason = answers.reason(evidence, attempt) if info["non_answer"] else ""
-    _judge(grading, visible, ctx)
-    _withhold(grading, grading.checks())
+    await prober.run([*rule_for, *(p for kind in _visible(fn) for p in grading.probes_of[kind])])
+    _judge_visible(grading, rule_for, ctx)
     found = await smallest.find(prober, fn, ctx, grading.checks(), name)
     if found:
         info["smallest_failing"] = found
@@ -329,11 +376,10 @@ async def _grade_hidden(grading: _Grading, ctx: Context) -> list[CheckResult]:
     """The hidden checks, once every call whose result a student may see has been made: the
     function sees a hidden case, and could otherwise carry it into a later visible check's
     message or figures, or into the smallest failing case."""
-    hidden = [kind for kind in grading.fn.points if kind in grading.fn.hidden and kind not in grading.results]
+    hidden = _hidden(grading)
     if hidden and grading.prober is not None:
         await grading.prober.run([p for kind in hidden for p in grading.probes_of[kind]])
-        _judge(grading, hidden, ctx)
-        _withhold(grading, [grading.results[kind] for kind in hidden])
+        _judge_hidden(grading, hidden, ctx)
     return grading.checks()
 
 

@@ -625,3 +625,10 @@ def combined(a: Variant, b: Variant) -> Variant | None:
 
 
 REFERENCE = Variant()
+
+
+def computable(case: Case, v: Variant) -> bool:
+    """Whether code making the variant's mistakes runs on the case's shapes at all; where it
+    does not, `mistaken_attention` predicts the reference (see _possible), while the student's
+    call raises."""
+    return _possible(case, v) == v
