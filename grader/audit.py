@@ -26,7 +26,7 @@ from grader.reference.mistakes import computable
 from .checks import CHECKS, Context, Outcome, Probe
 from .classes import sent_arguments
 from .conventions import PART_WORDS
-from .explain import CORRECT, Explanation, Predictions, explanations, overflow
+from .explain import CORRECT, Explanation, Predictions, explanations, harmless
 from .grade import judge_computed
 from .returns import Parts, Tolerance, same
 from .spec import Assignment, FunctionSpec
@@ -168,8 +168,8 @@ class _Computation:
         self.fn, self.explanation, self.predictions, self.tol = fn, explanation, predictions, tol
         self.fill = fill
         self.differing: set = set()   # the keys of the probes on which it computes something else
-        self.overflowing: set = set()   # those on which it differs only as an overflowing softmax does
-        self.overflow = overflow(fn.convention)
+        self.overflowing: set = set()   # those on which it differs only as a harmless softmax slip does
+        self.harmless = harmless(fn.convention)
         self.calls, self.raised = 0, 0
 
     def _same(self, values: dict, wanted: dict) -> bool:
@@ -200,8 +200,7 @@ class _Computation:
                       self.fill(value, probe) for part, value in reference.items()}
         if not self._same(values, reference):
             self.differing.add(probe.key)
-            naive = self.overflow and self.predictions.parts(conv, self.overflow, probe.case)
-            if naive and self._same(values, naive):
+            if any(self._same(values, self.predictions.parts(conv, slip, probe.case)) for slip in self.harmless):
                 self.overflowing.add(probe.key)
         returned = ", ".join(PART_WORDS[p] for p in conv.returns if p in values)
         # A part this computation cannot give in the convention's form (each batch element's

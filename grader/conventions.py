@@ -239,6 +239,11 @@ class Convention:
         return self.return_keys is None and len(self.returns) > 1
 
     def prepare(self, case: Case) -> Case:
+        """The case as this convention's function computes it. A function that takes a mask is
+        handed one even where the case has none (a sheet's data): all True, which a mistake can
+        still invert."""
+        if "mask" in self.roles and case.mask is None:
+            case = replace(case, mask=np.ones((case.n, case.lk), dtype=bool))
         return replace(case, scaled=self.scaled, causal=self.causal, fully_masked=self.fully_masked,
                        batch_rest=tuple(self.prepare(e) for e in case.batch_rest))
 

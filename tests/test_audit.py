@@ -92,17 +92,10 @@ def _golden_functions(entry, functions) -> dict | None:
     return found
 
 
-# Where the mistakes' model computes something other than a student's code making the mistake:
-# the sheet's data has no mask, so the grader sends an all-True keep mask, which inverted masks
-# every key (uniform weights under -1e9); the model inverts no mask at all and predicts the
-# reference there, so neither the diagnosis nor the audit sees the mistake on `fixed`.
-MODEL_GAPS = {("tests/fixtures/masks/mistakes.ipynb", "boolean_masked_attention")}
-
-
 def _compared_with_golden() -> tuple[dict, int]:
     """For each golden fixture whose functions each make one known mistake (or none), each
     function's (path, name) -> (the audit's failing checks with points, the kernel's), and the
-    number of fixtures whose score the audit gives exactly (those without a model gap)."""
+    number of fixtures whose score the audit gives exactly."""
     compared, scores = {}, 0
     for entry in load():
         if entry["status"] != "graded" or "settings" in entry:
@@ -119,9 +112,8 @@ def _compared_with_golden() -> tuple[dict, int]:
             failed = {n.split(".", 1)[1] for n, s in entry["not_passed"].items() if n.startswith(f"{name}.")
                       and s != "info"}
             compared[(entry["path"], name)] = ({k for k in graded.caught_by if fn.checks[k]}, failed)
-        if not any((entry["path"], name) in MODEL_GAPS for name in mistakes):
-            assert score == pytest.approx(entry["score"]), entry["path"]
-            scores += 1
+        assert score == pytest.approx(entry["score"]), entry["path"]
+        scores += 1
     return compared, scores
 
 
@@ -131,16 +123,16 @@ def test_the_audit_scores_a_mistake_as_a_real_kernel_graded_the_golden_notebook_
     them a mistake whose code raises on some shapes (keys from X when the memory is wider)."""
     compared, scores = _compared_with_golden()
     for key, (audit_failed, kernel_failed) in compared.items():
-        if key not in MODEL_GAPS:
-            assert audit_failed == kernel_failed, key
+        assert audit_failed == kernel_failed, key
     assert scores >= 20 and ("tests/fixtures/cross/mistakes.ipynb", "cross_attention") in compared
 
 
-@pytest.mark.xfail(strict=True, reason="the mistakes' model inverts no mask where the grader sends an all-True one")
 def test_an_inverted_mask_on_the_sheets_data_is_seen_as_a_kernel_sees_it():
+    """The sheet's data has no mask, so the grader sends an all-True one, which an inverted mask
+    turns into nothing to attend: the audit sees that mistake on `fixed` as the kernel did."""
     compared, _ = _compared_with_golden()
-    for key in MODEL_GAPS:
-        assert compared[key][0] == compared[key][1], key
+    audit_failed, kernel_failed = compared[("tests/fixtures/masks/mistakes.ipynb", "boolean_masked_attention")]
+    assert "fixed" in kernel_failed and audit_failed == kernel_failed
 
 
 def test_pairs_are_graded_when_asked():
