@@ -12,6 +12,7 @@ from pathlib import Path
 import nbformat
 
 from .errors import SubmissionError
+from .own_cells import without_grader_lines
 
 CELL_MARKER = re.compile(r"^# ?%%.*$", re.MULTILINE)
 MAX_SUBMISSION_BYTES = 50 * 1024 * 1024
@@ -116,4 +117,6 @@ def load_submission(path: Path):
 
 
 def code_cells(nb) -> list[tuple[int, str]]:
-    return [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    """The student's code, cell by cell: the grader's own check lines (grader/own_cells.py) are
+    never read as the student's (no static finding, no similarity, no signature)."""
+    return [(i, without_grader_lines(c.source)) for i, c in enumerate(nb.cells) if c.cell_type == "code"]

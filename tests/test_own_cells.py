@@ -18,6 +18,9 @@ README_CELL = "%load_ext grader\n%grade"
     "%grade my_notebook.ipynb",
     "  %grade --assignment columns  ",
     "# check my work before submitting\n%load_ext grader\n\n%grade --assignment course.toml\n",
+    "import grader; grader.check()",                         # the README's Python form
+    "import grader\ngrader.check()",
+    "import attention_grader\nattention_grader.check('my_notebook.ipynb')",
 ])
 def test_the_readmes_check_cells_are_the_graders_own(source):
     assert is_grader_cell(source)
@@ -35,7 +38,12 @@ def test_the_readmes_check_cells_are_the_graders_own(source):
     "if True:\n    %grade",                                  # inside a block
     "%%capture\n%grade",                                     # the body of a cell magic
     "%load_ext grader\ndef f(:\n    pass",                   # the cell does not parse: run as it is
-    "import grader\ngrader.check()",                         # Python: the static scan's business
+    "import grader",                                         # an import alone: the static scan's business
+    "grader.check()",                                        # a `grader` of the student's own
+    "import grader as g; g.check()",
+    "import grader; x = grader.reference",
+    "import grader\ngrader.check(open('answers.txt').read())",  # code in its arguments
+    "def f():\n    import grader\n    grader.check()",
     "",
 ])
 def test_anything_else_is_the_students(source):
@@ -98,3 +106,16 @@ def test_the_students_code_beside_the_graders_lines_runs(tmp_path):
     assert [(e["cell"], e["ename"], e["evalue"]) for e in result.errors] == [(12, "ValueError", "the student code ran")]
     assert "line 2" in result.errors[0]["traceback"]
     assert "grader_cells" not in result.timing
+
+
+@pytest.mark.slow
+def test_the_readmes_python_form_is_left_out_and_never_a_finding(tmp_path):
+    """`import grader; grader.check()`, the README's other form, is the grader's own cell too:
+    not run (so no ImportError), and no "imports the grader" policy finding; `import grader`
+    with anything else still is one."""
+    path = with_cells(tmp_path, "import grader; grader.check()")
+    result = grade(path, "rows")
+    assert result.errors == [] and result.full_marks
+    assert not [f for f in result.policy["findings"] if f.get("kind") == "grader_import"]
+    other = with_cells(tmp_path, "import grader\nprint(grader.__file__)", name="other.ipynb")
+    assert [f for f in grade(other, "rows").policy["findings"] if f.get("kind") == "grader_import"]
