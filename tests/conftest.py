@@ -137,6 +137,11 @@ def sandbox_processes(grader_pid: int | None = None) -> list[int]:
     return found
 
 
+# A Python expression, for a script run in a subprocess: the peak memory (KiB) of that process
+# alone. Not getrusage's ru_maxrss, which Linux carries across fork and exec: a child of the test
+# process would report the test process's own size, hundreds of MiB late in a run.
+OWN_PEAK_KIB = "int(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))"
+
 # The grader's command line, run by the interpreter running the tests: never whatever `grader`
 # is first on PATH (another install's).
 GRADER = [sys.executable, "-m", "grader.cli"]
