@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -16,6 +17,7 @@ from .settings import BY_NAME, add_arguments, explicit_values, from_namespace, m
 # when it runs, so that `grader --help` and a wrong argument answer at once.
 
 EXIT_FULL_MARKS, EXIT_FAILURES, EXIT_UNUSABLE, EXIT_GRADER_FAULT = 0, 1, 2, 3
+EXIT_BROKEN_PIPE = 128 + 13   # what a shell reports for a tool its reader left (SIGPIPE)
 PLATFORM_NAMES = ("gradescope", "prairielearn")   # grader.lms.PLATFORMS, without importing it
 
 
@@ -280,6 +282,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("grader: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of the output went away (`grader settings | head -1`): as for any Unix
+        # tool, nothing to say. What is still buffered goes nowhere, not into a second error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except OSError as exc:
         why = f"{exc.strerror or exc}: {exc.filename or ''}"
         print(f"grader: error: {printable(why, one_line=True)}", file=sys.stderr)

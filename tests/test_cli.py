@@ -172,3 +172,13 @@ def test_a_seed_of_any_size_is_accepted_and_a_negative_one_refused():
     assert seed.from_text(str(2 ** 200 + 1)) == 2 ** 200 + 1
     with pytest.raises(argparse.ArgumentTypeError, match="--seed must be at least 0, not -1"):
         seed.from_text("-1")
+
+
+@pytest.mark.slow
+def test_a_reader_that_goes_away_is_no_error():
+    """`grader settings | head -1`: the pipe closes before the grader has written; it stops as
+    Unix tools do (the shell's 141), with nothing on stderr."""
+    process = subprocess.Popen([*GRADER, "settings"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()   # before the grader has imported anything, let alone written
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 141 and err == ""
