@@ -149,6 +149,11 @@ def spec_infer(ns) -> int:
         print(f"  left out {printable(name)}: {printable(why, one_line=True)}")
     for module in inferred.allowed:
         print(f"  not forbidden: {module} (the solution itself imports it)")
+    for error in inferred.cell_errors:
+        print(f"  note: {printable(error, one_line=True)}; the spec fits what ran")
+    if len(inferred.functions) > 1 and not ns.function:
+        print("  every function above is graded (helpers such as a softmax too); to grade only some, "
+              "give --function NAME for each")
     return EXIT_FULL_MARKS
 
 

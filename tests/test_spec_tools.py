@@ -321,3 +321,25 @@ def test_a_candidate_whose_call_never_ends_stops_only_itself(tmp_path):
     assert inferred.functions["attend"].table["params"][3] == {"name": "mask", "role": "mask", "form": "keep"}
     assert inferred.undecided["attend"] == ["mask in form float_keep"]
     assert inferred.score[0] == inferred.score[1] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cells, words", [
+    (("import numpy as np", "def self_attention(X, Wq, Wk, Wv):\n    raise NotImplementedError"),
+     "placeholder bodies (self_attention)"),
+    (("def f(:\n    pass",), "cell 1 does not parse (SyntaxError"),
+])
+def test_a_solution_with_nothing_to_propose_says_why(tmp_path, cells, words):
+    one_line_error(run("spec", "infer", notebook(tmp_path / "solution.ipynb", *cells), "-o", tmp_path / "s.toml"),
+                   words)
+
+
+@pytest.mark.slow
+def test_a_solution_whose_cell_raises_is_said_and_helpers_are_pointed_out(tmp_path):
+    nb = nbformat.read(SUBMISSIONS / "worked_solution.ipynb", as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell("raise ValueError('a leftover experiment')"))
+    nbformat.write(nb, tmp_path / "solution.ipynb")
+    done = run("spec", "infer", tmp_path / "solution.ipynb", "-o", tmp_path / "s.toml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "note: cell 1 raised ValueError: a leftover experiment; the spec fits what ran" in done.stdout
+    assert "give --function NAME" in done.stdout

@@ -26,7 +26,7 @@ from ..toml_text import dumps
 from .candidates import candidates, class_table
 from .probe import Fit, probe_all
 from .words import describe, differences
-from .signatures import Signature, notebook_class_signatures, notebook_classes, notebook_functions
+from .signatures import Signature, notebook_class_signatures, notebook_classes, notebook_functions, why_no_function
 
 # The convention every setup spec can parse: the kernel for probing is set up from the spec's
 # header alone (its policy, its support), exactly as grading will set it up.
@@ -42,6 +42,7 @@ class Inferred:
     undecided: dict[str, list[str]] = field(default_factory=dict)
     allowed: list[str] = field(default_factory=list)          # forbidden libraries the solution uses
     score: tuple[float, float] = (0.0, 0.0)     # what the solution earns graded with the spec, of how much
+    cell_errors: list[str] = field(default_factory=list)     # the solution's cells that raised, in words
 
 
 def _header(name: str, solution: Path, allowed: list[str], support: Path | None, output: Path) -> dict:
@@ -162,6 +163,9 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
         lost = {name: why for name in chosen if (why := _points_lost(result, name))}
         if not lost:
             inferred.text, inferred.functions = text, chosen
+            # The solution's own faults: the spec is inferred from what ran, which staff should know.
+            inferred.cell_errors = [f"cell {e['cell'] + 1} raised {e.get('ename', 'an error')}: {e.get('evalue', '')}"
+                                    for e in result.errors if e.get("kind") == "error" and "cell" in e]
             checks = [c for c in result.checks if c.function in chosen]
             inferred.score = (sum(c.points for c in checks), sum(c.max_points for c in checks))
             for name in chosen:
@@ -178,6 +182,6 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
     if not inferred.functions:
         reasons = "; ".join(f"{name}: {why}" for name, why in inferred.left_out.items())
         raise SpecError(f"nothing fits: no function of {solution.name} could be graded at full marks by any "
-                        f"convention ({reasons or 'it defines no function that takes parameters'})")
+                        f"convention ({reasons or why_no_function(nb)})")
     return inferred
 

@@ -69,6 +69,20 @@ def notebook_functions(nb) -> list[Signature]:
     return [s for s in found.values() if s is not None]
 
 
+def why_no_function(nb) -> str:
+    """Why the notebook offers no function to propose a convention for, in a clause: what
+    stops its functions being read (a cell that does not parse) or graded (placeholder bodies)."""
+    for index, source in code_cells(nb):
+        try:
+            ast.parse(python_source(source))
+        except SyntaxError as exc:
+            return f"cell {index + 1} does not parse (SyntaxError: {exc.msg}, line {exc.lineno})"
+    stubs = [node.name for node in _top_level(nb, ast.FunctionDef) if is_stub(node)]
+    if stubs:
+        return f"its functions still have the template's placeholder bodies ({', '.join(dict.fromkeys(stubs))})"
+    return "it defines no function that takes parameters"
+
+
 def notebook_classes(nb) -> list[str]:
     """The names of the notebook's top-level classes."""
     return list(dict.fromkeys(node.name for node in _top_level(nb, ast.ClassDef)))
