@@ -17,6 +17,7 @@ does on any input, never a student's truncating integer division or in-place sli
 from __future__ import annotations
 
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +55,13 @@ class Graded:
     # softmax without max-subtraction gives is judged by numerical_stability alone).
     differs_on: list[str] = field(default_factory=list)
     raised: str = ""           # "every" or "some" call raised (the mistake cannot be made on its shapes), or ""
+    title_shared: bool = False   # another computation of the audit has this title too
+
+    @property
+    def label(self) -> str:
+        """The title, with the ids where another computation shares it (a keepdims slip with or
+        without the max-subtraction: two computations, one name)."""
+        return f"{self.title} [{', '.join(self.ids)}]" if self.title_shared else self.title
 
     @property
     def full_marks(self) -> bool:
@@ -229,8 +237,14 @@ def _graded(fn: FunctionSpec, explanation: Explanation, ctx: Context, fill=None,
 def audit_function(fn: FunctionSpec, seed: int, tolerance: Tolerance, pairs: bool = False) -> FunctionAudit:
     ctx = Context(seed, tolerance, {})
     tried = [e for e in explanations(fn.convention) if pairs or len(e.mistakes) == 1]
+    mistakes = [_graded(fn, e, ctx) for e in tried]
+    # Two computations may share one name (a keepdims slip with or without the max-subtraction):
+    # their rows are told apart by their ids.
+    shared = Counter(m.title for m in mistakes)
+    for m in mistakes:
+        m.title_shared = shared[m.title] > 1
     return FunctionAudit(fn.name, dict(fn.points), fn.hidden, _graded(fn, CORRECT, ctx),
-                         [_graded(fn, e, ctx) for e in tried],
+                         mistakes,
                          [_graded(fn, CORRECT, ctx, fill, title) for title, fill in NON_ANSWERS.items()])
 
 

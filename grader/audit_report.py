@@ -51,26 +51,26 @@ def _function_text(fn: FunctionAudit) -> list[str]:
     if not fn.mistakes:
         lines.append("  no known mistake applies to its convention")
         return lines
-    width = max(len(m.title) for m in fn.mistakes)
+    width = max(len(m.label) for m in fn.mistakes)
     points = max(len("points"), *(len(_score(m)) for m in fn.mistakes))
     lines.append(f"  {'mistake':<{width}}  {'points':>{points}}  caught by")
     for m in fn.mistakes:
         caught = ", ".join(check_label(fn, k) for k in m.caught_by) or "-"
         note = remark(m)
-        lines.append(f"  {m.title:<{width}}  {_score(m):>{points}}  {caught}" + (f"  [{note}]" if note else ""))
+        lines.append(f"  {m.label:<{width}}  {_score(m):>{points}}  {caught}" + (f"  [{note}]" if note else ""))
     lines.append("  checks that catch no mistake: "
                  + (", ".join(check_label(fn, k) for k in fn.silent_checks) or "none"))
     if fn.beyond_mistakes:
         lines.append("  not measured (no known mistake is about " + "; ".join(
             f"{BEYOND_MISTAKES[k]}: {k}" for k in fn.beyond_mistakes) + ")")
     lines.append("  mistakes at full marks (the spec lets them through): "
-                 + (", ".join(m.title for m in fn.let_through) or "none"))
+                 + (", ".join(m.label for m in fn.let_through) or "none"))
     if fn.full_marks_by_design:
         lines.append("  at full marks by design (no check with points counts how they differ): "
-                     + ", ".join(m.title for m in fn.full_marks_by_design))
+                     + ", ".join(m.label for m in fn.full_marks_by_design))
     lines.append("  non-answers (the non-answer rule): " + ", ".join(f"{n.title} {_score(n)}" for n in fn.non_answers))
     lines.append(f"  mistakes at or below a non-answer's {fn.non_answer_points:g} points: "
-                 + (", ".join(m.title for m in fn.as_non_answers) or "none"))
+                 + (", ".join(m.label for m in fn.as_non_answers) or "none"))
     return lines
 
 
@@ -91,7 +91,7 @@ def verdict(audit: Audit) -> str:
     """The closing line: whether the spec is fit to release, and if not, why."""
     problems = [f"the reference loses points in {', '.join(printable(f.name) for f in audit.reference_failures)}"] \
         if audit.reference_failures else []
-    problems += [f"{printable(name)}: {m.title} earns full marks" for name, m in audit.slipping_through]
+    problems += [f"{printable(name)}: {m.label} earns full marks" for name, m in audit.slipping_through]
     problems += [f"{printable(name)}: a non-answer ({n.title}) earns {_score(n)}" for name, n in audit.paid_non_answers]
     if problems:
         return "The spec has a problem: " + "; ".join(problems) + "."

@@ -320,3 +320,10 @@ def test_the_readme_s_audit_commands_are_commands():
     for line in lines:
         command = line.split("#")[0].split()
         assert parser().parse_args(command[1:]).run.__name__ == "audit"
+
+
+def test_two_computations_with_one_name_are_told_apart():
+    """A keepdims slip with or without the max-subtraction: one name, two rows, each labelled."""
+    labels = [m.label for m in audited("rows")["self_attention"].mistakes]
+    assert len(labels) == len(set(labels))
+    assert any(label.endswith("[softmax_denominator_broadcast_shifted]") for label in labels)
