@@ -60,6 +60,15 @@ def _check_line(out: _Writer, c: CheckView, width: int) -> None:
         out.wrapped(c.message, 4 + 6 + width + 7, head)
 
 
+def _not_said_yet(advice: str, said: list) -> str:
+    """A pair of mistakes' advice without the part one of them already said above (the pair's
+    advice is its mistakes' advice, one after the other)."""
+    for _, earlier in said:
+        if earlier and earlier in advice and earlier != advice:
+            advice = advice.replace(earlier, "", 1).strip()
+    return advice
+
+
 def _function(out: _Writer, fn: FunctionView, advised: dict) -> None:
     verdict = "all checks passed" if fn.passed else f"likely mistake: {fn.main_mistake}" if fn.main_mistake else ""
     out.line(out.paint(f"{fn.name}: {fn.points:g} / {plural(fn.max_points, 'point')}", "bold")
@@ -76,7 +85,7 @@ def _function(out: _Writer, fn: FunctionView, advised: dict) -> None:
         if earlier:
             out.wrapped(f"{label}the same mistake as in {earlier}, explained above.", 4, "    ")
         else:
-            out.wrapped(label + c.advice, 4, "    ")
+            out.wrapped(label + _not_said_yet(c.advice, advised[fn.name][:-1]), 4, "    ")
     width = max((len(c.kind) for c in fn.checks), default=10)
     for c in fn.checks:
         _check_line(out, c, width)

@@ -182,3 +182,12 @@ def test_a_reader_that_goes_away_is_no_error():
     process.stdout.close()   # before the grader has imported anything, let alone written
     _, err = process.communicate(timeout=120)
     assert process.returncode == 141 and err == ""
+
+
+@pytest.mark.slow
+def test_a_mistake_is_explained_once_even_when_a_pair_with_it_is_named_too():
+    """scores not scaled, then (on the large-score check) that mistake with an overflow: the
+    pair's line says only what is new."""
+    said = " ".join(run("check", SUBMISSIONS / "mistake_no_scaling.ipynb").stdout.split())
+    assert said.count("are never divided by sqrt(d_k)") == 1, said
+    assert "scores not scaled and softmax without max-subtraction overflows: exp() of scores" in said
