@@ -52,19 +52,21 @@ def _value(value, indent: int = 0) -> str:
 
 def _table_body(table: dict, prefix: str, lines: list[str], depth: int = 0) -> None:
     """Keys as `key = value`; a table (at the top and one level down: `[functions.convention]`)
-    as a section, and a top-level list of tables as an array of tables; deeper ones inline."""
-    def section(value) -> bool:
-        return isinstance(value, dict) and depth <= 1
+    as a section, and a top-level list of tables as an array of tables; deeper ones inline, but
+    a convention's class table, which is a section as courses write it
+    (`[functions.convention.class]`)."""
+    def section(value, key: str = "") -> bool:
+        return isinstance(value, dict) and (depth <= 1 or depth == 2 and key == "class")
 
     def table_array(value) -> bool:
         return depth == 0 and isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
 
     for key, value in table.items():
-        if not section(value) and not table_array(value):
+        if not section(value, key) and not table_array(value):
             lines.append(f"{_key(key)} = {_value(value, len(_key(key)) + 3)}")
     for key, value in table.items():
         name = f"{prefix}{_key(key)}"
-        if section(value):
+        if section(value, key):
             lines.extend(["", f"[{name}]"])
             _table_body(value, f"{name}.", lines, depth + 1)
         elif table_array(value):

@@ -293,6 +293,17 @@ def test_the_spec_written_round_trips_whatever_a_name_or_key_holds():
     assert parse(text, "t").penalty == "zero_function"
 
 
+def test_a_class_table_is_written_as_its_own_section_as_courses_write_it():
+    document = {"name": "n", "functions": [{"name": "M", "convention": {
+        "params": [{"name": "x", "role": "x"}], "returns": "output",
+        "class": {"method": "forward", "construct": [{"name": "d_model", "role": "d_model"}],
+                  "attributes": {"W_q": "wq", "W_k": "wk", "W_v": "wv"}}}}]}
+    text = dumps(document)
+    assert "\n[functions.convention.class]\nmethod = \"forward\"" in text
+    assert load_toml(text, "t") == document
+    assert parse(text, "t").functions[0].convention.class_call.method == "forward"
+
+
 def test_the_readme_s_two_commands_for_course_staff_are_commands():
     from grader.cli import parser
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
