@@ -106,9 +106,11 @@ def _convention(raw: dict, name: str, where: str) -> tuple[Convention, tuple[str
 
 
 def _function(raw: dict, where: str) -> FunctionSpec:
-    _known_keys(raw, SCHEMA["functions"], where)
-    name = raw.get("name")
-    if not isinstance(name, str) or not name.isidentifier():
+    name = raw.get("name") if isinstance(raw, dict) else None
+    named = isinstance(name, str) and name.isidentifier()
+    # A misspelt key is said with the function's name, as every other error of a function is.
+    _known_keys(raw, SCHEMA["functions"], f"{where}: {name}" if named else where)
+    if not named:
         raise SpecError(f"{where}: missing or invalid 'name' (a Python function name)")
     conv, params = _convention(raw, name, where)
     fixed = raw.get("fixed_data")

@@ -132,7 +132,7 @@ FUNCTION = '[[functions]]\nname = "self_attention"\nconvention = "rows_single"\n
     ('[limits]\nsandbox = false\n' + FUNCTION, "unknown key 'sandbox'"),
     ('[tolerence]\nrtol = 1e-3\n' + FUNCTION, "unknown key 'tolerence'"),
     ('[tolerance]\nrtol = "1e-3"\n' + FUNCTION, "tolerance.rtol must be a non-negative number"),
-    (FUNCTION + 'point = 3\n', "function 1: unknown key 'point'"),
+    (FUNCTION + 'point = 3\n', "function 1: self_attention: unknown key 'point'"),
     ('[policy]\nforbiden = ["torch"]\n' + FUNCTION, "unknown key 'forbiden'"),
 ])
 def test_a_spec_is_checked_against_its_schema(tmp_path, text, words):
