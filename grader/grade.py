@@ -239,7 +239,8 @@ class _Grading:
     prober: FunctionProber | None = None   # or what answers its calls without a kernel (judge_computed)
     contexts: dict = field(default_factory=dict)
     probes_of: dict = field(default_factory=dict)
-    attempt_for: list = field(default_factory=list)   # the non-answer rule's probes around one case
+    evidence_for: list = field(default_factory=list)   # the non-answer rule's evidence
+    attempt_for: list = field(default_factory=list)    # and its probes around one case
     non_answer_reason: str = ""   # why the function is a non-answer, or ""
     withheld: bool = False        # whether its checks' points were withheld as a non-answer's
     verdicts: dict = field(default_factory=dict)   # kind -> its check's own status, before any withholding
@@ -292,24 +293,24 @@ def _plan(grading: _Grading, ctx: Context) -> list[Probe]:
     fn = grading.fn
     grading.contexts = {kind: check_context(ctx, kind in fn.hidden) for kind in fn.points}
     grading.probes_of = {kind: check_probes(kind, fn, grading.contexts[kind]) for kind in fn.points}
+    grading.evidence_for = evidence_probes(fn, ctx)
     grading.attempt_for = answers.attempt_probes(fn.convention, ctx.seed)
-    return [*evidence_probes(fn, ctx), *grading.attempt_for]
+    return [*grading.evidence_for, *grading.attempt_for]
 
 
 def _visible(fn: FunctionSpec) -> list[str]:
     return [kind for kind in fn.points if kind not in fn.hidden]
 
 
-def _judge_visible(grading: _Grading, rule_for: list[Probe], ctx: Context) -> None:
-    """The non-answer rule on its probes, then the visible checks, once their calls are made."""
+def _judge_visible(grading: _Grading, ctx: Context) -> None:
+    """The non-answer rule on its probes (see _plan), then the visible checks, once their calls
+    are made."""
     fn, prober, info = grading.fn, grading.prober, grading.info
-    attempt_for = grading.attempt_for
-    attempt_keys = {p.key for p in attempt_for}
-    evidence = [(p, prober.outcome(p)) for p in rule_for if p.key not in attempt_keys]
+    evidence = [(p, prober.outcome(p)) for p in grading.evidence_for]
     attempt = None
     if not answers.recognised(fn.convention, evidence, ctx.tolerance, ctx.predictions):
         # A mistake the grader does not know, when the output still behaves as attention's.
-        attempt = answers.attempt_problem(fn.convention, [(p, prober.outcome(p)) for p in attempt_for])
+        attempt = answers.attempt_problem(fn.convention, [(p, prober.outcome(p)) for p in grading.attempt_for])
     info["non_answer"] = attempt is not None
     grading.non_answer_reason = answers.reason(evidence, attempt) if info["non_answer"] else ""
     _judge(grading, _visible(fn), ctx)
@@ -337,7 +338,8 @@ def judge_computed(fn: FunctionSpec, ctx: Context, outcome) -> _Grading:
     non-answer rule, the visible checks, then the hidden ones), on the Outcome `outcome(probe)`
     gives for each call instead of the kernel's: `grader audit` grades a computation this way."""
     grading = _Grading(fn, {"found": True}, prober=_Computed(outcome))
-    _judge_visible(grading, _plan(grading, ctx), ctx)
+    _plan(grading, ctx)
+    _judge_visible(grading, ctx)
     _judge_hidden(grading, _hidden(grading), ctx)
     return grading
 
@@ -364,7 +366,7 @@ async def _grade_visible(session, fn: FunctionSpec, info: dict, scan, ctx: Conte
     # The evidence for the non-answer rule is called for first, so that a slow function which
     # runs out of probing time is still judged on what it computes.
     await prober.run([*rule_for, *(p for kind in _visible(fn) for p in grading.probes_of[kind])])
-    _judge_visible(grading, rule_for, ctx)
+    _judge_visible(grading, ctx)
     found = await smallest.find(prober, fn, ctx, grading.checks(), name)
     if found:
         info["smallest_failing"] = found
