@@ -584,15 +584,22 @@ def _check_roles(conv: Convention, where: str) -> None:
                              + ("" if conv.batched else " (without batch = true)"))
 
 
-def _fully_masked(raw: dict, flat: tuple, where: str) -> str:
-    """The rule for a row with every key masked: as declared, else as the mask's form implies."""
+def implied_fully_masked(flat: tuple) -> str:
+    """What a row with every key masked gives when a convention does not say: what its mask's
+    form gives by arithmetic, else DEFAULT_FULLY_MASKED."""
     forms = [p.form for p in flat if p.role in MASK_ROLES]
-    if "fully_masked" in raw:
-        if not forms and raw.get("causal") is not True and not any(p.role == "causal" for p in flat):
-            _fail(where, "fully_masked applies to a convention with a mask or causal only")
-        return _choice(raw, "fully_masked", FULLY_MASKED_RULES, None, where)
     implied = FORMS[forms[0]].fully_masked if forms else None
     return implied or DEFAULT_FULLY_MASKED
+
+
+def _fully_masked(raw: dict, flat: tuple, where: str) -> str:
+    """The rule for a row with every key masked: as declared, else as the mask's form implies."""
+    if "fully_masked" in raw:
+        masked = any(p.role in MASK_ROLES for p in flat)
+        if not masked and raw.get("causal") is not True and not any(p.role == "causal" for p in flat):
+            _fail(where, "fully_masked applies to a convention with a mask or causal only")
+        return _choice(raw, "fully_masked", FULLY_MASKED_RULES, None, where)
+    return implied_fully_masked(flat)
 
 
 def parse_convention(raw, name: str, where: str) -> Convention:

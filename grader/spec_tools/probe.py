@@ -14,10 +14,10 @@ import numpy as np
 from .. import payloads
 from ..cases import base_case
 from ..checks import Probe
-from ..conventions import MASK_ROLES, Convention, parse_convention
+from ..conventions import Convention, implied_fully_masked, parse_convention
 from ..errors import SpecError
 from ..grade import FunctionProber, assignment_kernel
-from ..reference.masks import FORMS, FULLY_MASKED_RULES
+from ..reference.masks import FULLY_MASKED_RULES
 from ..returns import Tolerance, canonical_parts, same
 from ..spec import Assignment, FunctionSpec
 from .candidates import Candidate
@@ -129,9 +129,7 @@ async def _fully_masked(session, fn: FunctionSpec, table: dict, case, settings, 
     for rule in FULLY_MASKED_RULES:
         expected = replace(conv, fully_masked=rule).expected_parts(emptied)
         if all(p in outcome.parts.values and same(outcome.parts.values[p], e, tol) for p, e in expected.items()):
-            forms = [p.form for p in conv.flat if p.role in MASK_ROLES]
-            implied = FORMS[forms[0]].fully_masked if forms else None
-            return {} if rule == (implied or "zeros") else {"fully_masked": rule}
+            return {} if rule == implied_fully_masked(conv.flat) else {"fully_masked": rule}
     return {}
 
 
