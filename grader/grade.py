@@ -6,19 +6,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import answers, classes, payloads, smallest, static_scan, wire
-from .checks import CHECKS, Context, Outcome, Probe, Verdict, check_context, check_probes, evidence_probes
-from .diagnosis import diagnose
-from .errors import MachineFault
-from .kernel import HARNESS, HARNESS_MODULE, CallsEnd, Kernel
-from .kernel_client import default_kernel_manager
-from .loader import code_cells, load_submission
-from .result import CheckResult, ErrorRecord, GradeResult
-from .runner import REST_RUN, executed_notebook
-from .sandbox import ENFORCES_POLICY
-from .returns import canonical_parts
-from .spec import Assignment, FunctionSpec, metadata_assignment
-from .view import cell_number, failing_line_number
+from grader.judging import answers
+from grader.calling import classes
+from grader.kernel import replies as payloads
+from grader.judging import smallest
+from grader.intake import source_scan as static_scan
+from grader.kernel_side import wire
+from grader.judging.checks import CHECKS, Context, Outcome, Probe, Verdict, check_context, check_probes, evidence_probes
+from grader.judging.diagnosis import diagnose
+from grader.errors import MachineFault
+from grader.kernel.session import HARNESS, HARNESS_MODULE, CallsEnd, Kernel
+from grader.kernel.client import default_kernel_manager
+from grader.intake.notebook import code_cells, load_submission
+from grader.result import CheckResult, ErrorRecord, GradeResult
+from grader.kernel.runner import REST_RUN, executed_notebook
+from grader.sandbox.isolation import ENFORCES_POLICY
+from grader.calling.returns import canonical_parts
+from grader.course.spec import Assignment, FunctionSpec, metadata_assignment
+from grader.report.view import cell_number, failing_line_number
 
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import __version__
-from .files import write_json
+from grader import __version__
+from grader.atomic_write import write_json
 
 # Kinds of error that mean the submission was not graded at all: the submission could not be
 # read (its author's doing) or the grader failed (the staff's to look into).

@@ -13,8 +13,8 @@ import nbformat
 import pytest
 
 from conftest import FIXTURES, ROOT, SUBMISSIONS, grade, run_grader
-from grader import sandbox
-from grader.terminal import summary
+from grader.sandbox import isolation as sandbox
+from grader.report.terminal import summary
 from test_lms import run_entrypoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]

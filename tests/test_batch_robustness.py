@@ -13,11 +13,12 @@ import nbformat
 import pytest
 
 from conftest import OWN_PEAK_KIB, SUBMISSIONS, run_grader, sandbox_processes
-from grader.batch import UNPACKED, batch_key
-from grader.inputs import collect
-from grader.loader import notebook_from_python
+from grader.batch.run import UNPACKED
+from grader.batch.stored import batch_key
+from grader.intake.discover import collect
+from grader.intake.notebook import notebook_from_python
 from grader.settings import SETTINGS, settings_from
-from grader.spec import load_assignment
+from grader.course.spec import load_assignment
 
 pytestmark = pytest.mark.slow
 
@@ -158,7 +159,7 @@ def test_a_lost_worker_costs_no_other_submission_its_grade(tmp_path):
 
 
 def test_resume_key_covers_every_setting_that_shapes_a_result(tmp_path, monkeypatch):
-    import grader.batch
+    import grader.batch.stored
     rows = load_assignment("rows")
     base = settings_from({})
     key = batch_key(GOOD, rows, base)
@@ -173,7 +174,7 @@ def test_resume_key_covers_every_setting_that_shapes_a_result(tmp_path, monkeypa
         assert batch_key(GOOD, rows, settings_from({name: value})) == key, name
     assert batch_key(GOOD + b" ", rows, base) != key
     assert batch_key(GOOD, replace(rows, raw={**rows.raw, "tolerance": {"rtol": 0.1}}), base) != key
-    monkeypatch.setattr(grader.batch, "__version__", "99.0")
+    monkeypatch.setattr(grader.batch.stored, "__version__", "99.0")
     assert batch_key(GOOD, rows, base) != key
 
 
@@ -197,10 +198,10 @@ def test_an_oversized_file_is_refused_before_it_is_read(tmp_path):
         f.truncate(500 * 2**20)
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from grader.batch import planned_key
-        from grader.inputs import collect
-        from grader.loader import SubmissionError
-        from grader.spec import load_assignment
+        from grader.batch.stored import planned_key
+        from grader.intake.discover import collect
+        from grader.intake.notebook import SubmissionError
+        from grader.course.spec import load_assignment
         (submission,), _ = collect([Path({str(big)!r})], Path({str(tmp_path / "unpacked")!r}))
         try:
             planned_key(submission, load_assignment('rows'), lambda s, content: {{}})
@@ -215,7 +216,7 @@ def test_an_oversized_file_is_refused_before_it_is_read(tmp_path):
 
 
 def test_megabytes_of_code_are_refused_in_one_line(tmp_path):
-    from grader.loader import SubmissionError, load_submission
+    from grader.intake.notebook import SubmissionError, load_submission
     path = tmp_path / "generated.py"
     path.write_text("\n".join(f"v{i} = {i}" for i in range(150_000)))
     with pytest.raises(SubmissionError, match="characters of code; the limit is 1,000,000"):

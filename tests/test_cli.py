@@ -160,7 +160,7 @@ def test_the_command_line_answers_without_importing_the_grading_modules():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
     from grader.cli import PLATFORM_NAMES
-    from grader.lms import PLATFORMS
+    from grader.lms.entrypoints import PLATFORMS
     assert set(PLATFORM_NAMES) == set(PLATFORMS)
 
 

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
-from grader import cases, smallest
-from grader.checks import CHECKS, Context, Outcome, check_probes, judge_batch_elements
+from grader.calling import cases
+from grader.judging import smallest
+from grader.judging.checks import CHECKS, Context, Outcome, check_probes, judge_batch_elements
 from grader.errors import SpecError
-from grader.explain import applicable, features, trivial
-from grader.returns import Parts, Tolerance
-from grader.spec import load_assignment, parse
+from grader.judging.explain import applicable, features, trivial
+from grader.calling.returns import Parts, Tolerance
+from grader.course.spec import load_assignment, parse
 
 sys.path.insert(0, str(ROOT / "tests"))
 from make_batch_fixtures import LAYOUT_TITLES, MISTAKES, SECOND_MISTAKES  # noqa: E402

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, ROOT, SUBMISSIONS, grade, graded_at_full_marks
-from grader import cases, payloads
-from grader.conventions import CONVENTIONS
+from grader.calling import cases
+from grader.kernel import replies as payloads
+from grader.calling.conventions import CONVENTIONS
 from grader.errors import SpecError
-from grader.explain import features
-from grader.returns import Tolerance, canonical_parts, compare
-from grader.spec import load_assignment, parse
-from grader.wire import encode_value
+from grader.judging.explain import features
+from grader.calling.returns import Tolerance, canonical_parts, compare
+from grader.course.spec import load_assignment, parse
+from grader.kernel_side.wire import encode_value
 
 COURSE = FIXTURES / "conventions"
 SPEC = COURSE / "course.toml"
@@ -209,7 +210,8 @@ def test_the_readme_example_is_a_spec_and_names_every_role():
     example = section.split("```toml\n", 1)[1].split("```", 1)[0]
     conv = parse(example, "README").functions[0].convention
     assert conv.weights == "out_in" and conv.heads == "many" and conv.projection
-    from grader.conventions import NOT_SUPPORTED_YET, RETURN_NAMES, ROLES
+    from grader.calling.conventions import RETURN_NAMES
+    from grader.calling.params import NOT_SUPPORTED_YET, ROLES
     for word in [*ROLES, *NOT_SUPPORTED_YET, *RETURN_NAMES]:
         assert f"`{word}`" in section, word
 
@@ -236,7 +238,7 @@ def test_a_list_or_dict_argument_changed_in_place_is_found():
 
 
 def test_an_argument_is_unchanged_only_when_every_array_in_it_is():
-    from grader.checks import _unchanged
+    from grader.judging.checks import _unchanged
     w = np.eye(2)
     assert _unchanged([w, w], [w.copy(), w.copy()]) and _unchanged({"w": w}, {"w": w.copy()}) and _unchanged(3, None)
     assert not _unchanged([w, w], [w, w * 2]) and not _unchanged([w, w], [w]) and not _unchanged([w], None)
@@ -244,7 +246,7 @@ def test_an_argument_is_unchanged_only_when_every_array_in_it_is():
 
 
 def test_a_matrix_from_a_list_or_dict_argument_returned_unchanged_is_no_answer():
-    from grader.explain import trivial
+    from grader.judging.explain import trivial
     w = np.arange(6.0).reshape(3, 2)
     assert trivial(w, [np.ones(3), [np.eye(2), w]]) == "one of its own arguments, unchanged"
     assert trivial(w.T, [{"W_qkv": w, "b_qkv": np.ones(2)}]) == "one of its own arguments, unchanged"

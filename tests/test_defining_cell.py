@@ -10,12 +10,12 @@ import pytest
 
 from conftest import FIXTURES, grade
 from grader.grade import failed_definition
-from grader.lms import PLATFORMS
-from grader.report_html import render
-from grader.spec import load_assignment
-from grader.static_scan import scan
-from grader.terminal import summary
-from grader.view import student_feedback_line
+from grader.lms.entrypoints import PLATFORMS
+from grader.report.html import render
+from grader.course.spec import load_assignment
+from grader.intake.source_scan import scan
+from grader.report.terminal import summary
+from grader.report.view import student_feedback_line
 
 NOTEBOOKS = FIXTURES / "defining_cell"
 CHECK_MESSAGE = "Not graded: its defining cell, cell 5, failed."
@@ -68,7 +68,7 @@ def test_the_function_says_once_which_cell_failed_and_its_checks_only_that_it_fa
                   [t["message"] for t in prairielearn["tests"] if t["name"].startswith("self_attention.")]):
         assert shown and all(CHECK_MESSAGE in text for text in shown)
     assert "no function named" not in json.dumps([gradescope, prairielearn])
-    # The comment beside the grade in Canvas and Moodle (grader/gradebook.py) says it too.
+    # The comment beside the grade in Canvas and Moodle (grader/batch/gradebook.py) says it too.
     assert student_feedback_line(stored).count(reason) == 1
 
 
@@ -114,7 +114,7 @@ def test_the_first_error_of_the_last_failed_defining_cell_is_the_reason():
 def test_a_kernel_cannot_say_a_defining_cell_failed():
     """`defining_cell_failed` is the grader's finding alone: a description of the functions
     that carries one (a replaced harness) is not believed."""
-    from grader.payloads import describe_reply
+    from grader.kernel.replies import describe_reply
     forged = {"functions": {"self_attention": {"found": False, "defining_cell_failed": {
         "cell": "<script>", "line": 1, "ename": "x", "evalue": "y"}}}, "imported": []}
     described = describe_reply(forged, ["self_attention"])
@@ -125,7 +125,7 @@ def test_a_kernel_cannot_say_a_defining_cell_failed():
 def test_the_report_in_a_real_browser_says_it_at_the_function_with_the_problems_cell_number(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     from conftest import chromium_path
-    from grader.report_html import write_html
+    from grader.report.html import write_html
     from test_report_browser import LAUNCH_ARGS
     if not chromium_path():
         pytest.fail("Chromium is not installed (apt-get install chromium)")

@@ -19,7 +19,7 @@ def _grader_peak(tmp_path, notebook: Path) -> tuple[float, int, int]:
         from pathlib import Path
         from grader.grade import grade_path
         from grader.settings import Settings
-        from grader.spec import load_assignment
+        from grader.course.spec import load_assignment
         result = grade_path(Path({str(notebook)!r}), load_assignment('rows'),
                             Settings(cell_timeout=60.0, call_timeout=5.0))
         print(result.score, result.timing["output_characters"], {OWN_PEAK_KIB})
@@ -51,7 +51,7 @@ def test_a_message_flood_does_not_grow_the_grader(tmp_path):
         from pathlib import Path
         from grader.grade import grade_path
         from grader.settings import Settings
-        from grader.spec import load_assignment
+        from grader.course.spec import load_assignment
         result = grade_path(Path({str(FIXTURES / 'hostile_message_flood.ipynb')!r}), load_assignment('rows'),
                             Settings(cell_timeout=60.0, call_timeout=5.0))
         kinds = ",".join(sorted({{e["kind"] for e in result.errors}}))
@@ -124,9 +124,9 @@ def test_a_kernel_whose_harness_fails_to_start_leaves_nothing_behind(monkeypatch
     import pytest
 
     from conftest import TEST_SETTINGS, sandbox_processes
-    from grader import kernel
+    from grader.kernel import session as kernel
     from grader.errors import MachineFault
-    from grader.sandbox import run_id
+    from grader.sandbox.isolation import run_id
 
     before = set(glob.glob(f"/tmp/grader-kernel-{run_id()}-*"))
     monkeypatch.setattr(kernel, "harness_source", lambda: "raise RuntimeError('harness broken on purpose')")
@@ -148,9 +148,9 @@ def test_a_kernel_that_cannot_be_launched_leaves_nothing_behind():
     import os
 
     from conftest import TEST_SETTINGS, sandbox_processes
-    from grader import kernel
+    from grader.kernel import session as kernel
     from grader.errors import MachineFault
-    from grader.sandbox import run_id
+    from grader.sandbox.isolation import run_id
 
     def no_manager(workdir, sandbox):
         raise OSError("no kernel manager on purpose")
@@ -187,8 +187,8 @@ def test_a_kernel_that_dies_as_it_starts_is_reported_in_one_line_and_leaves_noth
     script = textwrap.dedent(f"""
         import asyncio, os
         from grader.errors import MachineFault
-        from grader.kernel import Kernel
-        from grader.kernel_client import default_kernel_manager
+        from grader.kernel.session import Kernel
+        from grader.kernel.client import default_kernel_manager
         from grader.settings import Limits
 
         def exits_at_once(workdir, sandbox):
@@ -239,7 +239,7 @@ def test_malformed_replies_from_the_kernel_are_the_submissions_problem(tmp_path)
     """A hook that publishes garbage under the grader's MIME type after every cell (so after
     every probe): each reply is rejected as malformed, and the result is the submission's
     error, never a grader error."""
-    from grader.wire import MIME
+    from grader.kernel_side.wire import MIME
     hook = (f"from IPython.display import publish_display_data\n"
             f"def forge(*_):\n"
             f"    publish_display_data({{{MIME!r}: {{'functions': ['not', 'a', 'dict'], 'found': True,\n"

@@ -1,4 +1,4 @@
-"""Kernels forked from the warm parent (grader/fork_server.py): each gets the sandbox a fresh
+"""Kernels forked from the warm parent (grader/kernel_side/fork_server.py): each gets the sandbox a fresh
 kernel gets, none sees what another did, the parent holds nothing of the grader's, and where
 forking is not possible kernels start fresh and the result says why. The hostile notebooks of
 test_attacks.py run against forked kernels too: forking is the default."""
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import SUBMISSIONS, grade
-from grader import forked_kernels, sandbox
-from grader.kernel import Kernel
+from grader.kernel import forked as forked_kernels
+from grader.sandbox import isolation as sandbox
+from grader.kernel.session import Kernel
 from grader.settings import Limits
 
 FULL = sandbox.namespaces_available() and sandbox.unprivileged_ids() is not None
@@ -214,7 +215,7 @@ def test_the_server_is_replaced_when_any_file_it_runs_changes():
     (an upgrade) gets a new server, never kernels from the code before it."""
     import re
     from importlib import resources
-    launcher = resources.files("grader").joinpath("sandbox_launcher.py").read_text()
+    launcher = resources.files("grader.kernel_side").joinpath("launcher.py").read_text()
     loaded = set(re.findall(r'_sibling\("(\w+)"\)', launcher))
-    assert loaded and {f"{name}.py" for name in loaded} | {"fork_server.py", "sandbox_launcher.py"} == set(
+    assert loaded and {f"{name}.py" for name in loaded} | {"fork_server.py", "launcher.py"} == set(
         forked_kernels.SERVER_CODE)

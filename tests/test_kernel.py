@@ -9,9 +9,9 @@ import nbformat
 import pytest
 from nbclient.exceptions import DeadKernelError
 
-from grader.wire import MIME
-from grader.kernel import Kernel
-from grader.kernel_client import CappedClient
+from grader.kernel_side.wire import MIME
+from grader.kernel.session import Kernel
+from grader.kernel.client import CappedClient
 from grader.settings import Limits
 
 GRACE = 0.2

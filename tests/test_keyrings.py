@@ -12,7 +12,9 @@ import nbformat
 import pytest
 
 from conftest import SUBMISSIONS, grade, run_grader
-from grader import forked_kernels, keyrings, sandbox
+from grader.kernel import forked as forked_kernels
+from grader.kernel_side import keyrings
+from grader.sandbox import isolation as sandbox
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 

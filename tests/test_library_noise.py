@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 from conftest import SUBMISSIONS
-from grader.loader import load_submission
+from grader.intake.notebook import load_submission
 
 FAST = ["--cell-timeout", "4", "--call-timeout", "2"]
 

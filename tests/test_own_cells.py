@@ -6,8 +6,8 @@ import json
 import pytest
 
 from conftest import SUBMISSIONS, grade
-from grader.own_cells import grader_lines, is_grader_cell, without_grader_lines
-from grader.report_html import render, timing_text
+from grader.intake.own_cells import grader_lines, is_grader_cell, without_grader_lines
+from grader.report.html import render, timing_text
 
 README_CELL = "%load_ext grader\n%grade"
 

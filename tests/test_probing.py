@@ -11,15 +11,17 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import FIXTURES
-from grader import answers, grade, harness
-from grader.checks import CHECKS, Context, evidence_probes
-from grader.execution import ExecutionLog
+from grader.judging import answers
+from grader import grade
+from grader.kernel_side import harness
+from grader.judging.checks import CHECKS, Context, evidence_probes
+from grader.kernel.run_record import ExecutionLog
 from grader.grade import TIME_USED_UP, FunctionProber
-from grader.kernel import CallsEnd
-from grader.loader import load_submission
+from grader.kernel.session import CallsEnd
+from grader.intake.notebook import load_submission
 from grader.result import ErrorRecord
 from grader.settings import Settings
-from grader.spec import load_assignment
+from grader.course.spec import load_assignment
 
 # The submission's softmax overflows on the large-score probe here, as it does in a kernel.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -46,7 +48,7 @@ def arguments(code: str, function: str) -> list:
 
 
 class FakeKernel:
-    """The methods of grader.kernel.Kernel that grading uses, with the real harness run in
+    """The methods of grader.kernel.session.Kernel that grading uses, with the real harness run in
     this process. `cut` = (finished, error, out_of_time) ends a run of calls early, as
     Kernel.run_calls reports it; `tamper` rewrites a run's payloads before they are handed on;
     every request is recorded in `requests`."""

@@ -3,7 +3,7 @@ unreadable file in a batch, no notebook in an LMS folder, a fault in the grader)
 names the assignment and has its checks, so every row of a class has the same maximum."""
 from grader.grade import not_graded
 from grader.result import NOT_GRADED, GradeResult
-from grader.spec import load_assignment, parse
+from grader.course.spec import load_assignment, parse
 
 
 def test_not_graded_keeps_the_assignment_and_its_maximum():

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 
 from grader.result import ErrorRecord
-from grader.runner import MAX_RESTARTS, NotebookRunner, remaining_statements, run_with_restarts
+from grader.kernel.runner import MAX_RESTARTS, NotebookRunner, remaining_statements, run_with_restarts
 
 
 class Clock:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, SUBMISSIONS, grade, run_grader, sandbox_processes
-from grader import sandbox
+from grader.sandbox import isolation as sandbox
 
 pytestmark = pytest.mark.slow
 

@@ -11,17 +11,17 @@ import pytest
 import tomllib
 
 from conftest import FIXTURES, GRADER, ROOT, SAMPLES, SUBMISSIONS
-from grader.conventions import parse_convention
+from grader.calling.conventions import parse_convention
 from grader.reference.attention import attention
-from grader.returns import Tolerance
-from grader.spec import DEFAULT_FORBIDDEN, load_assignment, parse
-from grader.spec_tools.candidates import candidates
-from grader.spec_tools.returned import read_returns
-from grader.spec_tools.roles import Guess, guesses
-from grader.spec_tools.signatures import notebook_functions
+from grader.calling.returns import Tolerance
+from grader.course.spec import DEFAULT_FORBIDDEN, load_assignment, parse
+from grader.authoring.spec_tools.candidates import candidates
+from grader.authoring.spec_tools.returned import read_returns
+from grader.authoring.spec_tools.roles import Guess, guesses
+from grader.authoring.spec_tools.signatures import notebook_functions
 from grader.toml_text import dumps, load_toml
-from grader.wire import encode_value
-from grader import cases
+from grader.kernel_side.wire import encode_value
+from grader.calling import cases
 
 
 def run(*args):
@@ -321,7 +321,7 @@ def test_a_candidate_whose_call_never_ends_stops_only_itself(tmp_path):
     tried later, fits as well as the boolean one)."""
     from conftest import TEST_SETTINGS, expect_slow
     from grader.settings import Settings
-    from grader.spec_tools.infer import infer
+    from grader.authoring.spec_tools.infer import infer
     expect_slow()
     solution = notebook(tmp_path / "solution.ipynb", "import numpy as np",
                         "def attend(Q, K, V, mask):\n    while np.isinf(mask).any():\n        pass\n"

@@ -10,9 +10,9 @@ import pytest
 
 from conftest import GRADER, SUBMISSIONS, own_run_environment, run_grader
 from grader.result import CheckResult, ErrorRecord, GradeResult
-from grader.terminal import summary
-from grader.view import result_view
-from grader.watch import changes, watch
+from grader.report.terminal import summary
+from grader.report.view import result_view
+from grader.student.regrade_on_save import changes, watch
 
 # What a terminal acts on: C0 controls but newline and tab, DEL, C1 controls, the line and
 # paragraph separators and the bidi controls.

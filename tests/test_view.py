@@ -2,11 +2,11 @@
 every rendering made from it (no kernel: a result built by hand)."""
 import json
 
-from grader.lms import PLATFORMS
-from grader.report_html import render
+from grader.lms.entrypoints import PLATFORMS
+from grader.report.html import render
 from grader.result import CheckResult, GradeResult
-from grader.terminal import summary
-from grader.view import HIDDEN_NOTE, result_view
+from grader.report.terminal import summary
+from grader.report.view import HIDDEN_NOTE, result_view
 
 SECRET_MESSAGE = "On random N = 4, D = 6: largest difference 0.77 at index (2, 0)."
 SECRET_DIAGNOSIS = "scores not scaled"
@@ -114,7 +114,7 @@ def test_the_terminal_groups_by_function_and_explains_each_mistake_once():
 
 
 def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
-    from grader.terminal import use_colour
+    from grader.report.terminal import use_colour
 
     class Terminal:
         def __init__(self, tty):
@@ -161,7 +161,7 @@ def test_a_visible_check_showing_a_hidden_case_is_withheld_from_students():
     """The guard behind the rule that checks share no case across the hidden line
     (tests/test_hidden_cases.py): were a visible check ever given a hidden check's case, its
     label's mark would withhold what it says from students."""
-    from grader.view import HIDDEN_CASE_MARK
+    from grader.report.view import HIDDEN_CASE_MARK
     result = example()
     leaked = dict(SECRET_FIGURE, case=f"random N = 4 {HIDDEN_CASE_MARK}")
     result.checks.append(CheckResult("f.weights_distribution", "f", "weights_distribution", "Weights", "failed", 0, 1,
@@ -174,7 +174,7 @@ def test_a_visible_check_showing_a_hidden_case_is_withheld_from_students():
 
 def test_the_feedback_line_for_an_lms_says_only_what_a_student_may_see():
     from grader.grade import not_graded
-    from grader.view import student_feedback_line
+    from grader.report.view import student_feedback_line
     result = example()
     result.seed = 2 ** 127 + 12345
     line = student_feedback_line(result)

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import GRADER, SUBMISSIONS, expect_slow, own_run_environment
 from grader.result import CheckResult, GradeResult
-from grader.view import result_view
-from grader.watch import changes
+from grader.report.view import result_view
+from grader.student.regrade_on_save import changes
 
 
 def result(fixed: str, points: float, mistake=None, errors=()) -> GradeResult:

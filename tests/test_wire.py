@@ -11,8 +11,10 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from grader import kernel, payloads, wire
-from grader.wire import BadValue, Layout
+from grader.kernel import session as kernel
+from grader.kernel import replies as payloads
+from grader.kernel_side import wire
+from grader.kernel_side.wire import BadValue, Layout
 
 DTYPES = [np.float64, np.float32, np.int64, np.int32, np.uint8, np.bool_]
 CONTIGUOUS = {Layout.C: (True, False), Layout.FORTRAN: (False, True), Layout.STRIDED: (False, False)}
@@ -156,7 +158,7 @@ def test_unreadable_data_is_a_bad_value(npy):
 def _kernel_copy(monkeypatch) -> types.ModuleType:
     """The wire module as the kernel's startup file makes it: from its source, under its kernel name."""
     module = types.ModuleType(wire.KERNEL_MODULE)
-    exec(compile(resources.files("grader").joinpath("wire.py").read_text(), "<grader-wire>", "exec"),
+    exec(compile(resources.files("grader.kernel_side").joinpath("wire.py").read_text(), "<grader-wire>", "exec"),
          module.__dict__)
     monkeypatch.setitem(sys.modules, wire.KERNEL_MODULE, module)
     return module
@@ -184,9 +186,9 @@ def test_a_notebook_that_replaces_numpys_functions_still_gets_and_sends_arrays(m
 
 
 def test_each_probe_variant_arrives_as_its_label_says():
-    from grader import cases
-    from grader.checks import InputVariant, Probe
-    from grader.conventions import CONVENTIONS
+    from grader.calling import cases
+    from grader.judging.checks import InputVariant, Probe
+    from grader.calling.conventions import CONVENTIONS
 
     conv = CONVENTIONS["rows_single"]
     arrives = {InputVariant.PLAIN: ("float64", (True, False)), InputVariant.FORTRAN: ("float64", (False, True)),
