@@ -203,9 +203,9 @@ def test_the_command_line_refuses_such_a_spec_with_exit_2(tmp_path):
                                "(role x)" in lines[0]
 
 
-def test_the_readme_example_is_a_spec_and_names_every_role():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Calling conventions", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_example_is_a_spec_and_names_every_role():
+    page = (ROOT / "docs" / "specs.md").read_text()
+    section = page.split("\n## Calling conventions\n", 1)[1].split("\n## ", 1)[0]
     example = section.split("```toml\n", 1)[1].split("```", 1)[0]
     conv = parse(example, "README").functions[0].convention
     assert conv.weights == "out_in" and conv.heads == "many" and conv.projection
