@@ -338,7 +338,7 @@ def test_the_docs_class_example_is_a_spec_and_names_the_size_roles():
     page = (ROOT / "docs" / "specs.md").read_text()
     section = page.split("\n## Classes\n", 1)[1].split("\n## ", 1)[0]
     example = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    conv = parse(example, "README").functions[0].convention
+    conv = parse(example, "docs/specs.md").functions[0].convention
     assert conv.class_call.method == "forward" and conv.heads == "many" and conv.projection_bias
     for word in [*classes.SIZE_ROLES, "construct", "attributes", "init", "__call__"]:
         assert f"`{word}`" in section, word
