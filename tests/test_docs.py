@@ -31,7 +31,7 @@ LAYOUT_LANDED = (ROOT / "grader" / "kernel_side").is_dir()
 
 def prose(path) -> str:
     """A page without its fenced code blocks, where links are not links."""
-    return re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)
+    return re.sub(r"^ *```.*?^ *```", "", path.read_text(), flags=re.M | re.S)
 
 
 def code_blocks(path, language: str = "sh") -> list[str]:
@@ -39,7 +39,8 @@ def code_blocks(path, language: str = "sh") -> list[str]:
 
 
 def code_spans(path) -> list[str]:
-    return re.findall(r"`([^`\n]+)`", prose(path))
+    """Each `span` of the prose, one broken across lines read as one line."""
+    return [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose(path))]
 
 
 def slug(heading: str) -> str:
