@@ -84,7 +84,7 @@ FORMS = {
 
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_a_batch_is_sent_in_every_course_form_and_a_course_function_meets_the_reference(form):
-    """Each form's arguments, as the README describes them, fed to a function written from its
+    """Each form's arguments, as docs/specs.md describes them, fed to a function written from its
     words, give the reference's parts, batch axis first, on every kind of case a check draws."""
     text, course_function = FORMS[form]
     fn = _function(text)

@@ -339,11 +339,11 @@ def test_a_function_that_changes_its_input_and_hides_it_from_the_grader_fails_in
     assert unmodified.status == "failed" and "inputs after the call" in unmodified.message
 
 
-def test_the_readme_class_example_is_a_spec_and_names_the_size_roles():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("**Classes.**", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_class_example_is_a_spec_and_names_the_size_roles():
+    page = (ROOT / "docs" / "specs.md").read_text()
+    section = page.split("\n## Classes\n", 1)[1].split("\n## ", 1)[0]
     example = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    conv = parse(example, "README").functions[0].convention
+    conv = parse(example, "docs/specs.md").functions[0].convention
     assert conv.class_call.method == "forward" and conv.heads == "many" and conv.projection_bias
     for word in [*class_table.SIZE_ROLES, "construct", "attributes", "init", "__call__"]:
         assert f"`{word}`" in section, word

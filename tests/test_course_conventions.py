@@ -204,11 +204,11 @@ def test_the_command_line_refuses_such_a_spec_with_exit_2(tmp_path):
                                "(role x)" in lines[0]
 
 
-def test_the_readme_example_is_a_spec_and_names_every_role():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Calling conventions", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_example_is_a_spec_and_names_every_role():
+    page = (ROOT / "docs" / "specs.md").read_text()
+    section = page.split("\n## Calling conventions\n", 1)[1].split("\n## ", 1)[0]
     example = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    conv = parse(example, "README").functions[0].convention
+    conv = parse(example, "docs/specs.md").functions[0].convention
     assert conv.weights == "out_in" and conv.heads == "many" and conv.projection
     from grader.calling.conventions import RETURN_NAMES
     from grader.calling.params import NOT_SUPPORTED_YET, ROLES
@@ -325,7 +325,7 @@ SYNTHETIC += [
 
 @pytest.mark.parametrize("index", range(len(SYNTHETIC)))
 def test_roles_layouts_and_returns_mean_what_the_readme_says(index):
-    """Plain NumPy implementations written from the README's words for each field give back
+    """Plain NumPy implementations written from the words of docs/specs.md for each field give back
     the reference once their returns are read as the convention says."""
     convention, implementation = SYNTHETIC[index]
     conv = parse(FUNCTION + convention, "course.toml").functions[0].convention

@@ -194,7 +194,7 @@ CROSS_FORMS = {
 @pytest.mark.parametrize("form", sorted(CROSS_FORMS))
 def test_a_memory_is_sent_in_every_course_form_and_a_course_function_meets_the_reference(form):
     """A memory with a mask, causal, tokens as columns in the framework layout, or per-head
-    weights: a course's function written from the README's words computes the reference."""
+    weights: a course's function written from the words of docs/specs.md computes the reference."""
     text, course_function = CROSS_FORMS[form]
     fn = parse('[[functions]]\nname = "attend"\n[functions.convention]\n' + text, "course.toml").functions[0]
     conv = fn.convention

