@@ -1,4 +1,4 @@
-# The grader's images for LMS autograding, one target each (see README, "Autograding in an LMS"):
+# The grader's images for LMS autograding, one target each (see docs/lms.md, "Autograding in an LMS"):
 #   docker build --platform linux/amd64 --target prairielearn -t ACCOUNT/attention-grader:prairielearn .
 #   docker build --platform linux/amd64 --target gradescope -t ACCOUNT/attention-grader:gradescope .
 # Both install the grader as Gradescope's zip does: lms/setup.sh, from a wheel built here.

@@ -1,5 +1,5 @@
-"""Every setting, declared once with its type, default and help; the CLI and the README's
-settings table are both derived from this list."""
+"""Every setting, declared once with its type, default and help; the CLI and the settings
+table of docs/settings.md are both derived from this list."""
 from __future__ import annotations
 
 import argparse

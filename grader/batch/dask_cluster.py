@@ -59,7 +59,8 @@ def checked_address(address: str, settings) -> str:
         return address
     raise SubmissionError(f"the scheduler address {address} is not encrypted and not this machine's loopback: "
                           f"whoever reaches it could run code on the workers; use tls://HOST:PORT with {flags} "
-                          "(README: On a Dask cluster), or --insecure-scheduler on a network only the staff reach")
+                          "(docs/grading-a-class.md: On a Dask cluster), or --insecure-scheduler on a network "
+                          "only the staff reach")
 
 
 def security(settings):

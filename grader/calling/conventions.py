@@ -5,7 +5,7 @@ Every check is written once against canonical parts (tokens as rows); a conventi
 only place that knows about argument order, transposes, fused heads and biases. A convention
 is data: a TOML table, either inline in a course's spec or by name from the built-in ones in
 reference/conventions.toml, read by `parse_convention`. This module is the one home of what
-its roles, layouts and returns mean (the README's "Writing an assignment spec" is their
+its roles, layouts and returns mean (docs/specs.md, "Writing an assignment spec", is their
 reference for course staff).
 """
 from __future__ import annotations
