@@ -21,6 +21,9 @@ import numpy as np
 
 KERNEL_MODULE = "_attention_grader_wire"   # this module's name in the kernel
 MIME = "application/vnd.attention-grader+json"   # the harness publishes its replies under it
+# The key of a run of calls' requests in its execute request's metadata: the requests travel
+# as data beside a one-line call, so IPython never tokenizes them as code (or echoes them).
+CALLS_KEY = "attention_grader_calls"
 MAX_ARRAY_BYTES = 4 * 2**20   # a 64-token attention matrix is 32 KiB
 MAX_ITEMS = 64                # items of a returned sequence that are sent
 MAX_DEPTH = 2                 # sequences within sequences; deeper values are sent as arrays
