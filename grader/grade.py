@@ -85,8 +85,9 @@ class FunctionProber:
         requests = [{"names": self.fn.names, "params": list(self.fn.params),
                      **classes.request(self.convention_of(p), args, p.variant.layout),
                      "return_inputs": p.return_inputs} for p, args in zip(self.calls, self.sent)]
-        end = await self.session.run_calls(f"{HARNESS}.call_many({requests!r})", len(requests), self.call_timeout,
-                                           remaining, self._received)
+        # The requests go as data beside a one-line call: IPython parses only that line.
+        end = await self.session.run_calls(f"{HARNESS}.call_sent()", len(requests), self.call_timeout,
+                                           remaining, self._received, metadata={wire.CALLS_KEY: requests})
         if end.finished < len(self.calls) and end.error is None and self.session.alive:
             # The calls' code ran to its end without an error, so the harness replied to every
             # call: the replies that did not come were lost on the way.

@@ -1,5 +1,6 @@
 """Execution in a real kernel: errors do not stop the notebook, output is capped in the grader."""
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -363,3 +364,27 @@ def test_replies_lost_in_a_flood_are_no_verdict(tmp_path):
     assert len(lost) == 1 and lost[0]["kind"] == "grader_error"
     assert "the kernel's replies to the grader were lost on the way" in lost[0]["evalue"]
     assert all(c.status == "error" and c.message.startswith("Not graded: ") for c in result.checks)
+
+
+# Records the length of every piece of code IPython runs; multi_head_attention then says the
+# longest in its error, which the staff's result shows.
+CODE_LENGTHS = '''
+_lengths = []
+get_ipython().events.register("pre_run_cell", lambda info: _lengths.append(len(info.raw_cell)))
+
+def multi_head_attention(X, Wq, Wk, Wv, H):
+    raise ValueError(f"longest code {max(_lengths)} characters")
+'''
+
+
+def test_the_calls_arguments_travel_as_data_and_ipython_parses_only_a_short_line(tmp_path):
+    """A function's probes carry about 100 KB of arrays: IPython tokenizing them as code cost
+    more CPU than the calls themselves. They go in the request's metadata instead."""
+    path = tmp_path / "code_lengths.py"
+    path.write_text((FIXTURES / "correct_script.py").read_text() + "\n# %%\n" + CODE_LENGTHS)
+    result = grade(path, "rows")
+    checks = {c.name: c for c in result.checks}
+    assert checks["self_attention.fixed"].status == "passed"
+    said = re.search(r"longest code (\d+) characters", checks["multi_head_attention.fixed"].message)
+    assert said, checks["multi_head_attention.fixed"].message
+    assert int(said.group(1)) < 500

@@ -219,3 +219,45 @@ def test_the_server_is_replaced_when_any_file_it_runs_changes():
     loaded = set(re.findall(r'_sibling\("(\w+)"\)', launcher))
     assert loaded and {f"{name}.py" for name in loaded} | {"fork_server.py", "launcher.py"} == set(
         forked_kernels.SERVER_CODE)
+
+
+def test_a_handler_reports_its_launchers_exit_code_and_kills_it_when_the_grader_goes_away():
+    """The handler's wait (fork_server._watch) wakes on the launcher's exit or on the grader's
+    end of the connection closing, whichever comes first."""
+    import socket
+    from grader.kernel_side.fork_server import _watch
+    for closes, expected in ((False, 3), (True, -signal.SIGKILL)):
+        handler_end, grader_end = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            handler_end.close()
+            grader_end.close()
+            time.sleep(0.2 if not closes else 60)
+            os._exit(3)
+        if closes:
+            grader_end.close()
+        assert _watch(pid, handler_end) == expected
+        handler_end.close()
+        grader_end.close()
+
+
+def test_the_grader_hears_a_forked_kernels_exit_from_its_handler():
+    """ForkedProvisioner.wait returns the exit code the handler sends, once it has arrived, or
+    the kernel's death when the connection closes without one."""
+    import socket
+    import threading
+    from grader.kernel.client import ForkedProvisioner
+    for says in (b'{"exit": 7}', None):
+        handler_end, grader_end = socket.socketpair()
+        grader_end.setblocking(False)
+        provisioner = ForkedProvisioner(kernel_id="k", kernel_spec=None, parent=None)
+        provisioner._conn, provisioner._buffer = grader_end, bytearray()
+
+        def handler(conn, says):
+            time.sleep(0.2)
+            if says is not None:
+                conn.sendall(_message(says))
+            conn.close()
+        threading.Thread(target=handler, args=(handler_end, says)).start()
+        assert asyncio.run(provisioner.wait()) == (7 if says else -signal.SIGKILL)
+        grader_end.close()

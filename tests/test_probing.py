@@ -68,8 +68,10 @@ class FakeKernel:
         harness.describe(*arguments(code, "describe"))
         return self.published[-1], None
 
-    async def run_calls(self, code: str, count: int, call_timeout: float, total_timeout: float, on_payload):
-        (requests,) = arguments(code, "call_many")
+    async def run_calls(self, code: str, count: int, call_timeout: float, total_timeout: float, on_payload,
+                        metadata: dict):
+        assert arguments(code, "call_sent") == []
+        requests = metadata[harness.wire.CALLS_KEY]
         self.requests.append(("call_many", count, call_timeout, total_timeout))
         assert len(requests) == count
         self.published = []

@@ -184,3 +184,12 @@ def test_the_feedback_line_for_an_lms_says_only_what_a_student_may_see():
         assert secret not in line
     broken = not_graded("hw.ipynb", "rows", 5, "unreadable", "SubmissionError", "hw.ipynb is not a notebook: no cells")
     assert student_feedback_line(broken) == "Not graded: hw.ipynb is not a notebook: no cells"
+
+
+def test_a_process_compiles_the_report_template_once_and_each_reader_still_gets_their_own_page():
+    from grader.report.html import _environment
+    first = render(example())
+    template = _environment().get_template("report.html.j2")
+    staff = render(example(), staff=True)
+    assert _environment().get_template("report.html.j2") is template
+    assert render(example()) == first and SECRET_MESSAGE not in first and SECRET_MESSAGE in staff

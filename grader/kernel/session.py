@@ -256,19 +256,22 @@ class Kernel:
         return payload, error
 
     async def run_calls(self, code: str, count: int, call_timeout: float, total_timeout: float,
-                        on_payload: Callable[[int, object], None]) -> CallsEnd:
+                        on_payload: Callable[[int, object], None], metadata: dict | None = None) -> CallsEnd:
         """Run grader code that makes `count` calls in turn and publishes one harness payload
         as each finishes; `on_payload(position, payload)` gets each of the first `count` as it
-        arrives. The grader times the calls itself, by when their payloads arrive: when none
-        comes within `call_timeout` seconds of the previous one (or of the start), or the run's
-        `total_timeout` is spent, it interrupts the kernel, ignores whatever arrives after
-        that, and stops the kernel if it is still busy `interrupt_grace` seconds later."""
+        arrives; `metadata` goes with the code's execute request, as data the code can read
+        (the calls' requests: IPython then parses only the code). The grader times the calls
+        itself, by when their payloads arrive: when none comes within `call_timeout` seconds of
+        the previous one (or of the start), or the run's `total_timeout` is spent, it interrupts
+        the kernel, ignores whatever arrives after that, and stops the kernel if it is still busy
+        `interrupt_grace` seconds later."""
         if not self.alive:
             return CallsEnd(0, self._gone())
         started = time.monotonic()
         arrivals = Arrivals(count, on_payload, started)
         cell = nbformat.v4.new_code_cell(code)
         self.client.on_payload = arrivals
+        self.client.kc.next_request_metadata = metadata
         try:
             # No nbclient timeout: the grader's clock alone decides when a call has run too long.
             sent = asyncio.ensure_future(self._send(cell, None, None, history=False, probe=True))
@@ -279,6 +282,7 @@ class Kernel:
             return CallsEnd(arrivals.received, await self._stop_calls(sent), out_of_time=passed == "total")
         finally:
             self.client.on_payload = None
+            self.client.kc.next_request_metadata = None
 
     @staticmethod
     async def _wait_for_calls(sent: asyncio.Future, arrivals: Arrivals, call_timeout: float,

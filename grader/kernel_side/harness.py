@@ -293,6 +293,12 @@ def call_many(requests):
         signal.signal(signal.SIGINT, previous)
 
 
+def call_sent():
+    """call_many on the requests that came with this execute request, in its metadata
+    (wire.CALLS_KEY): the grader sends them as data, not as code for IPython to parse."""
+    call_many(get_ipython().kernel.get_parent("shell")["metadata"][wire.CALLS_KEY])
+
+
 def _module_of(value):
     if isinstance(value, types.ModuleType):
         return value.__name__

@@ -1,10 +1,12 @@
 """The wire format between the grader and the student's kernel, both ways.
 
-Arguments go in as plain ints and as arrays, each array with the memory layout the student
-function is to receive it in; return values come back as arrays, None, sequences of those
-(two levels at most), or the type name of anything else. Arrays travel as np.save bytes in
-base64 and are read with allow_pickle=False and a bound on their size, so nothing is ever
-unpickled and a decoded array is always a plain numeric ndarray.
+Arguments go in as plain ints and as arrays, each array as its raw bytes in base64 with its
+dtype and shape (an .npy header would be larger than most arguments, and slow to parse), and
+the memory layout the student function is to receive it in; return values come back as
+arrays, None, sequences of those (two levels at most), or the type name of anything else.
+Returned arrays travel as np.save bytes in base64 and are read with allow_pickle=False and a
+bound on their size, so nothing is ever unpickled and a decoded array is always a plain
+numeric ndarray.
 
 The grader imports this module; the kernel, which cannot import the grader, gets its source
 text and loads it before the harness (see `_write_startup_file` in execution.py). So it
@@ -21,6 +23,9 @@ import numpy as np
 
 KERNEL_MODULE = "_attention_grader_wire"   # this module's name in the kernel
 MIME = "application/vnd.attention-grader+json"   # the harness publishes its replies under it
+# The key of a run of calls' requests in its execute request's metadata: the requests travel
+# as data beside a one-line call, so IPython never tokenizes them as code (or echoes them).
+CALLS_KEY = "attention_grader_calls"
 MAX_ARRAY_BYTES = 4 * 2**20   # a 64-token attention matrix is 32 KiB
 MAX_ITEMS = 64                # items of a returned sequence that are sent
 MAX_DEPTH = 2                 # sequences within sequences; deeper values are sent as arrays
@@ -30,7 +35,7 @@ TOO_LARGE = f"array larger than {MAX_ARRAY_BYTES // 2**20} MiB"
 
 _b64encode, _b64decode = base64.b64encode, base64.b64decode
 _save, _array, _ndarray = np.save, np.array, np.ndarray
-_asfortranarray, _zeros = np.asfortranarray, np.zeros
+_asfortranarray, _zeros, _frombuffer, _dtype = np.asfortranarray, np.zeros, np.frombuffer, np.dtype
 _dict_items = dict.items   # the items a dict holds, whatever its subclass says they are
 _read_magic, _read_array = np.lib.format.read_magic, np.lib.format.read_array
 # np.save writes version 1.0, and 2.0 only for headers too long for 1.0.
@@ -99,7 +104,24 @@ def encode_argument(value, layout: Layout = Layout.C) -> dict:
     if isinstance(value, dict):
         return {"dict": [[str(k), encode_argument(v, layout)] for k, v in value.items()]}
     layout = layout if value.ndim == 2 else Layout.C
-    return {"npy": _npy(value), "layout": layout.value}
+    return {"raw": _b64encode(np.ascontiguousarray(value).tobytes()).decode("ascii"), "dtype": value.dtype.str,
+            "shape": list(value.shape), "layout": layout.value}
+
+
+def _raw_array(encoded: dict) -> np.ndarray:
+    """A fresh, writable array from an argument's raw bytes, dtype and shape. Raises BadValue
+    unless the dtype is a real numeric one and the bytes are exactly what the shape holds."""
+    try:
+        raw = _b64decode(encoded["raw"], validate=True)
+        dtype, shape = _dtype(str(encoded["dtype"])), tuple(int(n) for n in encoded["shape"])
+    except (KeyError, TypeError, ValueError):
+        raise BadValue("unreadable array data") from None
+    if len(raw) > MAX_ARRAY_BYTES:
+        raise BadValue(TOO_LARGE)
+    if dtype.kind not in NUMERIC_KINDS or dtype.hasobject or min(shape, default=0) < 0 \
+            or dtype.itemsize * math.prod(shape) != len(raw):
+        raise BadValue(f"not a real numeric array of that shape (dtype {dtype})")
+    return _frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
 
 
 def decode_argument(encoded: dict):
@@ -113,7 +135,7 @@ def decode_argument(encoded: dict):
         return [decode_argument(v) for v in encoded["list"]]
     if "dict" in encoded:
         return {str(k): decode_argument(v) for k, v in encoded["dict"]}
-    array = decode_array(encoded)
+    array = _raw_array(encoded) if "raw" in encoded else decode_array(encoded)
     layout = Layout(encoded.get("layout", Layout.C.value))
     if layout is Layout.FORTRAN:
         return _asfortranarray(array)

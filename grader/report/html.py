@@ -1,6 +1,7 @@
 """The self-contained HTML feedback report (jinja2; no scripts, fonts or fetches)."""
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from pathlib import Path
 
@@ -12,7 +13,11 @@ from grader.result import GradeResult
 from grader.report.view import ANSI, result_view, where
 
 
+@functools.cache
 def _environment() -> jinja2.Environment:
+    """One environment per process: it keeps each template compiled, so a batch worker compiles
+    the report once, not once per submission (the templates are the package's own and do not
+    change while it runs)."""
     env = jinja2.Environment(loader=jinja2.FunctionLoader(
         lambda name: resources.files("grader.templates").joinpath(name).read_text()),
         autoescape=True, trim_blocks=True, lstrip_blocks=True)
