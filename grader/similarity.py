@@ -5,6 +5,9 @@ from __future__ import annotations
 import ast
 import difflib
 import itertools
+import re
+
+import numpy as np
 
 from .loader import SubmissionError, code_cells, load_submission
 from .static_scan import is_stub, python_source
@@ -62,13 +65,29 @@ def fingerprint(path, names: set[str]) -> dict[str, str]:
             tree = ast.parse(python_source(source))
         except SyntaxError:
             continue
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name in names and not is_stub(node):
-                normal = _Renamer().visit(_without_docstring(node))
-                found[node.name] = ast.unparse(ast.fix_missing_locations(normal))
-            elif isinstance(node, ast.ClassDef) and node.name in names and (cls := _class_without_docstrings(node)):
-                found[node.name] = ast.unparse(ast.fix_missing_locations(_Renamer().visit(cls)))
+        found.update(normalised_source(tree, names))
     return found
+
+
+def normalised_source(tree: ast.Module, names: set[str]) -> dict[str, str]:
+    """The normalised source of each graded function or class one cell defines."""
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in names and not is_stub(node):
+            normal = _Renamer().visit(_without_docstring(node))
+            found[node.name] = ast.unparse(ast.fix_missing_locations(normal))
+        elif isinstance(node, ast.ClassDef) and node.name in names and (cls := _class_without_docstrings(node)):
+            found[node.name] = ast.unparse(ast.fix_missing_locations(_Renamer().visit(cls)))
+    return found
+
+
+def exact_pairs(items: list[tuple[str, dict | str]], threshold: float = THRESHOLD) -> list[dict]:
+    """What similar_pairs reports, found by comparing each distinct fingerprint with each other
+    one: the reference it is tested against, whose time grows with the square of the class."""
+    texts, labels, parts = _distinct(items)
+    scored = ((a, b, ratio) for a, b in itertools.combinations(range(len(texts)), 2)
+              if (ratio := _similarity(texts[a], texts[b], threshold)) is not None)
+    return _groups(texts, labels, parts, scored)
 
 
 def similar_pairs(items: list[tuple[str, dict | str]], threshold: float = THRESHOLD) -> list[dict]:
@@ -76,9 +95,19 @@ def similar_pairs(items: list[tuple[str, dict | str]], threshold: float = THRESH
     or above the threshold, most similar first: {"a": labels, "b": [], "similarity": 1.0,
     "shared": functions} for submissions identical to one another, {"a": labels, "b": labels,
     "similarity": r, "shared": functions identical in both} for two such groups (of one or more)
-    similar to each other. Each distinct fingerprint is compared once with each other one, and
-    a group is named once, not as every pair in it: a class where many hand in the same code
-    costs what its distinct submissions cost, in time and in memory."""
+    similar to each other. A group is named once, not as every pair in it: a class where many
+    hand in the same code costs what its distinct submissions cost. Of those, only the pairs
+    MinHash banding makes candidates are measured (candidate_pairs), so pairs whose code shares
+    little are never compared; the pairs reported and their scores are exact_pairs' own."""
+    texts, labels, parts = _distinct(items)
+    scored = ((a, b, ratio) for a, b in candidate_pairs(texts)
+              if (ratio := _similarity(texts[a], texts[b], threshold)) is not None)
+    return _groups(texts, labels, parts, scored)
+
+
+def _distinct(items) -> tuple[list[str], dict[str, list[str]], dict[str, dict]]:
+    """Each distinct fingerprint's text (in order of first appearance), the labels handing it
+    in, and its functions."""
     labels: dict[str, list[str]] = {}
     parts: dict[str, dict] = {}
     for label, fp in items:
@@ -87,13 +116,98 @@ def similar_pairs(items: list[tuple[str, dict | str]], threshold: float = THRESH
         if text:
             labels.setdefault(text, []).append(label)
             parts[text] = functions
+    return list(labels), labels, parts
+
+
+def _similarity(fa: str, fb: str, threshold: float) -> float | None:
+    """The measure itself: difflib's ratio of the two texts, if at or above the threshold."""
+    matcher = difflib.SequenceMatcher(None, fa, fb, autojunk=False)
+    if matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold:
+        ratio = matcher.ratio()
+        if ratio >= threshold:
+            return ratio
+    return None
+
+
+def _groups(texts: list[str], labels: dict, parts: dict, scored) -> list[dict]:
+    """The report: identical submissions as one group each, then each similar pair (in the
+    order of the texts, a before b), most similar first."""
     found = [{"a": group, "b": [], "similarity": 1.0, "shared": sorted(parts[text])}
              for text, group in labels.items() if len(group) > 1]
-    for fa, fb in itertools.combinations(labels, 2):
-        matcher = difflib.SequenceMatcher(None, fa, fb, autojunk=False)
-        if matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold:
-            ratio = matcher.ratio()
-            if ratio >= threshold:
-                shared = sorted(n for n in parts[fa] if parts[fb].get(n) == parts[fa][n])
-                found.append({"a": labels[fa], "b": labels[fb], "similarity": round(ratio, 3), "shared": shared})
+    for a, b, ratio in scored:
+        fa, fb = texts[a], texts[b]
+        shared = sorted(n for n in parts[fa] if parts[fb].get(n) == parts[fa][n])
+        found.append({"a": labels[fa], "b": labels[fb], "similarity": round(ratio, 3), "shared": shared})
     return sorted(found, key=lambda p: -p["similarity"])
+
+
+# MinHash with banding (LSH) finds the candidate pairs; each is then measured exactly. The
+# shingles are the fingerprint's overlapping SHINGLE-character strings, with every variable's
+# number dropped (v12 reads as v): a line added near the top renumbers every later variable,
+# one character each to difflib, but that would break every shingle holding one.
+SHINGLE = 16
+# Two texts agree on a MinHash row with probability J, their shingles' (multiset) Jaccard, so
+# on all ROWS of some of the BANDS with 1 - (1 - J**ROWS)**BANDS. Pairs at the threshold on the
+# bundled and golden batches have J >= 0.64 (benchmarks/similarity.py --jaccard); at J = 0.55,
+# 0.55**4 = 0.0915 and (1 - 0.0915)**72 = 0.00097: such a pair is a candidate with probability
+# >= 0.999. Pairs at J = 0.3 are candidates with probability 0.44, at J = 0.2 with 0.11.
+ROWS, BANDS = 4, 72
+SEED = 20261123     # the hash functions, fixed so that two runs find the same pairs
+_NUMBERED = re.compile(r"\bv\d+\b")
+
+
+def _mixed(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: every bit of each uint64 stirred into every other."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def shingles(text: str) -> np.ndarray:
+    """The text's SHINGLE-character strings, hashed to uint64, as a multiset: the n-th
+    occurrence of a string is an element of its own, so that Jaccard counts a repeated line
+    as often as it is there."""
+    codes = np.frombuffer(_NUMBERED.sub("v", text).encode("utf-32-le"), dtype="<u4").astype(np.uint64)
+    width = max(1, len(codes) - SHINGLE + 1)
+    codes = np.concatenate([codes, np.zeros(max(0, SHINGLE - len(codes)), np.uint64)])
+    grams = np.zeros(width, np.uint64)
+    for offset in range(SHINGLE):
+        grams = _mixed(grams ^ codes[offset:offset + width])
+    grams.sort()
+    first = np.r_[True, grams[1:] != grams[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(width), 0))
+    occurrence = (np.arange(width) - start).astype(np.uint64)
+    return _mixed(grams + occurrence)
+
+
+def signatures(texts: list[str]) -> np.ndarray:
+    """MinHash: for each text, the least of its shingles under each of ROWS * BANDS hash
+    functions ((a*x + b) mod 2**64, top 32 bits), seeded so that two runs agree."""
+    rng = np.random.default_rng(SEED)
+    a = rng.integers(1, 2**63, ROWS * BANDS, dtype=np.uint64) | np.uint64(1)
+    b = rng.integers(0, 2**63, ROWS * BANDS, dtype=np.uint64)
+    out = np.empty((len(texts), ROWS * BANDS), np.uint32)
+    for i, text in enumerate(texts):
+        hashed = (a[:, None] * shingles(text)[None, :] + b[:, None]) >> np.uint64(32)
+        out[i] = hashed.min(axis=1)
+    return out
+
+
+def candidate_pairs(texts: list[str]) -> list[tuple[int, int]]:
+    """The pairs (i < j, in order) of texts whose signatures agree on every row of some band."""
+    if len(texts) < 2:
+        return []
+    signature = signatures(texts)
+    found = set()
+    for band in range(BANDS):
+        rows = signature[:, band * ROWS:(band + 1) * ROWS]
+        key = np.zeros(len(texts), np.uint64)
+        for row in rows.T:
+            key = _mixed(key ^ row.astype(np.uint64))
+        order = np.argsort(key, kind="stable")
+        ordered = key[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1], True])
+        for start, end in zip(starts[:-1], starts[1:]):
+            if end - start > 1:
+                found.update(itertools.combinations(sorted(order[start:end].tolist()), 2))
+    return sorted(found)
