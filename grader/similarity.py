@@ -100,8 +100,19 @@ def similar_pairs(items: list[tuple[str, dict | str]], threshold: float = THRESH
     MinHash banding makes candidates are measured (candidate_pairs), so pairs whose code shares
     little are never compared; the pairs reported and their scores are exact_pairs' own."""
     texts, labels, parts = _distinct(items)
-    scored = ((a, b, ratio) for a, b in candidate_pairs(texts)
-              if (ratio := _similarity(texts[a], texts[b], threshold)) is not None)
+    partners: dict[int, list[int]] = {}
+    for a, b in within_character_counts(texts, candidate_pairs(texts), threshold):
+        partners.setdefault(a, []).append(b)
+    scored = []
+    for a, others in sorted(partners.items()):
+        # difflib's matching blocks are a common subsequence: the ratio is at most 2 * LCS / T.
+        # That bound, for all of a text's candidates in one pass, rules out nearly every pair
+        # below the threshold at a small part of difflib's cost; the rest are measured.
+        longest = common_subsequences(texts[a], [texts[b] for b in others])
+        for b, common in zip(others, longest):
+            if 2 * common / (len(texts[a]) + len(texts[b])) >= threshold \
+                    and (ratio := _similarity(texts[a], texts[b], threshold)) is not None:
+                scored.append((a, b, ratio))
     return _groups(texts, labels, parts, scored)
 
 
@@ -211,3 +222,52 @@ def candidate_pairs(texts: list[str]) -> list[tuple[int, int]]:
             if end - start > 1:
                 found.update(itertools.combinations(sorted(order[start:end].tolist()), 2))
     return sorted(found)
+
+
+def within_character_counts(texts: list[str], pairs: list[tuple[int, int]], threshold: float) -> list[tuple[int, int]]:
+    """The pairs whose ratio's first bound, difflib's quick_ratio (the characters the two have
+    in common, however placed), reaches the threshold: computed for all pairs at once."""
+    if not pairs:
+        return []
+    alphabet = {char: i for i, char in enumerate(sorted(set().union(*map(set, texts))))}
+    counts = np.zeros((len(texts), len(alphabet)), np.int32)
+    for row, text in enumerate(texts):
+        codes = np.fromiter((alphabet[c] for c in text), np.int64, len(text))
+        counts[row] = np.bincount(codes, minlength=len(alphabet))
+    lengths = counts.sum(axis=1)
+    index = np.array(pairs, np.int64)
+    kept = []
+    for chunk in np.array_split(index, max(1, len(index) // 20000)):
+        common = np.minimum(counts[chunk[:, 0]], counts[chunk[:, 1]]).sum(axis=1)
+        # The same arithmetic as difflib's quick_ratio, so that the same pairs pass.
+        ratio = 2.0 * common / (lengths[chunk[:, 0]] + lengths[chunk[:, 1]])
+        kept.extend(map(tuple, chunk[ratio >= threshold].tolist()))
+    return kept
+
+
+def common_subsequences(text: str, others: list[str]) -> list[int]:
+    """The length of the longest common subsequence of `text` and each of `others`.
+
+    Bit-parallel (Hyyro 2004): a bit per character of the other text, one step per character
+    of `text`. All the others are laid end to end in one integer, each followed by a guard bit
+    that takes the carry leaving its segment and is then cleared, so one pass serves them all."""
+    if not others:
+        return []
+    laid = "".join(other + "\0" for other in others)
+    codes = np.frombuffer(laid.encode("utf-32-le"), dtype="<u4")
+    guard = np.zeros(len(laid), bool)
+    ends = np.cumsum([len(other) + 1 for other in others]) - 1
+    guard[ends] = True
+    masks = {}
+    for char in set(text):
+        hits = (codes == ord(char)) & ~guard
+        masks[char] = int.from_bytes(np.packbits(hits, bitorder="little").tobytes(), "little")
+    keep = int.from_bytes(np.packbits(~guard, bitorder="little").tobytes(), "little")
+    v = keep
+    for char in text:
+        u = v & masks[char]
+        v = ((v + u) | (v - u)) & keep
+    unmatched = np.unpackbits(np.frombuffer(v.to_bytes((len(laid) + 7) // 8, "little"), np.uint8),
+                              bitorder="little")[:len(laid)]
+    remaining = np.add.reduceat(unmatched, np.r_[0, ends[:-1] + 1])
+    return [len(other) - int(left) for other, left in zip(others, remaining)]

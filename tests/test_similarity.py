@@ -8,6 +8,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grader import similarity
 from grader.similarity import THRESHOLD, exact_pairs, fingerprint, similar_pairs
@@ -122,3 +124,37 @@ def test_texts_shorter_than_a_shingle_and_classes_of_one_or_none():
     assert similar_pairs([("a", "x = 1")]) == []
     items = [("a", "x = 1"), ("b", "x = 1"), ("c", "x = 2"), ("d", "y")]
     assert similar_pairs(items) == exact_pairs(items)
+
+
+def longest_common_subsequence(a: str, b: str) -> int:
+    previous = [0] * (len(b) + 1)
+    for char in a:
+        current = [0]
+        for j, other in enumerate(b):
+            current.append(previous[j] + 1 if char == other else max(previous[j + 1], current[j]))
+        previous = current
+    return previous[-1]
+
+
+short_texts = st.text(alphabet="ab c\0(v1)", max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(short_texts.filter(bool), st.lists(short_texts, min_size=1, max_size=6))
+def test_the_bound_s_subsequences_are_the_longest_common_ones(text, others):
+    """The carries of one text's segment never reach the next, whatever the texts hold; and
+    difflib's ratio never exceeds the bound similar_pairs takes from them."""
+    found = similarity.common_subsequences(text, others)
+    assert found == [longest_common_subsequence(text, o) for o in others]
+    for other, common in zip(others, found):
+        ratio = difflib.SequenceMatcher(None, text, other, autojunk=False).ratio()
+        assert ratio <= 2 * common / (len(text) + len(other))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(short_texts.filter(bool), min_size=2, max_size=6, unique=True), st.floats(0.5, 1.0))
+def test_the_character_count_bound_passes_the_pairs_difflib_s_quick_ratio_passes(texts, threshold):
+    pairs = [(a, b) for a in range(len(texts)) for b in range(a + 1, len(texts))]
+    expected = [(a, b) for a, b in pairs
+                if difflib.SequenceMatcher(None, texts[a], texts[b], autojunk=False).quick_ratio() >= threshold]
+    assert similarity.within_character_counts(texts, pairs, threshold) == expected
