@@ -84,9 +84,9 @@ def normalised_source(tree: ast.Module, names: set[str]) -> dict[str, str]:
 def exact_pairs(items: list[tuple[str, dict | str]], threshold: float = THRESHOLD) -> list[dict]:
     """What similar_pairs reports, found by comparing each distinct fingerprint with each other
     one: the reference it is tested against, whose time grows with the square of the class."""
-    texts, labels, parts = _distinct(items)
+    texts, labels, parts = distinct_fingerprints(items)
     scored = ((a, b, ratio) for a, b in itertools.combinations(range(len(texts)), 2)
-              if (ratio := _similarity(texts[a], texts[b], threshold)) is not None)
+              if (ratio := ratio_at_threshold(texts[a], texts[b], threshold)) is not None)
     return _groups(texts, labels, parts, scored)
 
 
@@ -99,7 +99,7 @@ def similar_pairs(items: list[tuple[str, dict | str]], threshold: float = THRESH
     hand in the same code costs what its distinct submissions cost. Of those, only the pairs
     MinHash banding makes candidates are measured (candidate_pairs), so pairs whose code shares
     little are never compared; the pairs reported and their scores are exact_pairs' own."""
-    texts, labels, parts = _distinct(items)
+    texts, labels, parts = distinct_fingerprints(items)
     partners: dict[int, list[int]] = {}
     for a, b in within_character_counts(texts, candidate_pairs(texts), threshold):
         partners.setdefault(a, []).append(b)
@@ -111,12 +111,12 @@ def similar_pairs(items: list[tuple[str, dict | str]], threshold: float = THRESH
         longest = common_subsequences(texts[a], [texts[b] for b in others])
         for b, common in zip(others, longest):
             if 2 * common / (len(texts[a]) + len(texts[b])) >= threshold \
-                    and (ratio := _similarity(texts[a], texts[b], threshold)) is not None:
+                    and (ratio := ratio_at_threshold(texts[a], texts[b], threshold)) is not None:
                 scored.append((a, b, ratio))
     return _groups(texts, labels, parts, scored)
 
 
-def _distinct(items) -> tuple[list[str], dict[str, list[str]], dict[str, dict]]:
+def distinct_fingerprints(items) -> tuple[list[str], dict[str, list[str]], dict[str, dict]]:
     """Each distinct fingerprint's text (in order of first appearance), the labels handing it
     in, and its functions."""
     labels: dict[str, list[str]] = {}
@@ -130,7 +130,7 @@ def _distinct(items) -> tuple[list[str], dict[str, list[str]], dict[str, dict]]:
     return list(labels), labels, parts
 
 
-def _similarity(fa: str, fb: str, threshold: float) -> float | None:
+def ratio_at_threshold(fa: str, fb: str, threshold: float) -> float | None:
     """The measure itself: difflib's ratio of the two texts, if at or above the threshold."""
     matcher = difflib.SequenceMatcher(None, fa, fb, autojunk=False)
     if matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold:

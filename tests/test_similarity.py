@@ -47,9 +47,9 @@ def test_the_golden_and_bundled_batches_give_the_exact_pairs_and_scores(golden_b
 
 
 def test_pairs_at_the_threshold_in_the_golden_batch_have_the_jaccard_the_banding_is_designed_for(golden_batch):
-    texts, _, _ = similarity._distinct(golden_batch)
+    texts, _, _ = similarity.distinct_fingerprints(golden_batch)
     at_threshold = [(a, b) for i, a in enumerate(texts) for b in texts[i + 1:]
-                    if similarity._similarity(a, b, THRESHOLD) is not None]
+                    if similarity.ratio_at_threshold(a, b, THRESHOLD) is not None]
     assert at_threshold
     assert min(jaccard(a, b) for a, b in at_threshold) >= DESIGNED_FOR + 0.05
 
@@ -71,7 +71,7 @@ def near_copy(base: str, start: int, threshold: float, above: bool) -> str:
 
 
 def test_planted_near_copies_at_and_just_below_the_threshold(golden_batch):
-    texts, _, _ = similarity._distinct(golden_batch)
+    texts, _, _ = similarity.distinct_fingerprints(golden_batch)
     items = [(f"other{i}", t) for i, t in enumerate(texts)]
     bases = [(label, t) for label, t in items if len(t) > 300][:6]
     at, below = [], []
@@ -94,7 +94,7 @@ def test_planted_near_copies_at_and_just_below_the_threshold(golden_batch):
 def test_a_line_added_at_the_top_renumbers_every_variable_yet_the_copy_is_found(golden_batch):
     """Every later v<n> becomes v<n+1>: one character each to the measure, and the shingles
     drop the numbers so that the copy stays a candidate."""
-    texts, _, _ = similarity._distinct(golden_batch)
+    texts, _, _ = similarity.distinct_fingerprints(golden_batch)
     base = max(texts, key=len)
     renumbered = base
     for n in range(40, -1, -1):
@@ -107,7 +107,7 @@ def test_a_line_added_at_the_top_renumbers_every_variable_yet_the_copy_is_found(
 def test_two_runs_in_two_interpreters_give_the_same_signatures(golden_batch, tmp_path):
     """The hash functions are seeded and the shingles hashed without Python's hash(), which
     each interpreter salts: two runs of a batch name the same pairs."""
-    texts, _, _ = similarity._distinct(golden_batch)
+    texts, _, _ = similarity.distinct_fingerprints(golden_batch)
     (tmp_path / "texts.json").write_text(json.dumps(texts))
     script = ("import json, sys, numpy as np\nfrom grader.similarity import signatures\n"
               "np.save(sys.argv[2], signatures(json.load(open(sys.argv[1]))))\n")
