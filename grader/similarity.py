@@ -158,10 +158,12 @@ def _groups(texts: list[str], labels: dict, parts: dict, scored) -> list[dict]:
 # one character each to difflib, but that would break every shingle holding one.
 SHINGLE = 16
 # Two texts agree on a MinHash row with probability J, their shingles' (multiset) Jaccard, so
-# on all ROWS of some of the BANDS with 1 - (1 - J**ROWS)**BANDS. Pairs at the threshold on the
-# bundled and golden batches have J >= 0.64 (benchmarks/similarity.py --jaccard); at J = 0.55,
-# 0.55**4 = 0.0915 and (1 - 0.0915)**72 = 0.00097: such a pair is a candidate with probability
-# >= 0.999. Pairs at J = 0.3 are candidates with probability 0.44, at J = 0.2 with 0.11.
+# on all ROWS of some of the BANDS with 1 - (1 - J**ROWS)**BANDS. At J = 0.55, 0.55**4 = 0.0915
+# and (1 - 0.0915)**72 = 0.00098: such a pair is a candidate with probability >= 0.999. Pairs
+# at the threshold on the bundled and golden batches have J >= 0.6 (tests/test_similarity.py).
+# difflib's ratio does not bound J from below: a pair can reach the threshold through many
+# scattered one-character changes, each breaking up to SHINGLE shingles, and such a pair is
+# found with the probability its J gives (0.44 at J = 0.3, 0.11 at J = 0.2).
 ROWS, BANDS = 4, 72
 SEED = 20261123     # the hash functions, fixed so that two runs find the same pairs
 _NUMBERED = re.compile(r"\bv\d+\b")
