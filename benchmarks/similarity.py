@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.similarity import (THRESHOLD, candidate_pairs, distinct_fingerprints, exact_pairs,  # noqa: E402
-                               normalised_source, ratio_at_threshold, similar_pairs)
+from grader.batch.similarity import (THRESHOLD, candidate_pairs, distinct_fingerprints, exact_pairs,  # noqa: E402
+                                     normalised_source, ratio_at_threshold, similar_pairs)
 
 NAMES = {"Q": ["Q", "q", "queries", "query"], "K": ["K", "k", "keys", "key"], "V": ["V", "v", "values", "value"],
          "S": ["scores", "s", "logits", "att", "A"], "E": ["e", "exp_scores", "ex", "numer", "z"],

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grader import similarity
-from grader.similarity import THRESHOLD, exact_pairs, fingerprint, similar_pairs
-from grader.spec import load_assignment
+from grader.batch import similarity
+from grader.batch.similarity import THRESHOLD, exact_pairs, fingerprint, similar_pairs
+from grader.course.spec import load_assignment
 
 from conftest import FIXTURES, ROOT, SUBMISSIONS
 
-# The Jaccard the banding is designed for (grader/similarity.py: found with probability >= 0.999).
+# The Jaccard the banding is designed for (grader/batch/similarity.py: found with probability >= 0.999).
 DESIGNED_FOR = 0.55
 
 
@@ -109,7 +109,7 @@ def test_two_runs_in_two_interpreters_give_the_same_signatures(golden_batch, tmp
     each interpreter salts: two runs of a batch name the same pairs."""
     texts, _, _ = similarity.distinct_fingerprints(golden_batch)
     (tmp_path / "texts.json").write_text(json.dumps(texts))
-    script = ("import json, sys, numpy as np\nfrom grader.similarity import signatures\n"
+    script = ("import json, sys, numpy as np\nfrom grader.batch.similarity import signatures\n"
               "np.save(sys.argv[2], signatures(json.load(open(sys.argv[1]))))\n")
     for run, seed in enumerate(("1", "2")):
         subprocess.run([sys.executable, "-c", script, tmp_path / "texts.json", tmp_path / f"run{run}.npy"],
