@@ -24,7 +24,7 @@ def test_golden_verdict(entry, golden_graded):
     assert result.score == pytest.approx(entry["score"])
     assert result.max_score == pytest.approx(entry["max_score"])
     optional = MACHINE_DEPENDENT_KINDS.get(entry["path"].split("/")[-1], set())
-    kinds = {e["kind"] for e in result.errors}
+    kinds = {e.kind for e in result.errors}
     assert sorted(kinds - optional) == sorted(set(entry["error_kinds"]) - optional)
     for name, check in checks.items():
         assert check.status == entry["not_passed"].get(name, "passed"), f"{name}: {check.message}"

@@ -2,7 +2,7 @@
 unreadable file in a batch, no notebook in an LMS folder, a fault in the grader), the result
 names the assignment and has its checks, so every row of a class has the same maximum."""
 from grader.grade import not_graded
-from grader.result import NOT_GRADED, GradeResult
+from grader.result import GradeResult
 from grader.course.spec import load_assignment, parse
 
 
@@ -14,7 +14,7 @@ def test_not_graded_keeps_the_assignment_and_its_maximum():
     assert {c.status for c in result.checks} == {"error"}
     assert all(c.message == "Not graded: not valid JSON (line 1)" for c in result.checks)   # first line only
     (error,) = result.errors
-    assert error["kind"] in NOT_GRADED and error["evalue"] == "not valid JSON (line 1)\nmore" and error["cell"] == -1
+    assert error.not_graded and error.evalue == "not valid JSON (line 1)\nmore" and error.cell == -1
     assert GradeResult.from_json(result.to_json()) == result
 
 

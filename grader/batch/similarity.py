@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import difflib
 import itertools
+import sys
 
 from grader.intake.notebook import SubmissionError, code_cells, load_submission
 from grader.intake.source_scan import is_stub, python_source
@@ -33,9 +34,10 @@ def _without_docstring(fn: ast.FunctionDef) -> ast.FunctionDef:
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
             and isinstance(body[0].value.value, str):
         body = body[1:] or [ast.Pass()]
-    return ast.FunctionDef(name="f", args=fn.args, body=body, decorator_list=[], returns=None,
-                           type_comment=None, type_params=[]) if hasattr(ast, "TypeAlias") else \
-        ast.FunctionDef(name="f", args=fn.args, body=body, decorator_list=[], returns=None, type_comment=None)
+    if sys.version_info >= (3, 12):
+        return ast.FunctionDef(name="f", args=fn.args, body=body, decorator_list=[], returns=None, type_comment=None,
+                               type_params=[])
+    return ast.FunctionDef(name="f", args=fn.args, body=body, decorator_list=[], returns=None, type_comment=None)
 
 
 def _class_without_docstrings(node: ast.ClassDef) -> ast.ClassDef | None:
