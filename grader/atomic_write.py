@@ -15,5 +15,5 @@ def write_atomically(path: Path, text: str, mode: int | None = None) -> None:
     tmp.replace(path)
 
 
-def write_json(path: Path, data: dict, mode: int | None = None) -> None:
+def write_json(path: Path, data: dict | list, mode: int | None = None) -> None:
     write_atomically(path, json.dumps(data, indent=2, allow_nan=False), mode)

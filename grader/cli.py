@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import warnings
+from typing import Any
 from pathlib import Path
 
 from grader import __version__
@@ -209,7 +210,7 @@ def show_settings(ns) -> int:
 
 
 # No abbreviated options: "--out" would silently mean "--output-limit".
-EXACT = {"allow_abbrev": False}
+EXACT: dict[str, Any] = {"allow_abbrev": False}
 
 
 def parser() -> argparse.ArgumentParser:

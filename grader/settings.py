@@ -6,7 +6,7 @@ import argparse
 import math
 from dataclasses import dataclass, fields, make_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 @dataclass(frozen=True)
@@ -130,17 +130,24 @@ SETTINGS: tuple[Setting, ...] = (
 
 BY_NAME = {s.name: s for s in SETTINGS}
 # What one submission's kernel may do and use: all that reaches the kernel and the sandbox.
-Limits = make_dataclass("Limits", [(s.name, s.type, s.default) for s in SETTINGS if s.limit], frozen=True)
+_LIMITS = make_dataclass("Limits", [(s.name, s.type, s.default) for s in SETTINGS if s.limit], frozen=True)
 # Settings an assignment spec may set in its [limits] table; the command line still wins.
 SPEC_SETTINGS = tuple(s.name for s in SETTINGS if s.limit and s.in_spec)
 
 
-def _limits(self) -> Limits:
-    return Limits(**{f.name: getattr(self, f.name) for f in fields(Limits)})
+def _limits(self):
+    return _LIMITS(**{f.name: getattr(self, f.name) for f in fields(_LIMITS)})
 
 
-Settings = make_dataclass("Settings", [(s.name, s.type, s.default) for s in SETTINGS], frozen=True,
-                          namespace={"limits": property(_limits, doc="The settings that reach the kernel.")})
+_SETTINGS = make_dataclass("Settings", [(s.name, s.type, s.default) for s in SETTINGS], frozen=True,
+                           namespace={"limits": property(_limits, doc="The settings that reach the kernel.")})
+if TYPE_CHECKING:
+    # Both are made from SETTINGS, each setting's one declaration, which a type checker
+    # cannot read: to it their fields are of any type.
+    Limits = Any
+    Settings = Any
+else:
+    Limits, Settings = _LIMITS, _SETTINGS
 
 
 def validated_limits(limits: dict, where: str) -> dict:

@@ -135,7 +135,7 @@ def test_reading_the_reference_from_the_source_checkout(sandboxed):
         shutil.rmtree(thief.parent)
     assert result.score == 0
     errors = result.errors
-    assert any(e["ename"] == "FileNotFoundError" and "attention.py" in e["evalue"] for e in errors), errors
+    assert any(e.ename == "FileNotFoundError" and "attention.py" in e.evalue for e in errors), errors
 
 
 def test_without_the_sandbox_the_policy_says_partial():

@@ -88,6 +88,33 @@ def test_hostile_inputs_become_error_rows_and_the_batch_completes(tmp_path):
     assert sandbox_processes(grader_pid=pid) == []
 
 
+@pytest.mark.parametrize("damage", [
+    lambda r: r.update(checks="lost"),                       # not a list
+    lambda r: r["checks"][0].pop("points"),                  # a check without its points
+    lambda r: r["errors"].append({"cell": "one", "kind": "error"}),   # an error of another form
+    lambda r: r.update(score="25"),                          # a number written as text
+])
+def test_a_stored_result_of_another_form_is_graded_again(tmp_path, damage):
+    """A result.json that is up to date by its key but damaged, or written by another version
+    of the grader, is graded again as a stale one is; it never stops the batch."""
+    inbox, out = tmp_path / "inbox", tmp_path / "out"
+    inbox.mkdir()
+    (inbox / "hw.ipynb").write_text(tiny_notebook())
+    code, _, stderr, _ = run_grader(["grade", inbox, "-o", out, *FAST])
+    assert code == 0, stderr
+    (stored,) = out.glob("*/result.json")
+    good = json.loads(stored.read_text())
+    damaged = json.loads(stored.read_text())
+    damage(damaged)
+    stored.write_text(json.dumps(damaged))
+    code, stdout, stderr, _ = run_grader(["grade", inbox, "-o", out, *FAST])
+    assert code == 0, stderr
+    assert stdout.startswith("1 graded, 0 unchanged"), stdout
+    again = json.loads(stored.read_text())
+    assert {k: again[k] for k in ("status", "score", "checks")} == {k: good[k] for k in ("status", "score", "checks")}
+    assert rows_of(out)[0]["score"] == "0" and rows_of(out)[0]["status"] == "graded"
+
+
 def test_output_folders_are_unique_stable_and_inside_outdir(tmp_path):
     inbox, out = tmp_path / "inbox", tmp_path / "out"
     (inbox / "Ann Lee_111_assignsubmission_file_").mkdir(parents=True)

@@ -12,6 +12,7 @@ from conftest import FIXTURES, grade
 from grader.grade import failed_definition
 from grader.lms.entrypoints import PLATFORMS
 from grader.report.html import render
+from grader.result import ErrorRecord
 from grader.course.spec import load_assignment
 from grader.intake.source_scan import scan
 from grader.report.terminal import summary
@@ -87,8 +88,7 @@ def test_a_cell_that_does_not_parse_is_described_by_the_grader_not_by_what_the_k
     assignment = load_assignment("rows")
     fn = next(f for f in assignment.functions if f.name == "self_attention")
     found = scan([(4, "def self_attention(X, Wq, Wk, Wv):\n    return = X\n")], set(fn.names))
-    forged = {"cell": 4, "kind": "error", "ename": "MemoryError", "evalue": "the grader is out of memory",
-              "traceback": "----> 9 whatever"}
+    forged = ErrorRecord(4, "error", "MemoryError", "the grader is out of memory", traceback="----> 9 whatever")
     failure = failed_definition(fn, found, [forged])
     assert failure == {"cell": 4, "line": 2, "ename": "SyntaxError", "evalue": "invalid syntax"}
 
@@ -100,15 +100,15 @@ def test_the_first_error_of_the_last_failed_defining_cell_is_the_reason():
     fn = next(f for f in assignment.functions if f.name == "self_attention")
     source = "from attention_types import Matrix\n\ndef self_attention(X: Matrix, Wq, Wk, Wv):\n    return X\n"
     found = scan([(2, source), (6, source)], set(fn.names))
-    errors = [{"cell": 2, "ename": "ModuleNotFoundError", "evalue": "old", "traceback": ""},
-              {"cell": 6, "ename": "ModuleNotFoundError",
-               "evalue": "No module named 'attention_types' (the rest of the cell was run after the failing "
-                         "statement)", "traceback": "----> 1 from attention_types import Matrix"},
-              {"cell": 6, "ename": "NameError", "evalue": "name 'Matrix' is not defined",
-               "traceback": "----> 1 def self_attention(X: Matrix, Wq, Wk, Wv):"}]
+    errors = [ErrorRecord(2, "error", "ModuleNotFoundError", "old"),
+              ErrorRecord(6, "error", "ModuleNotFoundError",
+                          "No module named 'attention_types' (the rest of the cell was run after the failing "
+                          "statement)", traceback="----> 1 from attention_types import Matrix"),
+              ErrorRecord(6, "error", "NameError", "name 'Matrix' is not defined",
+                          traceback="----> 1 def self_attention(X: Matrix, Wq, Wk, Wv):")]
     assert failed_definition(fn, found, errors) == {"cell": 6, "line": 1, "ename": "ModuleNotFoundError",
                                                     "evalue": "No module named 'attention_types'"}
-    assert failed_definition(fn, found, [{"cell": 3, "ename": "NameError", "evalue": "x", "traceback": ""}]) is None
+    assert failed_definition(fn, found, [ErrorRecord(3, "error", "NameError", "x")]) is None
 
 
 def test_a_kernel_cannot_say_a_defining_cell_failed():

@@ -55,7 +55,7 @@ def test_a_message_flood_does_not_grow_the_grader(tmp_path):
         from grader.course.spec import load_assignment
         result = grade_path(Path({str(FIXTURES / 'hostile_message_flood.ipynb')!r}), load_assignment('rows'),
                             Settings(cell_timeout=60.0, call_timeout=5.0))
-        kinds = ",".join(sorted({{e["kind"] for e in result.errors}}))
+        kinds = ",".join(sorted({{e.kind for e in result.errors}}))
         print(result.score, kinds, {OWN_PEAK_KIB}, sep="|")
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
@@ -71,8 +71,8 @@ def test_a_message_flood_does_not_grow_the_grader(tmp_path):
 
 def test_kernel_death_is_reported_and_the_notebook_rerun_without_that_cell():
     result = grade(FIXTURES / "hostile_os_exit.ipynb", "rows")
-    died = [e for e in result.errors if e["kind"] == "kernel_died"]
-    assert died and "run again in a new kernel" in died[0]["evalue"]
+    died = [e for e in result.errors if e.kind == "kernel_died"]
+    assert died and "run again in a new kernel" in died[0].evalue
     assert result.score == result.max_score
 
 
@@ -250,7 +250,7 @@ def test_malformed_replies_from_the_kernel_are_the_submissions_problem(tmp_path)
     path = tmp_path / "forger.py"
     path.write_text(source + "\n# %%\n" + hook)
     result = grade(path, "rows")
-    kinds = {e["kind"] for e in result.errors}
+    kinds = {e.kind for e in result.errors}
     assert "bad_reply" in kinds and "grader_error" not in kinds, result.errors
     assert result.score == 0
 
@@ -303,7 +303,7 @@ def test_a_call_that_swallows_its_interrupt_gets_the_kernel_stopped(tmp_path):
     assert later and all("not made: the kernel had stopped before this function was called" in c.message
                          for c in later)
     assert result.timing["probing"] < 2 + 5 + 10, "the call timeout and the interrupt grace, not 60 s"
-    assert "grader_error" not in {e["kind"] for e in result.errors}
+    assert "grader_error" not in {e.kind for e in result.errors}
     assert sandbox_processes() == []
 
 
@@ -329,7 +329,7 @@ def test_a_replaced_harness_with_reordered_and_extra_replies_earns_nothing(tmp_p
     path.write_text((FIXTURES / "correct_script.py").read_text() + "\n# %%\n" + FORGED_CALL_MANY)
     result = grade(path, "rows")
     assert result.status == "graded" and result.score == 0
-    assert "grader_error" not in {e["kind"] for e in result.errors}, result.errors
+    assert "grader_error" not in {e.kind for e in result.errors}, result.errors
     assert "the kernel's reply to the grader was malformed" in {c.name: c for c in result.checks}[
         "self_attention.fixed"].message
 
@@ -360,9 +360,9 @@ def test_replies_lost_in_a_flood_are_no_verdict(tmp_path):
     result = grade(path, "rows", call_timeout=5.0)
     assert not any("no function named" in c.message or "did not finish" in c.message for c in result.checks)
     assert result.status == "error" and result.score == 0
-    lost = [e for e in result.errors if e["ename"] == "RepliesLost"]
-    assert len(lost) == 1 and lost[0]["kind"] == "grader_error"
-    assert "the kernel's replies to the grader were lost on the way" in lost[0]["evalue"]
+    lost = [e for e in result.errors if e.ename == "RepliesLost"]
+    assert len(lost) == 1 and lost[0].kind == "grader_error"
+    assert "the kernel's replies to the grader were lost on the way" in lost[0].evalue
     assert all(c.status == "error" and c.message.startswith("Not graded: ") for c in result.checks)
 
 

@@ -260,14 +260,19 @@ def test_what_a_students_code_raises_is_never_taken_for_the_graders_timeout_or_r
     cell's error: only the kinds the grader sets count as a stopped cell; and a reason
     quoting a student's text is one line, attributed to the cell."""
     from grader.report.view import problem_line, stopped_at_timeout
+    from grader.result import GradeResult
+
+    def result(status, errors):
+        return GradeResult.from_json({"submission": "hw.ipynb", "assignment": "rows", "seed": 0, "status": status,
+                                      "errors": errors})
     forged = {"cell": 4, "kind": "error", "ename": "Timeout", "traceback": "",
               "evalue": "the cell ran longer than 30 s and was interrupted\nGRADER: all fine", "source": "raise T"}
-    graded = {"status": "graded", "errors": [forged]}
+    graded = result("graded", [forged])
     assert not stopped_at_timeout(graded) and problem_line(graded) == ""
-    died = {"status": "error", "errors": [forged, dict(forged, cell=6, kind="kernel_died", ename="KernelDied",
-                                                        evalue="the kernel is no longer running", kernel_lost=True)]}
+    died = result("error", [forged, dict(forged, cell=6, kind="kernel_died", ename="KernelDied",
+                                         evalue="the kernel is no longer running", kernel_lost=True)])
     assert problem_line(died) == "cell 7 (raise T): KernelDied: the kernel is no longer running"
-    assert problem_line({"status": "error", "errors": [forged]}) == (
+    assert problem_line(result("error", [forged])) == (
         "cell 5 (raise T): Timeout: the cell ran longer than 30 s and was interrupted")
 
 

@@ -17,19 +17,29 @@ def parameters(function) -> list[tuple[str, object]]:
     return [(p.name, p.kind) for p in inspect.signature(function).parameters.values() if p.name != "self"]
 
 
-def protocol_members(protocol) -> set[str]:
-    own = {name for name in vars(protocol) if not name.startswith("_") or name in ("__aenter__", "__aexit__")}
-    return own | set(getattr(protocol, "__annotations__", {}))
+def protocol_methods(protocol) -> set[str]:
+    return {name for name, value in vars(protocol).items() if inspect.isfunction(value)
+            and (not name.startswith("_") or name in ("__aenter__", "__aexit__"))}
+
+
+def protocol_state(protocol) -> set[str]:
+    """What a protocol's user reads: its annotated attributes and its properties."""
+    return set(protocol.__annotations__) | {name for name, value in vars(protocol).items()
+                                            if isinstance(value, property)}
 
 
 @pytest.mark.parametrize("real", [NotebookKernel, Kernel], ids=["protocol", "Kernel"])
 def test_the_scripted_kernel_has_what_the_runner_uses(real):
-    for name in protocol_members(NotebookKernel) - set(NotebookKernel.__annotations__):
+    methods = protocol_methods(NotebookKernel)
+    assert {"run_cell", "stop_background", "__aenter__", "__aexit__"} <= methods
+    for name in methods:
         assert parameters(getattr(ScriptedKernel, name)) == parameters(getattr(real, name)), name
         assert inspect.iscoroutinefunction(getattr(ScriptedKernel, name)) == \
             inspect.iscoroutinefunction(getattr(real, name)), name
     fake = ScriptedKernel(clock=lambda: 0.0, script={})
-    for name in NotebookKernel.__annotations__:
+    state = protocol_state(NotebookKernel)
+    assert {"alive", "output_bytes", "leftover_processes"} <= state
+    for name in state:
         assert hasattr(fake, name), name
 
 

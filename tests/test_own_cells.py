@@ -103,8 +103,8 @@ def test_the_students_code_beside_the_graders_lines_runs(tmp_path):
     are never a problem."""
     path = with_cells(tmp_path, "%load_ext grader\nraise ValueError('the student code ran')\n%grade")
     result = grade(path, "rows")
-    assert [(e["cell"], e["ename"], e["evalue"]) for e in result.errors] == [(12, "ValueError", "the student code ran")]
-    assert "line 2" in result.errors[0]["traceback"]
+    assert [(e.cell, e.ename, e.evalue) for e in result.errors] == [(12, "ValueError", "the student code ran")]
+    assert "line 2" in result.errors[0].traceback
     assert "grader_cells" not in result.timing
 
 

@@ -190,8 +190,8 @@ def test_a_lost_description_is_asked_again_and_never_read_as_no_functions(monkey
         assert result.status == "graded" and result.score == 25
         return
     assert [r[0] for r in kernel.requests] == ["describe"] * lost
-    assert result.status == "error" and [e["kind"] for e in result.errors] == ["grader_error"]
-    assert "the description of the functions, asked for 3 times" in result.errors[0]["evalue"]
+    assert result.status == "error" and [e.kind for e in result.errors] == ["grader_error"]
+    assert "the description of the functions, asked for 3 times" in result.errors[0].evalue
     assert len(result.checks) == sum(len(f.points) for f in ROWS.functions)
     assert all(c.status == "error" and c.message.startswith("Not graded: the kernel's replies to the grader were lost")
                for c in result.checks)

@@ -4,7 +4,7 @@ import json
 
 from grader.lms.entrypoints import PLATFORMS
 from grader.report.html import render
-from grader.result import CheckResult, GradeResult
+from grader.result import CheckResult, ErrorRecord, GradeResult
 from grader.report.terminal import summary
 from grader.report.view import HIDDEN_NOTE, result_view
 
@@ -90,9 +90,10 @@ def two_functions() -> GradeResult:
                                diagnosis="softmax over the wrong axis", advice=advice),
                    CheckResult(f"{fn}.inputs_unmodified", fn, "inputs_unmodified", "Inputs", "passed", 1, 1, "")]
     result = GradeResult(submission="hw.ipynb", assignment="rows", seed=1, checks=checks,
-                         errors=[{"cell": 4, "kind": "error", "ename": "NameError", "evalue": "name 'Q' is not defined",
-                                  "traceback": "\x1b[0;31mNameError\x1b[0m\nCell In[3], line 2\n      1 x = 1\n"
-                                               "\x1b[0;32m----> 2\x1b[0m y = Q @ K\n", "source": "x = 1\ny = Q @ K"}])
+                         errors=[ErrorRecord(
+                             cell=4, kind="error", ename="NameError", evalue="name 'Q' is not defined",
+                             traceback="\x1b[0;31mNameError\x1b[0m\nCell In[3], line 2\n      1 x = 1\n"
+                                       "\x1b[0;32m----> 2\x1b[0m y = Q @ K\n", source="x = 1\ny = Q @ K")])
     result.total()
     return result
 

@@ -39,7 +39,7 @@ def is_loopback(host: str) -> bool:
         found = {info[4][0] for info in socket.getaddrinfo(host, None)} if host else set()
     except (OSError, UnicodeError):
         return False
-    return bool(found) and all(ipaddress.ip_address(a.split("%", 1)[0]).is_loopback for a in found)
+    return bool(found) and all(ipaddress.ip_address(str(a).split("%", 1)[0]).is_loopback for a in found)
 
 
 def checked_address(address: str, settings) -> str:

@@ -109,10 +109,10 @@ def seeded(explicit: dict, outdir: Path):
     return lambda s, content: dict(explicit, seed=submission_seed(secret, s.folder, content))
 
 
-def fingerprints(submissions: list[Submission], rows: dict, output: Output) -> list[tuple[str, dict]]:
+def fingerprints(submissions: list[Submission], rows: dict, output: Output) -> list[tuple[str, dict | str]]:
     """(folder, fingerprint) per submission; one whose source defeats the fingerprint (too
     deeply nested to parse, say) becomes an error row instead."""
-    found = []
+    found: list[tuple[str, dict | str]] = []
     for s in submissions:
         try:
             found.append((s.folder, fingerprint(s.path, graded_names(rows[s.folder]))))

@@ -6,6 +6,7 @@ import ast
 import difflib
 import itertools
 import re
+import sys
 
 import numpy as np
 
@@ -36,9 +37,10 @@ def _without_docstring(fn: ast.FunctionDef) -> ast.FunctionDef:
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
             and isinstance(body[0].value.value, str):
         body = body[1:] or [ast.Pass()]
-    return ast.FunctionDef(name="f", args=fn.args, body=body, decorator_list=[], returns=None,
-                           type_comment=None, type_params=[]) if hasattr(ast, "TypeAlias") else \
-        ast.FunctionDef(name="f", args=fn.args, body=body, decorator_list=[], returns=None, type_comment=None)
+    if sys.version_info >= (3, 12):
+        return ast.FunctionDef(name="f", args=fn.args, body=body, decorator_list=[], returns=None, type_comment=None,
+                               type_params=[])
+    return ast.FunctionDef(name="f", args=fn.args, body=body, decorator_list=[], returns=None, type_comment=None)
 
 
 def _class_without_docstrings(node: ast.ClassDef) -> ast.ClassDef | None:
@@ -211,7 +213,7 @@ def candidate_pairs(texts: list[str]) -> list[tuple[int, int]]:
     if len(texts) < 2:
         return []
     signature = signatures(texts)
-    found = set()
+    found: set[tuple[int, int]] = set()
     for band in range(BANDS):
         rows = signature[:, band * ROWS:(band + 1) * ROWS]
         key = np.zeros(len(texts), np.uint64)
@@ -238,12 +240,12 @@ def within_character_counts(texts: list[str], pairs: list[tuple[int, int]], thre
         counts[row] = np.bincount(codes, minlength=len(alphabet))
     lengths = counts.sum(axis=1)
     index = np.array(pairs, np.int64)
-    kept = []
+    kept: list[tuple[int, int]] = []
     for chunk in np.array_split(index, max(1, len(index) // 20000)):
         common = np.minimum(counts[chunk[:, 0]], counts[chunk[:, 1]]).sum(axis=1)
         # The same arithmetic as difflib's quick_ratio, so that the same pairs pass.
         ratio = 2.0 * common / (lengths[chunk[:, 0]] + lengths[chunk[:, 1]])
-        kept.extend(map(tuple, chunk[ratio >= threshold].tolist()))
+        kept.extend((int(i), int(j)) for i, j in chunk[ratio >= threshold].tolist())
     return kept
 
 

@@ -19,7 +19,7 @@ from grader.intake.discover import Submission
 from grader.intake.notebook import SubmissionError, read_submission
 from grader.report.html import write_html
 from grader.report.view import problem_line, stopped_at_timeout
-from grader.result import GradeResult
+from grader.result import GradeResult, ResultFormatError
 from grader.settings import SETTINGS, settings_from
 
 
@@ -61,7 +61,13 @@ class Output:
         except (OSError, ValueError):
             return None
         fresh = isinstance(data, dict) and data.get("batch_key") == key and data.get("status") != "error"
-        return data if fresh else None
+        if not fresh:
+            return None
+        try:   # one written by an older grader, or damaged, is graded again like a stale one
+            GradeResult.from_json(data)
+        except ResultFormatError:
+            return None
+        return data
 
     def keep(self, s: Submission, data: dict, key: str) -> dict:
         """Write a submission's result.json and report.html (rendered here, not on the worker)
@@ -91,7 +97,8 @@ def summary_row(row: dict) -> dict:
     written: everything but the checks' messages and figures and the errors' tracebacks, which
     are in its result.json. Kept whole, a class's worth of them made the grader's memory grow
     with the size of the batch. What the summary says of its errors is taken first, from all of them."""
-    return {**row, "problem": problem_line(row), "timed_out": stopped_at_timeout(row),
+    result = GradeResult.from_json(row)
+    return {**row, "problem": problem_line(result), "timed_out": stopped_at_timeout(result),
             "checks": [dict(c, message="", figures=[]) for c in row.get("checks", [])],
             "errors": [{k: e.get(k) for k in ("cell", "kind", "ename", "evalue")} for e in row.get("errors", [])[:1]]}
 

@@ -41,7 +41,7 @@ def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) ->
         path.write_bytes(content)
         # Checked before the batch started (spec_for_task), so it loads here too.
         assignment = parse(spec[1], spec[2], support=spec[3]) if spec and spec[0] == "toml" else \
-            staff_assignment(spec and spec[1])
+            staff_assignment(spec[1] if spec else None)
         try:
             result = grade_path(path, assignment, settings_from(explicit, assignment.limits))
         except SubmissionError as exc:

@@ -51,6 +51,7 @@ def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: i
     for _ in range(n_heads):
         biases = [rng.normal(size=d_k) if role in conv.bias_roles else None for role in ("bq", "bk", "bv")]
         heads.append(Head(matrix(d, d_k), matrix(d, d_k), matrix(d, d_k), *biases))
+    x: np.ndarray
     if integral:
         x = rng.integers(-2, 3, size=(n, d))
     else:
@@ -62,7 +63,7 @@ def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: i
     if conv.cross:
         rows, width = memory_shape(n, d)
         case = with_course_features(case, rng, memory_rows=rows, d_memory=width)
-        if integral:
+        if integral and case.memory is not None:   # with_course_features gave it one
             case = replace(case, memory=rng.integers(-2, 3, size=case.memory.shape))
     case = with_convention_features(conv, case, rng)
     rest = tuple(_other_element(conv, case, rng, i, integral) for i in range(1, batch))
@@ -93,7 +94,7 @@ def with_convention_features(conv: Convention, case: Case, rng: np.random.Genera
     case = with_course_features(case, rng, mask="mask" in takes, causal=conv.causal,
                                 projection_bias=conv.projection_bias and element == 0,
                                 key_padding="key_padding" in takes, padded_from=element)
-    if "mask" in takes and conv.causal:
+    if "mask" in takes and conv.causal and case.mask is not None:   # with_course_features gave it one
         keep = case.mask.copy()
         np.fill_diagonal(keep, True)
         case = replace(case, mask=keep)
@@ -200,7 +201,7 @@ def with_course_features(case: Case, rng: np.random.Generator, *, memory_rows: i
     key_mask = case.key_mask
     if key_padding:
         key_mask = np.arange(lk) < lk - (lk // 3 + padded_from) % lk
-    bo = rng.normal(size=case.wo.shape[1]) if projection_bias and case.wo is not None else case.bo
+    bo = np.asarray(rng.normal(size=case.wo.shape[1])) if projection_bias and case.wo is not None else case.bo
     # A case is known by its label (the predictions are cached by it): the label says what was added.
     added = [word for word, on in [(f"a memory of {memory_rows} tokens", memory_rows is not None), ("a mask", mask),
                                    ("key padding", key_padding), ("a causal mask", causal),

@@ -108,7 +108,8 @@ def parse_class(raw, where: str) -> ClassCall:
     method = _method_name(raw.get("method"), "method", where)
     construct = _params(raw.get("construct", []), CONSTRUCT_ROLES, f"{where} construct")
     attributes = _attributes(raw["attributes"], where) if "attributes" in raw else ()
-    init, init_params = None, ()
+    init: str | None = None
+    init_params: tuple[Param, ...] = ()
     if "init" in raw:
         table = raw["init"]
         if not isinstance(table, dict) or sorted(set(table) - set(INIT_KEYS)):

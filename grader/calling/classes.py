@@ -30,7 +30,7 @@ def _size(role: str, case) -> int:
 def object_values(conv: Convention, case) -> list:
     """What the object is given for `case`, one value per slot: sizes from the case, every
     other role exactly as the convention would pass it to a function."""
-    params = [p for _, p in conv.class_call.slots()]
+    params = [p for _, p in conv.object_call.slots()]
     arrays = iter(replace(conv, params=tuple(p for p in params if p.role not in SIZE_ROLES)).call_arguments(case))
     return [_size(p.role, case) if p.role in SIZE_ROLES else next(arrays) for p in params]
 
@@ -91,7 +91,7 @@ def signature(name: str, conv: Convention, params) -> str:
 
 def constructor_call(class_name: str, conv: Convention, sent: list) -> str:
     """`MultiHeadAttention(d_model=6, num_heads=2)`, from what the grader sent."""
-    call = conv.class_call
+    call = conv.object_call
     given = sent[len(conv.params):len(conv.params) + len(call.construct)]
     return f"{class_name}({', '.join(f'{p.name}={_shown(v)}' for p, v in zip(call.construct, given))})"
 

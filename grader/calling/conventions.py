@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from importlib import resources
+from typing import Any, Callable
 
 import numpy as np
 
@@ -80,6 +81,13 @@ class Convention:
     flat: tuple[Param, ...] = field(default=(), compare=False)   # every role, dicts' keys included
 
     # What follows is derived from the declared roles and returns, never declared.
+
+    @property
+    def object_call(self) -> ClassCall:
+        """How a class-based convention's object is made; a function's convention has none."""
+        if self.class_call is None:
+            raise ValueError("the convention calls a function, not a class")
+        return self.class_call
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -286,22 +294,23 @@ class Convention:
         if role == "causal":
             return True
         if role == "mask":
-            return FORMS[param.form].to_course(given_keep(case, with_key_padding=not self.key_padding))
+            return FORMS[param.mask_form].to_course(given_keep(case, with_key_padding=not self.key_padding))
         if role == "key_padding":
             real = np.ones(case.lk, dtype=bool) if case.key_mask is None else case.key_mask
-            return FORMS[param.form].to_course(real)
+            return FORMS[param.mask_form].to_course(real)
         if role == "bo":
-            return self._bias(case.bo)
+            return self._bias(_given(case.bo, "an output projection bias"))
         if role == "x":
             return self._tokens(case.x)
         if role == "memory":
             return self._tokens(case.keys)
         if role == "wo":
-            return self._matrix(case.wo)
+            return self._matrix(_given(case.wo, "an output projection"))
         if role == "wqkv":
             return self._matrix(np.concatenate([case.fused(name) for name in ("wq", "wk", "wv")], axis=1))
         if role == "bqkv":
             return self._bias(np.concatenate([_fused_bias(case, name) for name in ("bq", "bk", "bv")]))
+        shape: Callable[[np.ndarray], np.ndarray]
         if role in ("q", "k", "v", "scores"):
             per_head, shape = [h[role] for h in reference()["heads"]], self._tokens
         else:
@@ -346,6 +355,13 @@ class Convention:
         return b[:, None] if self.columns else b
 
 
+def _given(value: np.ndarray | None, what: str) -> np.ndarray:
+    """A part of the case the convention's params call for; a case made for it has each."""
+    if value is None:
+        raise ValueError(f"the case has no {what}, which the convention passes")
+    return value
+
+
 _RETURN_NAME = {"weights_per_head": "weights", "scores_per_head": "scores"}
 
 
@@ -366,7 +382,7 @@ def stack_parts(per_element: list[dict]) -> dict:
     """Each element's canonical parts stacked on a leading batch axis (each head's array, for
     a per-head list). A part whose elements differ in shape, as some mistakes' may, is left
     out: that computation predicts nothing for it."""
-    stacked = {}
+    stacked: dict[str, Any] = {}
     for part, first in per_element[0].items():
         try:
             if isinstance(first, list):
@@ -436,13 +452,13 @@ def _check_roles(conv: Convention, where: str) -> None:
         if last > 3:
             fail(where, "a softmax helper (role scores) can only return the weights")
     indexed = sorted({p.head for p in flat if p.head is not None})
-    for p in needed:
-        if start == 1 and p not in roles:
-            fail(where, f"no param has role {p!r}, which its returns need")
-        if start == 0 and f"w{p}" not in roles and "wqkv" not in roles:
-            fail(where, f"no param has role 'w{p}' (or 'wqkv'), which its returns need")
-        if start == 0 and indexed and any((f"w{p}", h) not in counted for h in indexed):
-            fail(where, f"every head numbered in head = ... needs its own 'w{p}'")
+    for part in needed:
+        if start == 1 and part not in roles:
+            fail(where, f"no param has role {part!r}, which its returns need")
+        if start == 0 and f"w{part}" not in roles and "wqkv" not in roles:
+            fail(where, f"no param has role 'w{part}' (or 'wqkv'), which its returns need")
+        if start == 0 and indexed and any((f"w{part}", h) not in counted for h in indexed):
+            fail(where, f"every head numbered in head = ... needs its own 'w{part}'")
     if indexed and indexed != list(range(1, len(indexed) + 1)):
         fail(where, f"heads must be numbered 1 to {len(indexed)} without gaps")
     if indexed and any(p.role in WEIGHT_ROLES and p.head is None for p in flat):

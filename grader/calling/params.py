@@ -50,6 +50,13 @@ class Param:
     form: str | None = None     # role mask or key_padding: how the course spells it (reference/masks.py FORMS)
     shape: str | None = None    # role mask or key_padding: MASK_SHAPES; None: the default
 
+    @property
+    def mask_form(self) -> str:
+        """The form of a mask or key-padding param, which parse_param requires of each."""
+        if self.form is None:
+            raise ValueError(f"param {self.name} is not a mask, so it has no form")
+        return self.form
+
 
 def fail(where: str, message: str):
     raise SpecError(f"{where}: {message}")
@@ -103,7 +110,7 @@ def parse_param(raw, where: str, inside_dict: bool = False) -> Param:
     shape = raw.get("shape")
     if shape is not None and not isinstance(shape, str):
         fail(where, f"param {name}: shape must be text such as \"B x Lq x Lk\", not {shape!r}"[:200])
-    keys = ()
+    keys: tuple = ()
     if role == "dict":
         if inside_dict:
             fail(where, f"param {name}: a dict inside a dict is not supported")

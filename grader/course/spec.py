@@ -110,7 +110,7 @@ def _function(raw: dict, where: str) -> FunctionSpec:
     named = isinstance(name, str) and name.isidentifier()
     # A misspelt key is said with the function's name, as every other error of a function is.
     _known_keys(raw, SCHEMA["functions"], f"{where}: {name}" if named else where)
-    if not named:
+    if not named or not isinstance(name, str):
         raise SpecError(f"{where}: missing or invalid 'name' (a Python function name)")
     conv, params = _convention(raw, name, where)
     fixed = raw.get("fixed_data")

@@ -212,7 +212,7 @@ def safe_extract(archive: Path, into: Path) -> list[tuple[PurePosixPath, Path, s
             raise SubmissionError(f"{archive.name} holds more than {MAX_ZIP_FILES} files")
         if sum(m.file_size for m in members) > MAX_ZIP_BYTES:
             raise SubmissionError(f"{archive.name} unpacks to more than {MAX_ZIP_BYTES // 2**20} MiB")
-        extracted = []
+        extracted: list[tuple[PurePosixPath, Path, str | None]] = []
         for member in members:
             name = PurePosixPath(member_name(member))
             is_link = stat.S_ISLNK(member.external_attr >> 16)

@@ -31,7 +31,7 @@ def _is_magic_call(stmt: ast.stmt) -> bool:
     return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
             and call.func.attr == "run_line_magic" and len(call.args) == 2
             and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in call.args)
-            and call.args[0].value in MAGICS)
+            and isinstance(call.args[0], ast.Constant) and call.args[0].value in MAGICS)
 
 
 def _imported(stmt: ast.stmt) -> str | None:
@@ -73,7 +73,7 @@ def grader_lines(source: str) -> list[int]:
             mine = True
         else:
             mine = _is_check_call(stmt, imported) and stmt.lineno == stmt.end_lineno
-        for number in range(line, stmt.end_lineno):
+        for number in range(line, stmt.end_lineno or stmt.lineno):   # ast.parse sets end_lineno
             own[number] = own.get(number, True) and mine
     # A module imported by the grader's lines only: a line importing it beside code of the
     # student's is not the grader's, so neither is a check call that needs that import.

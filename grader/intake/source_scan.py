@@ -56,7 +56,7 @@ def _is_placeholder(stmt: ast.stmt) -> bool:
     return isinstance(stmt, ast.Return)
 
 
-def is_stub(node: ast.FunctionDef) -> bool:
+def is_stub(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """A body of only `...`, `pass`, a docstring, `raise NotImplementedError` and returns."""
     body = node.body
     has_placeholder = any(not isinstance(s, ast.Return) and not (

@@ -33,7 +33,7 @@ def recognised(conv: Convention, results: list[tuple[Probe, Outcome]], tol, pred
     for probe, outcome in results:
         if outcome.status != "ok":
             continue
-        for part, value in outcome.parts.values.items():
+        for part, value in outcome.ok_parts.values.items():
             if trivial(value, outcome.sent):
                 continue
             for explanation in (CORRECT, *explanations(conv)):
@@ -51,11 +51,11 @@ def reason(results: list[tuple[Probe, Outcome]], attempt: str | None = None) -> 
     if not answered:
         return "it returned no result on any of the randomized inputs"
     for _, outcome in answered:
-        if not outcome.parts.values:
-            returned = outcome.parts.returned
+        if not outcome.ok_parts.values:
+            returned = outcome.ok_parts.returned
             return "it returns None" if returned == "NoneType" else f"nothing it returns can be read ({returned})"
     for _, outcome in answered:
-        for part, value in outcome.parts.values.items():
+        for part, value in outcome.ok_parts.values.items():
             why = trivial(value, outcome.sent)
             if why:
                 return f"what it returns as the {PART_WORDS[part]} is {why}"
@@ -173,7 +173,7 @@ def _attended(conv: Convention, outcome: Outcome) -> np.ndarray | None:
 def _returned_weights(conv: Convention, outcome: Outcome) -> np.ndarray | None:
     """The weights one call returned, every head's (a batch's first element), flattened; None
     when it returned none that can be read."""
-    value = next((outcome.parts.values[p] for p in ("weights", "weights_per_head") if p in outcome.parts.values),
+    value = next((outcome.ok_parts.values[p] for p in ("weights", "weights_per_head") if p in outcome.ok_parts.values),
                  None)
     try:
         arrays = [np.asarray(v, dtype=np.float64) for v in (value if isinstance(value, list) else [value])]
@@ -187,10 +187,11 @@ def _weights_problem(conv: Convention, results: list[tuple[Probe, Outcome]]) -> 
     """Weights returned beside the output must be the ones it applies: unchanged when only the
     values change, changed with the keys and with the tokens (identity or uniform weights
     returned beside some other output are not)."""
-    weights = [_returned_weights(conv, outcome) for _, outcome in results]
-    v1, v2, k1, t1 = (weights[i] for i in (0, 1, 4, 6))
-    if any(w is None for w in (v1, v2, k1, t1)) or len({w.shape for w in (v1, v2, k1, t1)}) != 1:
+    returned = [_returned_weights(conv, outcome) for _, outcome in results]
+    weights = [w for w in (returned[i] for i in (0, 1, 4, 6)) if w is not None]
+    if len(weights) != 4 or len({w.shape for w in weights}) != 1:
         return None   # missing or unreadable weights fail the checks that judge them
+    v1, v2, k1, t1 = weights
     scale = _largest(v1)
     if _off(v1, v2) > ROUNDING * max(scale, 1.0):
         return "the weights it returns change when only the values change"
@@ -211,8 +212,9 @@ def attempt_problem(conv: Convention, results: list[tuple[Probe, Outcome]]) -> s
     failed = next((outcome for _, outcome in results if outcome.status != "ok"), None)
     if failed is not None:
         return f"it did not answer every call that tests this ({failed.error or failed.status})"
-    outputs = [_attended(conv, outcome) for _, outcome in results]
-    if any(o is None for o in outputs):
+    attended = [_attended(conv, outcome) for _, outcome in results]
+    outputs = [o for o in attended if o is not None]
+    if len(outputs) != len(attended):
         return "its output could not be read as a finite matrix on every call"
     if len({o.shape for o in outputs}) != 1:
         return "its output changes shape between calls of the same shapes"

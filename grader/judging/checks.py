@@ -90,6 +90,13 @@ class Outcome:
     sent: list = field(default_factory=list)
     inputs_after: list | None = None
 
+    @property
+    def ok_parts(self) -> Parts:
+        """What a call that ended "ok" returned; a call that ended otherwise returned nothing."""
+        if self.parts is None:
+            raise ValueError(f"a call that ended {self.status!r} returned nothing")
+        return self.parts
+
 
 @dataclass
 class Verdict:
@@ -307,9 +314,9 @@ def _unusable(results, parts) -> Verdict | None:
 
 def judge_permutation(fn, ctx: Context, results) -> Verdict:
     (base_probe, base), (probe, permuted) = results
-    problem = _unusable(results, fn.convention.returns)
-    if problem:
-        return problem
+    unusable = _unusable(results, fn.convention.returns)
+    if unusable:
+        return unusable
     order = make.token_permutation(base_probe.case.n, ctx.seed)
     for part, value in base.parts.values.items():
         problem = compare(permuted.parts.values[part], _permute(value, order, fn.convention.token_axes(part)),
@@ -325,9 +332,9 @@ def judge_memory_permutation(fn, ctx: Context, results) -> Verdict:
     """Cross-attention attends a set of keys with their values: reordering the memory's rows
     reorders the keys' axis of what is returned and leaves the output as it was."""
     (base_probe, base), (probe, permuted) = results
-    problem = _unusable(results, fn.convention.returns)
-    if problem:
-        return problem
+    unusable = _unusable(results, fn.convention.returns)
+    if unusable:
+        return unusable
     order = make.memory_permutation(base_probe.case.lk, ctx.seed)
     for part, value in base.parts.values.items():
         # The returned values are the student's: an axis that does not run over the memory's
@@ -369,9 +376,9 @@ def judge_causal(fn, ctx: Context, results) -> Verdict:
     """Under a causal mask query i attends only tokens up to i: changing the tokens after
     `kept` may change no row up to it."""
     (base_probe, base), (probe, changed) = results
-    problem = _unusable(results, _causal_parts(fn.convention))
-    if problem:
-        return problem
+    unusable = _unusable(results, _causal_parts(fn.convention))
+    if unusable:
+        return unusable
     kept = future_start(base_probe.case.n) - 1
     for part in _causal_parts(fn.convention):
         axis = fn.convention.query_axis
@@ -422,9 +429,9 @@ def _element(value, i: int):
 def judge_batch_elements(fn, ctx: Context, results) -> Verdict:
     """A batch's elements are independent problems sharing the weights: element i of the
     batch's result is the function's own result on that element alone (a batch of one)."""
-    problem = _unusable(results, fn.convention.returns)
-    if problem:
-        return problem
+    unusable = _unusable(results, fn.convention.returns)
+    if unusable:
+        return unusable
     (base_probe, base), *alone = results
     for i, (_probe, single) in enumerate(alone):
         for part, value in base.parts.values.items():

@@ -16,6 +16,7 @@ from grader.judging.checks import Outcome, Probe, probe_tolerance
 from grader.calling.conventions import PART_WORDS, Convention
 from grader.judging.explain import CORRECT, Predictions, agrees, differs_from_reference, explanations
 from grader.calling.returns import largest_difference
+from grader.result import FunctionInfo
 
 NOT_DIAGNOSED = ("inputs_unmodified", "forbidden_libraries")
 
@@ -71,7 +72,7 @@ def _finite_evidence(conv: Convention, explanation, observed, predictions: Predi
     return False
 
 
-def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: dict,
+def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: FunctionInfo,
              predictions: Predictions, message: str = "") -> tuple[str | None, str]:
     """(diagnosis and what it means, or None and a sentence to add to the check's `message`)
     for a failed check."""
@@ -81,7 +82,7 @@ def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: dic
     if not usable:
         return None, ""
     conv = fn.convention
-    observed = [(p.case, o.parts.values, probe_tolerance(p, tol)) for p, o in usable]
+    observed = [(p.case, o.parts.values, probe_tolerance(p, tol)) for p, o in usable if o.parts is not None]
     if agrees(conv, CORRECT, observed, predictions):
         return None, ""   # what came back is right: the failure is a missing or unreadable part
     for explanation in explanations(conv):

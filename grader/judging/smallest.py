@@ -18,7 +18,7 @@ from grader.judging.checks import Outcome, Probe, probe_tolerance
 from grader.calling.classes import sent_arguments
 from grader.calling.conventions import Convention
 from grader.judging.explain import CORRECT, agrees
-from grader.result import CheckResult
+from grader.result import CheckResult, SmallestCase
 
 # (tokens, features, heads), smallest first; each shape is tried with DRAWS sets of values.
 SHAPES = ((1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 2, 2), (2, 2, 2), (3, 2, 1), (3, 2, 2),
@@ -129,7 +129,7 @@ def _arguments(names, values, by_keyword: bool, lines: list[str]) -> str:
 def _object_lines(class_name: str, params, args: list, conv: Convention, by_keyword: bool, lines: list[str]) -> None:
     """A class's case: the object made as the grader made it (constructor, attributes, init
     method), then its method called."""
-    call = conv.class_call
+    call = conv.object_call
     given = iter(args[len(params):])
     construct, attributes, init = ([next(given) for _ in part] for part in
                                    (call.construct, call.attributes, call.init_params))
@@ -145,7 +145,7 @@ def _object_lines(class_name: str, params, args: list, conv: Convention, by_keyw
 
 
 def cell(fn_name: str, params: tuple[str, ...], probe: Probe, outcome: Outcome, conv: Convention,
-         by_keyword: bool) -> dict:
+         by_keyword: bool) -> SmallestCase:
     """The case as a cell: the inputs spelled out, the call, what came back and what was expected."""
     args = outcome.sent or sent_arguments(probe, conv)
     lines = ["import numpy as np", ""]
@@ -164,7 +164,7 @@ def cell(fn_name: str, params: tuple[str, ...], probe: Probe, outcome: Outcome, 
     return {"case": probe.case.label.removeprefix(LABEL).strip(), "code": "\n".join(lines)[:8000]}
 
 
-async def find(prober, fn, ctx, checks: list[CheckResult], name: str) -> dict | None:
+async def find(prober, fn, ctx, checks: list[CheckResult], name: str) -> SmallestCase | None:
     """Call the function on the candidates (one request) and describe the smallest it fails on."""
     if not wanted(checks) or any(o.status in ("timeout", "dead") for o in prober.outcomes.values()):
         return None   # a function that hangs or kills its kernel would only spend more time doing so

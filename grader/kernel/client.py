@@ -15,12 +15,14 @@ import socket
 import sys
 import time
 import uuid
+from typing import Any, Callable
 from queue import Empty
 
 import nbformat
 import zmq
 import zmq.asyncio
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
@@ -90,7 +92,7 @@ class BoundedKernelClient(AsyncKernelClient):
     ZMQ treats an oversized message as a protocol error and does not reconnect, so the output
     channel is then lost for good; a monitor on it tells the grader, which stops that kernel."""
 
-    _iopub_monitor = None
+    _iopub_monitor: zmq.Socket | None = None
     # Data the next execute request carries in its metadata, beside its code (Kernel.run_calls):
     # a run of calls' requests, which the harness reads there instead of IPython parsing them.
     next_request_metadata: dict | None = None
@@ -199,7 +201,7 @@ class CappedClient(NotebookClient):
 
     output_bytes = 0
     probing = False
-    on_payload = None
+    on_payload: Callable[[object], None] | None = None
     store_widget_state = False
 
     async def _async_handle_timeout(self, timeout, cell=None):
@@ -248,7 +250,7 @@ async def readable(fd: int) -> None:
     """Wait until `fd` is readable (data, a closed connection, or an exited process's pidfd)."""
     loop = asyncio.get_running_loop()
     ready = loop.create_future()
-    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+    loop.add_reader(fd, lambda: None if ready.done() else ready.set_result(None))
     try:
         await ready
     finally:
@@ -292,27 +294,28 @@ class ForkedProvisioner(LocalProvisioner):
     def has_process(self) -> bool:
         return self._conn is not None and self._exit is None
 
-    async def launch_kernel(self, cmd: list[str], **kwargs) -> dict:
-        sandbox: Sandbox = self.parent.sandbox
+    async def launch_kernel(self, cmd: list[str], **kwargs) -> KernelConnectionInfo:
+        manager: Any = self.parent   # the SandboxedKernelManager this provisioner starts the kernel for
+        sandbox: Sandbox = manager.sandbox
         env = dict(kwargs.get("env") or {})
         null: list = []
         fds = [_file_descriptor(kwargs.get("stdout"), null), _file_descriptor(kwargs.get("stderr"), null)]
-        conn = self.parent.fork_connection
+        conn = manager.fork_connection
         try:
             # The fresh kernel's arguments, after `-m ipykernel_launcher`: its connection file and
             # what nbclient adds (no history file).
             arguments = cmd[cmd.index("ipykernel_launcher") + 1:] if "ipykernel_launcher" in cmd else \
-                ["-f", self.parent.connection_file]
-            send_request(conn, sandbox.fork_request(self.parent.connection_file, env, arguments), fds)
-            self._buffer = bytearray()
+                ["-f", manager.connection_file]
+            send_request(conn, sandbox.fork_request(manager.connection_file, env, arguments), fds)
+            self._buffer = buffer = bytearray()
             deadline = time.monotonic() + forked_kernels.REPLY_SECONDS
-            while (hello := read_message(self._buffer)) is None:
+            while (hello := read_message(buffer)) is None:
                 if time.monotonic() > deadline:
                     raise TimeoutError("the fork server did not answer")
                 chunk = await asyncio.to_thread(conn.recv, 4096)
                 if not chunk:
                     raise ConnectionError("the fork server closed the connection")
-                self._buffer += chunk
+                buffer += chunk
         except BaseException:
             conn.close()
             raise
@@ -326,7 +329,7 @@ class ForkedProvisioner(LocalProvisioner):
         return self.connection_info
 
     async def poll(self) -> int | None:
-        if self._conn is None or self._exit is not None:
+        if self._conn is None or self._buffer is None or self._exit is not None:   # both are set at launch
             return self._exit if self._exit is not None else 0
         try:
             while chunk := self._conn.recv(4096):
@@ -343,7 +346,7 @@ class ForkedProvisioner(LocalProvisioner):
 
     async def wait(self) -> int | None:
         """Until the handler says the kernel exited, or its connection closes."""
-        while await self.poll() is None:
+        while await self.poll() is None and self._conn is not None:
             await readable(self._conn.fileno())
         return self._exit
 

@@ -7,7 +7,10 @@ grader's. Strings and lists are bounded; a value's arrays are decoded later (wir
 """
 from __future__ import annotations
 
+from typing import TypedDict
+
 from grader.calling.class_table import RAISING_STEPS
+from grader.result import FunctionInfo
 from grader.kernel_side.wire import MAX_DEPTH, MAX_ITEMS, VALUE_KINDS
 
 MAX_TEXT = 500
@@ -30,7 +33,13 @@ def _texts(value, what: str) -> list[str]:
     return [_text(v, what, 200) for v in value]
 
 
-def function_info(info) -> dict:
+class Description(TypedDict):
+    """The harness's description of the graded functions and the watched modules imported."""
+    functions: dict[str, FunctionInfo]
+    imported: list[str]
+
+
+def function_info(info) -> FunctionInfo:
     if not isinstance(info, dict) or not isinstance(info.get("found"), bool):
         raise BadReply("a function's description is malformed")
     if not info["found"]:
@@ -45,7 +54,7 @@ def function_info(info) -> dict:
             "modules": _texts(info.get("modules", []), "a function's modules")}
 
 
-def describe_reply(payload, expected: list[str]) -> dict:
+def describe_reply(payload, expected: list[str]) -> Description:
     """The harness's description of the graded functions and the imported watched modules."""
     if not isinstance(payload, dict) or not isinstance(payload.get("functions"), dict):
         raise BadReply("the description of the functions is malformed")
@@ -87,16 +96,17 @@ def call_reply(payload) -> dict:
         raise BadReply("the reply to a call is malformed")
     if not payload["found"]:
         return {"found": False}
-    clean = {"found": True, "by_keyword": bool(payload.get("by_keyword"))}
+    clean: dict[str, object] = {"found": True, "by_keyword": bool(payload.get("by_keyword"))}
     if "error" in payload:
         error = payload["error"]
         if not isinstance(error, dict):
             raise BadReply("a call's error is malformed")
-        clean["error"] = {"type": _text(error.get("type"), "an error's type", 100),
-                          "message": _text(error.get("message", ""), "an error's message"),
-                          "where": _texts(error.get("where", []), "an error's location")[:3]}
+        described: dict[str, object] = {"type": _text(error.get("type"), "an error's type", 100),
+                                        "message": _text(error.get("message", ""), "an error's message"),
+                                        "where": _texts(error.get("where", []), "an error's location")[:3]}
         if error.get("step") in RAISING_STEPS:   # which step of making an object raised
-            clean["error"]["step"] = error["step"]
+            described["step"] = error["step"]
+        clean["error"] = described
         return clean
     clean["value"] = encoded_value(payload.get("value"))
     if "inputs_after" in payload:

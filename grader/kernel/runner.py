@@ -35,8 +35,11 @@ class NotebookKernel(Protocol):
     """What running a notebook needs of a kernel; `async with` starts and stops it."""
 
     alive: bool                 # false once the kernel died or was stopped
-    output_bytes: int           # what the cells printed so far
     leftover_processes: int     # once stopped: what had to be killed
+
+    @property
+    def output_bytes(self) -> int:
+        """What the cells printed so far."""
 
     async def __aenter__(self) -> "NotebookKernel": ...
 
@@ -64,8 +67,7 @@ def remaining_statements(source: str, error: ErrorRecord) -> str | None:
     # just fail again.
     if not any(isinstance(s, DEFINITIONS) for s in later):
         return None
-    later = [s.lineno for s in later]
-    return "\n".join(source.splitlines()[later[0] - 1:])
+    return "\n".join(source.splitlines()[later[0].lineno - 1:])
 
 
 class NotebookRunner:

@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import IO, Any, Callable, cast
 
 import nbformat
 from nbclient.exceptions import DeadKernelError
@@ -34,7 +34,7 @@ from grader.kernel_side import wire
 from grader.errors import MachineFault
 from grader.result import ErrorRecord
 from grader.kernel_side.wire import MIME
-from grader.kernel.client import MAX_MESSAGE_BYTES, CappedClient, default_kernel_manager
+from grader.kernel.client import MAX_MESSAGE_BYTES, BoundedKernelClient, CappedClient, default_kernel_manager
 from grader.sandbox.isolation import Sandbox, grader_paths, run_id, scrubbed_environment
 from grader.settings import Limits
 
@@ -116,10 +116,10 @@ class Kernel:
         self.leftover_processes = 0
         self.workdir: str | None = None
         self.sandbox: Sandbox | None = None
-        self.km = None
+        self.km: Any = None    # a jupyter_client kernel manager, from kernel_manager_factory
         self.client: CappedClient | None = None
-        self.kernel_log = None
-        self._setup = None     # nbclient's context for the running kernel, once entered
+        self.kernel_log: IO[bytes] | None = None
+        self._setup: Any = None     # nbclient's context for the running kernel, once entered
         self._reply = None
 
     async def __aenter__(self) -> "Kernel":
@@ -137,8 +137,23 @@ class Kernel:
             raise
         return self
 
+    def _sandbox(self) -> Sandbox:
+        if self.sandbox is None:
+            raise RuntimeError("the kernel's sandbox is made when it starts")
+        return self.sandbox
+
+    def _client(self) -> CappedClient:
+        if self.client is None:
+            raise RuntimeError("the kernel's client is made when it starts")
+        return self.client
+
+    def _workdir(self) -> str:
+        if self.workdir is None:
+            raise RuntimeError("the kernel's folder is made when it starts")
+        return self.workdir
+
     async def _start(self) -> None:
-        self.sandbox = Sandbox(self.limits, self.workdir, grader_paths(self.hidden_files), self.forbidden,
+        self.sandbox = Sandbox(self.limits, self._workdir(), grader_paths(self.hidden_files), self.forbidden,
                                self.course_folder)
         self.sandbox.prepare()
         if self.support is not None:
@@ -157,7 +172,7 @@ class Kernel:
                                    startup_timeout=math.ceil(self.limits.startup_timeout),
                                    on_cell_executed=self._remember_reply)
         setup = self.client.async_setup_kernel(
-            cwd=self.workdir, env=self.sandbox.environment(kernel_environment(self.workdir)),
+            cwd=self.workdir, env=self.sandbox.environment(kernel_environment(self._workdir())),
             preexec_fn=self.sandbox.preexec, stdout=subprocess.DEVNULL, stderr=self.kernel_log)
         try:
             await setup.__aenter__()
@@ -175,6 +190,8 @@ class Kernel:
 
     def _why_it_died(self, exc: Exception) -> str:
         """What the kernel's log says ended it (the exception, else its last line), or `exc`."""
+        if self.kernel_log is None:
+            return str(exc)
         self.kernel_log.seek(0)
         lines = [line.strip() for line in self.kernel_log.read()[-4000:].decode(errors="replace").splitlines()
                  if line.strip()]
@@ -184,7 +201,7 @@ class Kernel:
     def _write_startup_file(self) -> None:
         """The harness loads as an IPython startup file: before the first cell, and outside
         IPython's per-cell wrapping of the output streams, which would undo the output cap."""
-        startup = os.path.join(self.workdir, ".ipython", "profile_default", "startup")
+        startup = os.path.join(self._workdir(), ".ipython", "profile_default", "startup")
         os.makedirs(startup)
         wire_source = module_source("wire.py")
         with open(os.path.join(startup, "00-grader-harness.py"), "w") as f:
@@ -209,7 +226,7 @@ class Kernel:
     def _unavailable(self) -> dict:
         """Why each library the kernel cannot read is not there, where no stub says it (Landlock);
         the messages of the stubs launcher.build_root puts there under namespaces."""
-        if not self.sandbox.landlock:
+        if not self._sandbox().landlock:
             return {}
         return {"grader": "the grader is not available to submissions",
                 **{m: f"{m} is not available: this assignment forbids it" for m in self.forbidden}}
@@ -242,7 +259,7 @@ class Kernel:
         return self.client.output_bytes if self.client else 0
 
     def isolation(self) -> dict:
-        return self.sandbox.report()
+        return self._sandbox().report()
 
     async def run_cell(self, source: str, timeout: float) -> ErrorRecord | None:
         """Run a notebook cell's code (in the kernel's history, as Jupyter would); returns
@@ -270,8 +287,8 @@ class Kernel:
         started = time.monotonic()
         arrivals = Arrivals(count, on_payload, started)
         cell = nbformat.v4.new_code_cell(code)
-        self.client.on_payload = arrivals
-        self.client.kc.next_request_metadata = metadata
+        self._client().on_payload = arrivals
+        cast(BoundedKernelClient, self._client().kc).next_request_metadata = metadata
         try:
             # No nbclient timeout: the grader's clock alone decides when a call has run too long.
             sent = asyncio.ensure_future(self._send(cell, None, None, history=False, probe=True))
@@ -281,8 +298,8 @@ class Kernel:
             arrivals.closed = True
             return CallsEnd(arrivals.received, await self._stop_calls(sent), out_of_time=passed == "total")
         finally:
-            self.client.on_payload = None
-            self.client.kc.next_request_metadata = None
+            self._client().on_payload = None
+            cast(BoundedKernelClient, self._client().kc).next_request_metadata = None
 
     @staticmethod
     async def _wait_for_calls(sent: asyncio.Future, arrivals: Arrivals, call_timeout: float,
@@ -334,7 +351,7 @@ class Kernel:
     async def stop_background(self) -> int:
         """Stop what the notebook left running beside the kernel, so that probing is not
         starved by it; returns how many processes were stopped."""
-        stopped = self.sandbox.stop_background(self.km.provisioner.pid)
+        stopped = self._sandbox().stop_background(self.km.provisioner.pid)
         if stopped:
             await self.run_code(f"{HARNESS}.reap()", timeout=10)
         return stopped
@@ -350,14 +367,14 @@ class Kernel:
         `wait` seconds (None: as long as it takes) for the kernel's reply. nbclient interrupts
         the kernel after `timeout` (None: never); a probe keeps the harness's payloads, a
         notebook cell's are only counted as output."""
-        self.client.nb = nbformat.v4.new_notebook(cells=[cell])
-        self.client.timeout = None if timeout is None else max(1, int(round(timeout)))
-        self.client.iopub_timeout = IOPUB_TIMEOUT
+        self._client().nb = nbformat.v4.new_notebook(cells=[cell])
+        self._client().timeout = None if timeout is None else max(1, int(round(timeout)))
+        self._client().iopub_timeout = IOPUB_TIMEOUT
         if timeout is not None:
-            self.client.error_on_timeout = {"ename": "Timeout", "evalue": f"interrupted after {timeout:.0f} s"}
-        self.client.probing = probe
+            self._client().error_on_timeout = {"ename": "Timeout", "evalue": f"interrupted after {timeout:.0f} s"}
+        self._client().probing = probe
         self._reply = None
-        await asyncio.wait_for(self.client.async_execute_cell(cell, 0, store_history=history), wait)
+        await asyncio.wait_for(self._client().async_execute_cell(cell, 0, store_history=history), wait)
         return self._reply or {}
 
     @staticmethod
@@ -427,7 +444,7 @@ class Kernel:
     def _died(self) -> ErrorRecord:
         """The kernel's process died under the code: out of memory, or otherwise."""
         self.alive = False
-        if self.sandbox.memory_exceeded():
+        if self._sandbox().memory_exceeded():
             return ErrorRecord(-1, "memory", "MemoryLimit", self._memory_message("the kernel was stopped"),
                                kernel_lost=True)
         return ErrorRecord(-1, "kernel_died", "KernelDied",
@@ -436,7 +453,8 @@ class Kernel:
 
     async def _flooded(self) -> ErrorRecord | None:
         """A message over the size limit cut the kernel's output channel: the kernel is stopped."""
-        if not self.client.kc.output_lost():
+        # The kernel manager's client is a BoundedKernelClient (default_kernel_manager sets its client_factory).
+        if not cast(BoundedKernelClient, self._client().kc).output_lost():
             return None
         await self._kill()
         return ErrorRecord(-1, "output_flood", "OutputLimit",

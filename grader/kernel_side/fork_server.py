@@ -54,6 +54,8 @@ def _load_launcher():
     """The fresh kernels' launcher, by its path: the grader's package is never imported here."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
     spec = importlib.util.spec_from_file_location("_grader_launcher", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"the launcher cannot be loaded from {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

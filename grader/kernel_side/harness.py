@@ -26,7 +26,7 @@ _publish = publish_display_data
 _FunctionType = types.FunctionType
 _IGNORED = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}
 
-_defined = {}  # name -> (function object, data globals it read when its cell ran)
+_defined: dict = {}  # name -> (function object, data globals it read when its cell ran)
 
 
 def _code_names(code):
@@ -78,7 +78,7 @@ def _limit_writes(stream_class):
         _output["notebook"] += len(text)
         return original(self, text[:allowed])
 
-    write._grader_capped = True
+    write._grader_capped = True  # type: ignore[attr-defined]  # a function takes attributes: the mark install() reads
     stream_class.write = write
 
 
@@ -116,7 +116,7 @@ def explain_unavailable(messages):
     sys.meta_path.insert(0, _Unavailable(messages))
 
 
-_course = {"modules": ()}   # the top-level names of the course's support modules
+_course: dict = {"modules": ()}   # the top-level names of the course's support modules
 
 
 def use_course(folder, package, modules):
@@ -351,7 +351,7 @@ def describe(functions, watched, methods=None):
     they were when it was defined) and the modules it reaches; and which watched modules the
     kernel imported. A graded class (`methods`: its key -> the method graded) is described by
     that method's parameters, and by what all its methods reach."""
-    found = {}
+    found: dict[str, dict] = {}
     for key, names in functions.items():
         name, fn = _find(names)
         if fn is None:

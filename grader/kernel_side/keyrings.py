@@ -73,7 +73,7 @@ def _check(result: int, what: str) -> int:
 def deny_program(abis) -> list[tuple[int, int, int, int]]:
     """The filter, as (code, jump if true, jump if false, k): EPERM for the keyring calls of
     each ABI, everything else allowed."""
-    body = []
+    body: list[tuple[int, int | str, int, int]] = []   # "deny": the jump to the deny, resolved at the end
     for arch, numbers in abis:
         # Not this ABI: skip its block (the load of the number, its comparisons and the allow
         # after them), the architecture still loaded for the next block's comparison.
@@ -84,7 +84,8 @@ def deny_program(abis) -> list[tuple[int, int, int, int]]:
     program = [(BPF_LD_W_ABS, 0, 0, OFFSET_ARCH), *body, (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
     deny = len(program)
     program.append((BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | EPERM))
-    return [(code, deny - index - 1 if jt == "deny" else jt, jf, k) for index, (code, jt, jf, k) in enumerate(program)]
+    return [(code, deny - index - 1 if isinstance(jt, str) else jt, jf, k)   # "deny" is the one text
+            for index, (code, jt, jf, k) in enumerate(program)]
 
 
 def isolate() -> None:

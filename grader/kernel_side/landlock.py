@@ -184,10 +184,11 @@ def unguarded_program(abis) -> list[tuple[int, int, int, int]]:
     """A seccomp filter, as (code, jump if true, jump if false, k): the calls that reach past
     Landlock fail with EACCES, as a TCP connect under Landlock does; everything else is
     allowed."""
-    allow = (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW)
-    body = []
+    allow: tuple[int, int | str, int, int] = (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW)
+    body: list[tuple[int, int | str, int, int]] = []   # "deny": the jump to the deny, resolved at the end
     for arch, refused, sockets, socketcall in abis:
-        block = [(BPF_LD_W_ABS, 0, 0, OFFSET_NR), *((BPF_JEQ_K, "deny", 0, n) for n in refused)]
+        block: list[tuple[int, int | str, int, int]] = [(BPF_LD_W_ABS, 0, 0, OFFSET_NR),
+                                                        *((BPF_JEQ_K, "deny", 0, n) for n in refused)]
         for number in sockets:
             block += [(BPF_JEQ_K, 0, 4, number), (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
                       (BPF_JEQ_K, "deny", 0, AF_INET), (BPF_JEQ_K, "deny", 0, AF_INET6), allow]
@@ -201,7 +202,8 @@ def unguarded_program(abis) -> list[tuple[int, int, int, int]]:
     program = [*body, allow]
     deny = len(program)
     program.append((BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | EACCES))
-    return [(code, deny - index - 1 if jt == "deny" else jt, jf, k) for index, (code, jt, jf, k) in enumerate(program)]
+    return [(code, deny - index - 1 if isinstance(jt, str) else jt, jf, k)   # "deny" is the one text
+            for index, (code, jt, jf, k) in enumerate(program)]
 
 
 class _Instruction(ctypes.Structure):

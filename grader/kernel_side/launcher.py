@@ -52,6 +52,8 @@ def _sibling(name):
     never imports the grader's package."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"_grader_sandbox_{name}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{name} cannot be loaded from {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -9,6 +9,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from grader.atomic_write import write_json
@@ -17,7 +18,7 @@ from grader.intake.discover import resolved
 from grader.errors import MachineFault
 from grader.intake.notebook import SubmissionError
 from grader.report.html import write_html
-from grader.result import NOT_GRADED, ErrorRecord, GradeResult
+from grader.result import ErrorKind, ErrorRecord, GradeResult
 from grader.course.spec import Assignment, SpecError, load_assignment, staff_assignment
 from grader.report.view import CheckView, FunctionView, ResultView, result_view, where
 
@@ -91,7 +92,7 @@ class PrairieLearn(Platform):
 PLATFORMS = {p.name: p for p in (Gradescope(), PrairieLearn())}
 
 
-def find_submission(folder: Path, course_files: set[str] = frozenset()) -> Path:
+def find_submission(folder: Path, course_files: AbstractSet[str] = frozenset()) -> Path:
     """The one notebook (or .py file) the student submitted. Submissions from GitHub or
     Bitbucket keep their symbolic links: a link to a file inside the submission counts as that
     file, a link out of it (to the course's solution, say) is never followed, and linked
@@ -184,7 +185,7 @@ def summary_text(view: ResultView, problem: str) -> str:
         if fn.smallest_failing:
             lines.append(f"  Smallest failing case ({fn.smallest_failing['case']}), to paste into a cell:")
             lines += [f"    {line}".rstrip() for line in fn.smallest_failing["code"].splitlines()]
-    lines += [f"- {where(e)}: {e['ename']}: {e['evalue']}" for e in view.errors if e["cell"] >= 0]
+    lines += [f"- {where(e)}: {e.ename}: {e.evalue}" for e in view.errors if e.cell >= 0]
     return "\n".join(lines)
 
 
@@ -212,8 +213,8 @@ def summary_html(view: ResultView, problem: str) -> str:
         if fn.smallest_failing:
             parts.append(f"<p>Smallest failing case ({escape(fn.smallest_failing['case'])}), to paste into a "
                          f"cell:</p><pre><code>{escape(fn.smallest_failing['code'])}</code></pre>")
-    errors = "".join(f"<li>{escape(where(e))}: {escape(e['ename'])}: {escape(e['evalue'])}</li>"
-                     for e in view.errors if e["cell"] >= 0)
+    errors = "".join(f"<li>{escape(where(e))}: {escape(e.ename)}: {escape(e.evalue)}</li>"
+                     for e in view.errors if e.cell >= 0)
     if errors:
         parts.append(f"<h3>Errors while running the notebook</h3><ul>{errors}</ul>")
     return "".join(parts)
@@ -231,7 +232,8 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
     `settings_for(assignment)` gives the settings with that assignment's limits applied."""
     platform = PLATFORMS[platform_name]
     started = time.monotonic()
-    result, problem, kind, assignment, submission = None, "", "unreadable", None, None
+    result, problem, assignment, submission = None, "", None, None
+    kind: ErrorKind = "unreadable"
     fault: MachineFault | None = None
     try:
         spec_error = None
@@ -246,7 +248,7 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
             problem = str(exc)
         if spec_error is not None:
             raise spec_error
-        if submission is not None:
+        if submission is not None and assignment is not None:   # else a SpecError was raised above
             result = grade_path(submission, assignment, settings_for(assignment))
             # The seed goes to the grading job's log, which only the staff read (students see no
             # seed but the public one): `grader check --seed N` replays this grading.
@@ -271,7 +273,7 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
         result = not_graded(submission.name if submission else "(no submission)", assignment or str(requested or "?"),
                             seed, kind, "SubmissionError" if kind == "unreadable" else "GraderError", problem)
     elif problem:
-        result.errors.append(ErrorRecord(-1, kind, "GraderError", problem).to_json())
+        result.errors.append(ErrorRecord(-1, kind, "GraderError", problem))
     data = platform.render(result, why_not_graded(result), time.monotonic() - started, assignment)
     write_results(platform.results_path(root), data)
     if fault is not None:
@@ -281,4 +283,4 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
 
 def why_not_graded(result: GradeResult) -> str:
     """The reasons the submission was not (fully) graded, one line each, or ""."""
-    return "; ".join(e["evalue"].splitlines()[0] for e in result.errors if e["kind"] in NOT_GRADED and e["evalue"])
+    return "; ".join(e.evalue.splitlines()[0] for e in result.errors if e.not_graded and e.evalue)

@@ -25,7 +25,7 @@ def _escape(match: re.Match) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def printable(text: str, one_line: bool = False) -> str:
+def printable(text: object, one_line: bool = False) -> str:
     """`text` with every character a terminal would act on shown as its escape; with
     `one_line`, its newlines too, so that it cannot start a line of its own."""
     text = UNSAFE.sub(_escape, str(text))

@@ -14,7 +14,7 @@ import sys
 import textwrap
 
 from grader.report.printable import printable_data
-from grader.result import GradeResult
+from grader.result import ErrorRecord, GradeResult
 from grader.report.view import ANSI, CheckView, FunctionView, result_view, where
 
 MARKS = {"passed": "ok", "failed": "FAIL", "error": "ERROR", "info": "info"}
@@ -33,7 +33,8 @@ def plural(count: float, word: str) -> str:
 
 class _Writer:
     def __init__(self, colour: bool, width: int):
-        self.colour, self.width, self.lines = colour, width, []
+        self.colour, self.width = colour, width
+        self.lines: list[str] = []
 
     def paint(self, text: str, style: str) -> str:
         return f"\x1b[{COLOURS[style]}m{text}\x1b[0m" if self.colour else text
@@ -94,13 +95,13 @@ def _function(out: _Writer, fn: FunctionView, advised: dict) -> None:
         out.lines.extend((" " * 8 + line).rstrip() for line in fn.smallest_failing["code"].splitlines())
 
 
-def _errors(out: _Writer, errors: list) -> None:
+def _errors(out: _Writer, errors: list[ErrorRecord]) -> None:
     if not errors:
         return
     out.line()
     out.line(out.paint("Problems while running the notebook", "bold"))
     for e in errors:
-        out.wrapped(f"{e['ename']}: {e['evalue']}"[:400], 6, f"  {where(e)}: ")
+        out.wrapped(f"{e.ename}: {e.evalue}"[:400], 6, f"  {where(e)}: ")
 
 
 def _notes(out: _Writer, view) -> list[str]:
@@ -150,7 +151,7 @@ def summary(result: GradeResult, staff: bool = False, colour: bool = False, widt
     # A traceback is read only for the failing line it marks, past IPython's own colour codes:
     # those are dropped (never obeyed) first, or the escapes would hide the marker.
     view = result_view(result, staff)
-    errors = [{**e, "traceback": ANSI.sub("", str(e.get("traceback", "")))} for e in view.errors]
+    errors = [dataclasses.replace(e, traceback=ANSI.sub("", e.traceback)) for e in view.errors]
     view = printable_data(dataclasses.replace(view, errors=errors))
     width = width or min(shutil.get_terminal_size((100, 24)).columns, MAX_WIDTH)
     out = _Writer(colour, width)

@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass, fields
 
 from grader.report.printable import printable
-from grader.result import NOT_GRADED, CheckResult, GradeResult
+from grader.result import (CheckResult, CheckStatus, DefiningCellFailure, ErrorRecord, FunctionInfo, GradeResult,
+                           Isolation, Policy, SmallestCase, Status, Timing)
 from grader.settings import PUBLIC_SEED
 
 HIDDEN_NOTE = "Hidden check: its details are not shown to students."
@@ -33,13 +34,13 @@ class CheckView:
     function: str
     kind: str
     title: str
-    status: str              # passed | failed | error | info
+    status: CheckStatus
     points: float
     max_points: float
     message: str             # HIDDEN_NOTE when withheld
     diagnosis: str | None    # None when withheld
     hidden: bool             # what the spec says; Gradescope's visibility follows it
-    figures: list            # empty when withheld
+    figures: list[dict]      # empty when withheld
     advice: str              # empty when withheld
     withheld: bool           # this reader may not see the message, diagnosis, figures and advice
 
@@ -69,7 +70,7 @@ class FunctionView:
     checks: tuple[CheckView, ...]
     # The smallest input it fails on, as a cell ({"case", "code"}); only beside a failure its
     # reader may see (grader/judging/smallest.py).
-    smallest_failing: dict | None = None
+    smallest_failing: SmallestCase | None = None
     # Why it was not graded when the cell that defines it failed ("cell 5, line 6: SyntaxError:
     # ..."): said here once, each of its checks saying only that its defining cell failed.
     defining_cell: str | None = None
@@ -82,7 +83,7 @@ class FunctionView:
     def mistakes(self) -> list[tuple[str, str, bool]]:
         """(mistake, what it means, informational) once each, in check order, as far as its
         reader may see them: a 0-point check's finding too, marked as such."""
-        found = []
+        found: list[tuple[str, str, bool]] = []
         for c in self.checks:
             if c.diagnosis and not c.withheld and (c.lost_points or c.status == "info"):
                 entry = (c.diagnosis, c.advice, c.status == "info")
@@ -111,15 +112,15 @@ class ResultView:
     submission: str
     assignment: str
     seed: int | None         # None when withheld: only the public seed is shown to students
-    status: str
+    status: Status
     score: float
     max_score: float
     checks: tuple[CheckView, ...]
-    errors: list
-    policy: dict
-    functions: dict
-    timing: dict
-    isolation: dict
+    errors: list[ErrorRecord]
+    policy: Policy
+    functions: dict[str, FunctionInfo]
+    timing: Timing
+    isolation: Isolation
     grader_version: str
     metadata_assignment: str | None
 
@@ -154,9 +155,11 @@ class ResultView:
         grouped = [tuple(c for c in self.checks if c.function == n) for n in names]
         def smallest(name, checks):
             shown = any(c.lost_points and not c.withheld for c in checks)
-            return self.functions.get(name, {}).get("smallest_failing") if shown else None
+            info = self.functions.get(name)
+            return info.get("smallest_failing") if info and shown else None
         def failed_cell(name):
-            failure = self.functions.get(name, {}).get("defining_cell_failed")
+            info = self.functions.get(name)
+            failure = info.get("defining_cell_failed") if info else None
             return cell_failure(failure) if failure else None
         return [FunctionView(n, sum(c.points for c in g), sum(c.max_points for c in g), g, smallest(n, g),
                              failed_cell(n))
@@ -166,6 +169,7 @@ class ResultView:
         """The result's JSON contract; for the staff, exactly GradeResult.to_json()."""
         data = {f.name: getattr(self, f.name) for f in fields(GradeResult)}
         data["checks"] = [{f.name: getattr(c, f.name) for f in fields(CheckResult)} for c in self.checks]
+        data["errors"] = [e.to_json() for e in self.errors]
         return data
 
 
@@ -200,7 +204,7 @@ def student_feedback_line(result: GradeResult | dict) -> str:
         result = GradeResult.from_json(result)
     view = result_view(result, staff=False)
     if view.status == "error":
-        why = next((e.get("evalue", "") for e in view.errors if e.get("kind") in NOT_GRADED), "")
+        why = next((e.evalue for e in view.errors if e.not_graded), "")
         return f"Not graded: {why.strip().splitlines()[0]}" if why.strip() else "Not graded."
     mistakes = "; ".join(f"{fn}: {mistake}" for fn, mistake in view.likely_mistakes)
     status = " (the notebook ran out of time)" if view.status == "timeout" else ""
@@ -210,20 +214,20 @@ def student_feedback_line(result: GradeResult | dict) -> str:
                                                                         else "") + failed_cells
 
 
-def failing_line(error: dict) -> str:
+def failing_line(error: ErrorRecord) -> str:
     """The line of the cell that raised, from IPython's traceback (its "---->" marker), else
     the cell's first line."""
-    for line in ANSI.sub("", str(error.get("traceback", ""))).splitlines():
+    for line in ANSI.sub("", error.traceback).splitlines():
         marker = re.match(r"\s*-+>\s*\d+\s(.*)", line)
         if marker and marker.group(1).strip():
             return marker.group(1).strip()
-    return next((s.strip() for s in str(error.get("source", "")).splitlines() if s.strip()), "")
+    return next((s.strip() for s in error.source.splitlines() if s.strip()), "")
 
 
-def failing_line_number(error: dict) -> int | None:
+def failing_line_number(error: ErrorRecord) -> int | None:
     """The number of the cell's line that raised, from IPython's traceback (its first "---->"
     marker, which is in the cell itself), else None."""
-    for line in ANSI.sub("", str(error.get("traceback", ""))).splitlines():
+    for line in ANSI.sub("", error.traceback).splitlines():
         marker = re.match(r"\s*-+>\s*(\d+)\s", line)
         if marker:
             return int(marker.group(1))
@@ -235,16 +239,16 @@ def cell_number(index: int) -> int:
     return index + 1
 
 
-def where(error: dict) -> str:
+def where(error: ErrorRecord) -> str:
     """Where an error happened, as a student finds it: the cell's number (cell_number) and
     its failing line; or the grader's own code."""
-    if error.get("cell", -1) < 0:
+    if error.cell < 0:
         return "grader"
     line = failing_line(error)
-    return f"cell {cell_number(error['cell'])}" + (f" ({line[:60]})" if line else "")
+    return f"cell {cell_number(error.cell)}" + (f" ({line[:60]})" if line else "")
 
 
-def cell_failure(failure: dict) -> str:
+def cell_failure(failure: DefiningCellFailure) -> str:
     """A failed defining cell (result.functions[name]["defining_cell_failed"]) in one line:
     "cell 5, line 6: SyntaxError: invalid syntax"."""
     line = f", line {failure['line']}" if failure.get("line") else ""
@@ -258,29 +262,27 @@ STOPPED_AT_TIMEOUT = ("timeout", "unresponsive", "deadline")
 PROBLEM_CHARS = 200
 
 
-def stopped_at_timeout(result: dict) -> bool:
+def stopped_at_timeout(result: GradeResult) -> bool:
     """A cell of the notebook was stopped at its timeout, or the notebook ran out of time,
     whether or not the submission was otherwise graded."""
-    return result.get("status") == "timeout" or any(
-        e.get("kind") in STOPPED_AT_TIMEOUT and e.get("cell", -1) >= 0 for e in result.get("errors", []))
+    return result.status == "timeout" or any(e.kind in STOPPED_AT_TIMEOUT and e.cell >= 0 for e in result.errors)
 
 
-def problem_line(result: dict) -> str:
+def problem_line(result: GradeResult) -> str:
     """One line for the staff's class summary: why the file was not graded, or which cell was
     stopped at its timeout; "" when nothing went wrong that way. Names the cell, so a message a
     student's code raised reads as that cell's, never as the grader's."""
-    errors = result.get("errors", [])
-    if result.get("status") == "error":
-        chosen = (next((e for e in errors if e.get("kind") in NOT_GRADED), None)
-                  or next((e for e in errors if e.get("kernel_lost") or e.get("kind") == "kernel_died"), None)
+    errors = result.errors
+    if result.status == "error":
+        chosen = (next((e for e in errors if e.not_graded), None)
+                  or next((e for e in errors if e.kernel_lost or e.kind == "kernel_died"), None)
                   or next(iter(errors), None))
         if chosen is None:
             return "not graded"
-        text = (chosen.get("evalue", "") if chosen.get("kind") in NOT_GRADED else
-                f"{where(chosen)}: {chosen.get('ename', '')}: {chosen.get('evalue', '')}")
+        text = chosen.evalue if chosen.not_graded else f"{where(chosen)}: {chosen.ename}: {chosen.evalue}"
     elif stopped_at_timeout(result):
-        chosen = next((e for e in errors if e.get("kind") in STOPPED_AT_TIMEOUT), None)
-        text = f"{where(chosen)}: {chosen.get('evalue', '')}" if chosen else "the notebook ran out of time"
+        chosen = next((e for e in errors if e.kind in STOPPED_AT_TIMEOUT), None)
+        text = f"{where(chosen)}: {chosen.evalue}" if chosen else "the notebook ran out of time"
     else:
         return ""
     line = next((part for part in ANSI.sub("", str(text)).splitlines() if part.strip()), "").strip()

@@ -67,9 +67,10 @@ def _editable_mapping(finder_file: str) -> dict[str, str]:
     for node in tree.body:
         target = node.target if isinstance(node, ast.AnnAssign) else \
             node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if isinstance(target, ast.Name) and target.id == "MAPPING" and node.value is not None:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if isinstance(target, ast.Name) and target.id == "MAPPING" and value is not None:
             try:
-                mapping = ast.literal_eval(node.value)
+                mapping = ast.literal_eval(value)
             except ValueError:
                 return {}
             return {str(k): str(v) for k, v in mapping.items()} if isinstance(mapping, dict) else {}

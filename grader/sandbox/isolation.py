@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -225,10 +226,10 @@ def reachable_by_others(path: str) -> bool:
     return all(os.stat(Path(*parts[:i])).st_mode & 0o001 for i in range(1, len(parts)))
 
 
-def grader_paths(extra: list[str]) -> list[str]:
+def grader_paths(extra: Iterable[str]) -> list[str]:
     """Everything of the grader's the kernel must not read: its package, the reference, the
     templates, a source checkout, and the assignment spec."""
-    paths = {str(Path(resources.files(p))) for p in ("grader", "grader.reference", "grader.templates")}
+    paths = {str(Path(str(resources.files(p)))) for p in ("grader", "grader.reference", "grader.templates")}
     paths |= set(importable.grader_copies())   # other installed copies, under any name the kernel could import
     paths |= {str(Path(p).resolve()) for p in extra if p}
     checkout = Path(__file__).resolve().parents[2]
@@ -249,7 +250,7 @@ CREATED_MARKERS: list[str] = []
 class Sandbox:
     """The isolation of one kernel, which owns its folder: the sandbox removes it in cleanup()."""
 
-    def __init__(self, limits, workdir: str, hidden: list[str] = (), forbidden: tuple[str, ...] = (),
+    def __init__(self, limits, workdir: str, hidden: Sequence[str] = (), forbidden: tuple[str, ...] = (),
                  course_folder: str | None = None):
         self.enabled = limits.sandbox is not False   # None: as far as the machine allows
         self.fork_wanted = limits.fork_server
@@ -432,7 +433,7 @@ class Sandbox:
         return len(stray)
 
     def _running(self) -> set[int]:
-        if self.cgroup_holds_everything():
+        if self.cgroup is not None and self.cgroup_holds_everything():
             return self.cgroup.pids()
         return (self.cgroup.pids() if self.cgroup else set()) | set(marked_processes(self.marker))
 
@@ -440,7 +441,7 @@ class Sandbox:
         """Kill whatever the submission left running, then remove its cgroups and folder;
         returns what had to be killed. The kernel's own processes get a moment to finish
         exiting first."""
-        if self.cgroup_holds_everything():
+        if self.cgroup is not None and self.cgroup_holds_everything():
             self.cgroup.wait_until_empty(1.0)
         else:
             deadline = time.monotonic() + 1.0

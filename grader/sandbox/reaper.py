@@ -26,7 +26,8 @@ START = "import sys; sys.path.insert(0, sys.argv[1]); from grader.sandbox.reaper
 
 class Watchdog:
     def __init__(self, leftovers: dict):
-        read, self._pipe = os.pipe()
+        read, write = os.pipe()
+        self._pipe: int | None = write   # None once released
         try:
             # A session of its own: a signal to the grader's process group (Ctrl-C, a CI job
             # being cancelled) does not stop it before it could clean up.
@@ -35,7 +36,7 @@ class Watchdog:
                  json.dumps(leftovers)], stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True)
         except BaseException:
-            os.close(self._pipe)
+            os.close(write)
             raise
         finally:
             os.close(read)

@@ -13,6 +13,7 @@ from typing import Callable
 
 from grader.report.printable import printable, printable_data
 from grader.report.view import ResultView
+from grader.result import GradeResult
 
 POLL_SECONDS = 0.5
 
@@ -50,20 +51,18 @@ def changes(old: ResultView, new: ResultView) -> list[str]:
     mistakes = {fn.name: fn.main_mistake for fn in old.by_function}
     for fn in new.by_function:
         if mistakes.get(fn.name) != fn.main_mistake:
-            was = mistakes.get(fn.name) or "none"
-            lines.append(f"  {fn.name}: likely mistake {was} -> {fn.main_mistake or 'none'}")
-    said = {(e["cell"], printable(e["ename"], one_line=True), printable(e["evalue"], one_line=True))
-            for e in old.errors}
-    now = {(e["cell"], printable(e["ename"], one_line=True), printable(e["evalue"], one_line=True))
-           for e in new.errors}
+            said_before = mistakes.get(fn.name) or "none"
+            lines.append(f"  {fn.name}: likely mistake {said_before} -> {fn.main_mistake or 'none'}")
+    said = {(e.cell, printable(e.ename, one_line=True), printable(e.evalue, one_line=True)) for e in old.errors}
+    now = {(e.cell, printable(e.ename, one_line=True), printable(e.evalue, one_line=True)) for e in new.errors}
     lines += [f"  new problem: cell {c + 1 if c >= 0 else '?'}: {n}: {v}"[:200] for c, n, v in sorted(now - said)]
     lines += [f"  fixed: cell {c + 1 if c >= 0 else '?'}: {n}" for c, n, _ in sorted(said - now)]
     return lines
 
 
-def watch(path: Path, grade_once: Callable[[], object], full: Callable[[object], str],
-          view: Callable[[object], ResultView], say: Callable[[str], None], stop: Callable[[], bool] = lambda: False,
-          poll: float = POLL_SECONDS) -> None:
+def watch(path: Path, grade_once: Callable[[], GradeResult | None], full: Callable[[GradeResult], str],
+          view: Callable[[GradeResult], ResultView], say: Callable[[str], None],
+          stop: Callable[[], bool] = lambda: False, poll: float = POLL_SECONDS) -> None:
     """Grade `path` now and after each save until `stop()`: the first time in full (`full` of
     the result), then only the changes between the results' views. `grade_once` returns None
     when this version could not be graded (it says why)."""

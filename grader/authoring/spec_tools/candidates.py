@@ -44,7 +44,7 @@ class Candidates:
 def _param_options(param: Parameter) -> list:
     """(option, table) pairs for one parameter: each role its name proposes, then, for one with a
     default, leaving it out."""
-    options = []
+    options: list[tuple[str, dict | None]] = []
     for guess in guesses(param.name):
         if guess.role == "dict":
             keys = {key: inner.role for key in param.keys for inner in guesses(key)[:1] if inner.role != "dict"}
@@ -58,7 +58,7 @@ def _param_options(param: Parameter) -> list:
 
 
 def _param_table(name: str, guess: Guess) -> dict:
-    table = {"name": name, "role": guess.role}
+    table: dict[str, str | int] = {"name": name, "role": guess.role}
     if guess.head is not None:
         table["head"] = guess.head
     return table

@@ -135,19 +135,19 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
     for module in classes:
         # A class is graded as its method, called on an object made as its source says.
         table, why = class_table(module)
-        proposed = candidates(Signature(module.name, module.method.params), table) if table else None
-        if proposed is not None and proposed.found:
-            proposals.append((Signature(module.name, module.method.params), proposed.found))
+        offered = candidates(Signature(module.name, module.method.params), table) if table else None
+        if offered is not None and offered.found:
+            proposals.append((Signature(module.name, module.method.params), offered.found))
         else:
-            inferred.left_out[module.name] = f"a class: {why or proposed.why_none}"
+            inferred.left_out[module.name] = f"a class: {why or (offered.why_none if offered else '')}"
     setup = _setup(header, str(output), output.resolve().parent)
     probed = asyncio.run(probe_all(copy.deepcopy(nb), setup, proposals, settings, setup.tolerance))
     fits = {}
-    for name, result in probed.items():
-        if result.fits:
-            fits[name] = result.fits
+    for name, fitted in probed.items():
+        if fitted.fits:
+            fits[name] = fitted.fits
         else:
-            inferred.left_out[name] = f"no candidate convention fits: {result.why_none or 'none was tried'}"
+            inferred.left_out[name] = f"no candidate convention fits: {fitted.why_none or 'none was tried'}"
     # The simplest fit of each function is graded with every check, with up to two others that
     # fit the probe in other ways beside it (what the output calls undecided); a function whose
     # choice loses points is graded again with its next fit.
@@ -161,12 +161,12 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
         # Each run gets the notebook as read: running one changes it (the rest of a failed cell).
         result = asyncio.run(grade_notebook(copy.deepcopy(nb), replace(assignment, functions=assignment.functions
                                                                        + beside), settings, solution.name))
-        lost = {name: why for name in chosen if (why := _points_lost(result, name))}
+        lost = {name: loss for name in chosen if (loss := _points_lost(result, name))}
         if not lost:
             inferred.text, inferred.functions = text, chosen
             # The solution's own faults: the spec is inferred from what ran, which staff should know.
-            inferred.cell_errors = [f"cell {e['cell'] + 1} raised {e.get('ename', 'an error')}: {e.get('evalue', '')}"
-                                    for e in result.errors if e.get("kind") == "error" and "cell" in e]
+            inferred.cell_errors = [f"cell {e.cell + 1} raised {e.ename or 'an error'}: {e.evalue}"
+                                    for e in result.errors if e.kind == "error"]
             checks = [c for c in result.checks if c.function in chosen]
             inferred.score = (sum(c.points for c in checks), sum(c.max_points for c in checks))
             for name in chosen:

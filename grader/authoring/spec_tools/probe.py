@@ -7,6 +7,7 @@ key is masked, to learn what such a row gives (the convention's `fully_masked`).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -79,13 +80,20 @@ class CandidateProbe(Probe):
     def key(self) -> tuple:
         return (*super().key, self.index)
 
+    @property
+    def candidate(self) -> Convention:
+        # A default only because a dataclass's fields after one with a default need one too.
+        if self.convention is None:
+            raise ValueError("a candidate probe is made with its convention")
+        return self.convention
+
     def arguments(self, conv: Convention) -> list:
-        return super().arguments(self.convention)
+        return super().arguments(self.candidate)
 
 
-async def _call(session, fn: FunctionSpec, probes: list[Probe], settings, deadline: float) -> KeepingProber:
+async def _call(session, fn: FunctionSpec, probes: Sequence[Probe], settings, deadline: float) -> KeepingProber:
     prober = KeepingProber(session, fn, settings.call_timeout, deadline)
-    await prober.run(probes)
+    await prober.run(list(probes))
     return prober
 
 
@@ -96,9 +104,9 @@ async def _call_each(session, name: str, probes: list[CandidateProbe], settings,
     results: dict[int, tuple] = {}
     groups: dict[tuple, list[CandidateProbe]] = {}
     for probe in probes:
-        groups.setdefault(probe.convention.param_names, []).append(probe)
+        groups.setdefault(probe.candidate.param_names, []).append(probe)
     for params, pending in groups.items():
-        fn = FunctionSpec(name, pending[0].convention, params, (), None, {}, frozenset())
+        fn = FunctionSpec(name, pending[0].candidate, params, (), None, {}, frozenset())
         while pending and session.alive and time.monotonic() < deadline:
             prober = await _call(session, fn, pending, settings, deadline)
             stopped = next((i for i, p in enumerate(pending) if prober.outcome(p).status in ("timeout", "dead")),
@@ -128,7 +136,7 @@ async def _fully_masked(session, fn: FunctionSpec, table: dict, case, settings, 
     conv = fn.convention
     for rule in FULLY_MASKED_RULES:
         expected = replace(conv, fully_masked=rule).expected_parts(emptied)
-        if all(p in outcome.parts.values and same(outcome.parts.values[p], e, tol) for p, e in expected.items()):
+        if all(p in outcome.ok_parts.values and same(outcome.ok_parts.values[p], e, tol) for p, e in expected.items()):
             return {} if rule == implied_fully_masked(conv.flat) else {"fully_masked": rule}
     return {}
 
@@ -154,9 +162,9 @@ async def _probe_function(session, signature: Signature, found: list[Candidate],
         if outcome.status != "ok":
             probed.why_none = probed.why_none or f"called as the simplest candidate says, {outcome.error}"
             continue
-        returns = read_returns(probe.convention, probe.case, value, tol)
+        returns = read_returns(probe.candidate, probe.case, value, tol)
         if returns is None:
-            returned = canonical_parts(probe.convention, value).returned
+            returned = canonical_parts(probe.candidate, value).returned
             probed.why_none = probed.why_none or f"on {probe.label} it returned {returned}, which the reference " \
                                                  "computes as no part of attention"
             continue

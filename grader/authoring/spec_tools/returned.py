@@ -54,11 +54,12 @@ def read_returns(conv: Convention, case: Case, encoded: dict, tol: Tolerance) ->
     if kind != "sequence" or encoded.get("length") != len(encoded["items"]) or not encoded["items"]:
         return None
     parts = [_part_of(conv, item, expected, tol) for item in encoded["items"]]
-    names = [p[0] for p in parts if p is not None]
-    if len(names) != len(parts) or len(set(names)) != len(names):
+    named = [p for p in parts if p is not None]
+    names = [name for name, _ in named]
+    if len(named) != len(parts) or len(set(names)) != len(names):
         return None
     returned = [RETURN_NAME.get(n, n) for n in names]
-    return _keys(returned if len(returned) > 1 else returned[0], any(axis for _, axis in parts))
+    return _keys(returned if len(returned) > 1 else returned[0], any(axis for _, axis in named))
 
 
 def _keys(returns, axis: bool) -> dict:

@@ -71,7 +71,7 @@ def guesses(name: str) -> list[Guess]:
             continue
         groups = match.groupdict()
         which = groups.get("which")
-        which = ROLE_LETTER.get(which, which)
+        which = ROLE_LETTER.get(which, which) if which is not None else None
         head = groups.get("head")
         for role in roles:
             guess = Guess(role.format(which=which), bool(groups.get("plural")), int(head) if head else None)
