@@ -37,7 +37,9 @@ def _fused_mha(x, W_q, W_k, W_v, W_o, n_heads, mask):
     B, N, _ = x.shape
     split = lambda t: t.reshape(B, N, n_heads, -1).transpose(0, 2, 1, 3)  # noqa: E731
     Q, K, V = split(x @ W_q), split(x @ W_k), split(x @ W_v)
-    w = _softmax(np.where(mask, Q @ K.transpose(0, 1, 3, 2) / np.sqrt(Q.shape[-1]), -1e9))
+    # The scores in float64 on every NumPy: NumPy 2 promotes a float32 batch by np.sqrt's float64, NumPy 1 does not.
+    scores = (Q @ K.transpose(0, 1, 3, 2)).astype(np.float64) / np.sqrt(Q.shape[-1])
+    w = _softmax(np.where(mask, scores, -1e9))
     return (w @ V).transpose(0, 2, 1, 3).reshape(B, N, -1) @ W_o, w
 
 

@@ -100,8 +100,8 @@ def test_the_readme_starts_with_the_two_commands_and_ci_runs_the_second():
     assert grader_parsers()[()].parse_args(grade[1:]).run.__name__ == "grade"
 
     def normal(step: str) -> str:
-        """A command as it runs, whatever its quiet flags, redirections and `python3 -m`."""
-        words = [w for w in shlex.split(step.split(">")[0]) if w not in ("-qq", "--quiet")]
+        """A command as it runs, whatever its quiet flags, redirections, `|| failed=1` and `python3 -m`."""
+        words = [w for w in shlex.split(step.split("||")[0].split(">")[0]) if w not in ("-qq", "--quiet")]
         return " ".join(words[2:] if words[:2] == ["python3", "-m"] else words)
     ci = [normal(line) for line in (ROOT / ".ci" / "run").read_text().splitlines()
           if line.strip() and not line.startswith(("#", "set ", "cd ", "export "))]
