@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,7 @@ from . import answers, classes, payloads, smallest, static_scan, wire
 from .checks import CHECKS, Context, Outcome, Probe, Verdict, check_context, check_probes, evidence_probes
 from .diagnosis import diagnose
 from .errors import MachineFault
-from .kernel import HARNESS, HARNESS_MODULE, CallsEnd, Kernel
+from .kernel import HARNESS, HARNESS_MODULE, CallsEnd, Kernel, KernelKilled
 from .kernel_client import default_kernel_manager
 from .loader import code_cells, load_submission
 from .result import CheckResult, ErrorRecord, GradeResult
@@ -33,6 +34,9 @@ TIME_USED_UP = "not made: the time for calling this submission's functions was u
 # drawn from its absence: the description is asked for again, and a submission whose replies
 # stay lost is not graded (a grader-side error the staff see, never a 0 stored as a score).
 DESCRIBE_ATTEMPTS = 3
+# A grading whose kernel the machine killed (kernel.KernelKilled) is done again from the start,
+# this many times in all; a submission it keeps happening to is not graded, never given a death.
+GRADING_ATTEMPTS = 3
 REPLY_LOST = ("the kernel's replies to the grader were lost on the way ({what}): its output channel was "
               "flooded with messages, so the submission was not graded, rather than graded on replies the grader "
               "never received")
@@ -516,10 +520,16 @@ def grade_path(path: Path, assignment: Assignment, settings, **kw) -> GradeResul
     """Grade a file; raises SubmissionError when the file cannot be read as a submission, and
     MachineFault when this machine cannot run its kernel."""
     nb = load_submission(path)
-    try:
-        return asyncio.run(grade_notebook(nb, assignment, settings, Path(path).name, **kw))
-    except MachineFault:
-        raise   # no result: the submission is not at fault, nor is it graded
-    except Exception as exc:  # noqa: BLE001 - a grader fault still yields a valid result
-        return not_graded(Path(path).name, assignment, settings.seed, "grader_error", type(exc).__name__,
-                          f"grading could not finish: {type(exc).__name__}: {exc}")
+    for _ in range(GRADING_ATTEMPTS):
+        try:
+            # A copy each time: running a notebook rewrites the cells it ran only in part.
+            return asyncio.run(grade_notebook(copy.deepcopy(nb), assignment, settings, Path(path).name, **kw))
+        except MachineFault:
+            raise   # no result: the submission is not at fault, nor is it graded
+        except KernelKilled as exc:
+            killed = exc   # the machine's doing: graded again from the start
+        except Exception as exc:  # noqa: BLE001 - a grader fault still yields a valid result
+            return not_graded(Path(path).name, assignment, settings.seed, "grader_error", type(exc).__name__,
+                              f"grading could not finish: {type(exc).__name__}: {exc}")
+    return not_graded(Path(path).name, assignment, settings.seed, "grader_error", "KernelKilled",
+                      f"grading could not finish: {killed}, in each of {GRADING_ATTEMPTS} attempts")
