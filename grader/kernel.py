@@ -395,9 +395,10 @@ class Kernel:
         return "header" not in reply and content.get("status") == "error" and content.get("ename") == "Timeout"
 
     async def _settles(self, grace: float) -> bool:
-        """Whether the kernel answers a no-op within `grace` seconds of an interrupt. nbclient
-        reports a timeout as soon as it sends the interrupt; a cell that ignores SIGINT (or a
-        long BLAS call) keeps the kernel busy, and every later cell would time out behind it."""
+        """Whether the kernel answers a no-op within the grace after an interrupt (see
+        _within_grace). nbclient reports a timeout as soon as it sends the interrupt; a cell
+        that ignores SIGINT (or a long BLAS call) keeps the kernel busy, and every later cell
+        would time out behind it."""
         # No nbclient timeout: the grace decides (see _within_grace).
         answered = asyncio.ensure_future(self._send(nbformat.v4.new_code_cell("pass"), None, None, history=False,
                                                     probe=False))
@@ -524,4 +525,3 @@ class Kernel:
                 return ErrorRecord(-1, "error", out.get("ename", ""), str(out.get("evalue", ""))[:1000],
                                    clean_traceback(out.get("traceback", [])))
         return None
-

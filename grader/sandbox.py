@@ -44,6 +44,11 @@ REQUIRED = ("memory limit", "process limit", "cpu limit", "cpu share", "folder q
 # the notebook and on what the kernel reports, which a submission can hide: the policy is partial.
 ENFORCES_POLICY = "filesystem allowlist"
 CPU_PERIOD_MICROSECONDS = 100_000   # the kernel's default period of CPU quotas
+# The CPU time limit sends SIGXCPU, which ends a Python process that does not handle it: the
+# submission's own doing. Linux sends SIGKILL instead where the hard limit equals the soft one,
+# and a SIGKILL is what the grader reads as the machine's (kernel.FROM_OUTSIDE): so the hard
+# limit, for a kernel that handles SIGXCPU and goes on, is this many CPU seconds later.
+CPU_HARD_LIMIT_EXTRA = 5
 MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
 # Switching to the unprivileged user takes these capabilities (bits of CapEff), and handing it
 # the kernel's folder CAP_CHOWN; root has them unless a container dropped them.
@@ -453,13 +458,14 @@ class Sandbox:
         except (OSError, AttributeError):
             pass
 
-    def rlimits(self) -> list[tuple[int, int]]:
-        """The kernel's resource limits, inherited by everything it starts."""
-        limits = [(resource.RLIMIT_AS, self.memory_bytes + ADDRESS_SPACE_HEADROOM),
-                  (resource.RLIMIT_CPU, self.cpu_seconds), (resource.RLIMIT_CORE, 0),
-                  (resource.RLIMIT_FSIZE, 256 * 2**20)]
+    def rlimits(self) -> list[tuple[int, int, int]]:
+        """The kernel's resource limits (kind, soft, hard), inherited by everything it starts."""
+        address_space = self.memory_bytes + ADDRESS_SPACE_HEADROOM
+        limits = [(resource.RLIMIT_AS, address_space, address_space),
+                  (resource.RLIMIT_CPU, self.cpu_seconds, self.cpu_seconds + CPU_HARD_LIMIT_EXTRA),
+                  (resource.RLIMIT_CORE, 0, 0), (resource.RLIMIT_FSIZE, 256 * 2**20, 256 * 2**20)]
         if self.ids and not (self.cgroup and "pids" in self.cgroup.dirs):
-            limits.append((resource.RLIMIT_NPROC, self.max_processes))
+            limits.append((resource.RLIMIT_NPROC, self.max_processes, self.max_processes))
         return limits
 
     def preexec(self) -> None:
@@ -468,9 +474,9 @@ class Sandbox:
         if not self.enabled:
             return
         self.die_with_parent()
-        for kind, value in self.rlimits():
+        for kind, soft, hard in self.rlimits():
             try:
-                resource.setrlimit(kind, (value, value))
+                resource.setrlimit(kind, (soft, hard))
             except (ValueError, OSError):
                 pass
         if self.cgroup:

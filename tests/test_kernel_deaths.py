@@ -158,3 +158,15 @@ def test_a_kernel_whose_start_fails_is_started_again(monkeypatch):
     result, kernels = graded(SUBMISSIONS / "worked_solution.ipynb")
     assert result.status == "graded" and result.score == result.max_score == 25
     assert kernels == 2 and len(starts) == 2
+
+
+def test_the_cpu_time_limit_is_the_submission_s(tmp_path):
+    """A cell that computes past the CPU time limit dies of SIGXCPU, its own doing: recorded,
+    the notebook run again without it, never retried as the machine's. (With the hard limit at
+    the soft one, Linux sends SIGKILL instead, which reads as a kill from outside.)"""
+    path = with_first_cell(tmp_path, "while True:\n    pass")
+    settings = Settings(**{**SETTINGS.__dict__, "cpu_limit": 2.0, "cell_timeout": 120.0, "notebook_timeout": 300.0})
+    result, kernels = graded(path, settings)
+    assert [e["kind"] for e in result.errors] == ["kernel_died"]
+    assert result.status == "graded" and result.score == 25
+    assert kernels == 2
