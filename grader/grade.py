@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from grader.kernel_side import wire
 from grader.judging.checks import CHECKS, Context, Outcome, Probe, Verdict, check_context, check_probes, evidence_probes
 from grader.judging.diagnosis import diagnose
 from grader.errors import MachineFault
-from grader.kernel.session import HARNESS, HARNESS_MODULE, CallsEnd, Kernel
+from grader.kernel.session import HARNESS, HARNESS_MODULE, CallsEnd, Kernel, KernelKilled
 from grader.kernel.client import default_kernel_manager
 from grader.intake.notebook import code_cells, load_submission
 from grader.result import (CheckResult, CheckStatus, DefiningCellFailure, ErrorKind, ErrorRecord, Finding,
@@ -40,6 +41,9 @@ TIME_USED_UP = "not made: the time for calling this submission's functions was u
 # drawn from its absence: the description is asked for again, and a submission whose replies
 # stay lost is not graded (a grader-side error the staff see, never a 0 stored as a score).
 DESCRIBE_ATTEMPTS = 3
+# A grading whose kernel the machine killed (kernel.KernelKilled) is done again from the start,
+# this many times in all; a submission it keeps happening to is not graded, never given a death.
+GRADING_ATTEMPTS = 3
 REPLY_LOST = ("the kernel's replies to the grader were lost on the way ({what}): its output channel was "
               "flooded with messages, so the submission was not graded, rather than graded on replies the grader "
               "never received")
@@ -563,10 +567,16 @@ def grade_path(path: Path, assignment: Assignment, settings, **kw) -> GradeResul
     """Grade a file; raises SubmissionError when the file cannot be read as a submission, and
     MachineFault when this machine cannot run its kernel."""
     nb = load_submission(path)
-    try:
-        return asyncio.run(grade_notebook(nb, assignment, settings, Path(path).name, **kw))
-    except MachineFault:
-        raise   # no result: the submission is not at fault, nor is it graded
-    except Exception as exc:  # noqa: BLE001 - a grader fault still yields a valid result
-        return not_graded(Path(path).name, assignment, settings.seed, "grader_error", type(exc).__name__,
-                          f"grading could not finish: {type(exc).__name__}: {exc}")
+    for _ in range(GRADING_ATTEMPTS):
+        try:
+            # A copy each time: running a notebook rewrites the cells it ran only in part.
+            return asyncio.run(grade_notebook(copy.deepcopy(nb), assignment, settings, Path(path).name, **kw))
+        except MachineFault:
+            raise   # no result: the submission is not at fault, nor is it graded
+        except KernelKilled as exc:
+            killed = exc   # the machine's doing: graded again from the start
+        except Exception as exc:  # noqa: BLE001 - a grader fault still yields a valid result
+            return not_graded(Path(path).name, assignment, settings.seed, "grader_error", type(exc).__name__,
+                              f"grading could not finish: {type(exc).__name__}: {exc}")
+    return not_graded(Path(path).name, assignment, settings.seed, "grader_error", "KernelKilled",
+                      f"grading could not finish: {killed}, in each of {GRADING_ATTEMPTS} attempts")

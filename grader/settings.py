@@ -72,8 +72,9 @@ SETTINGS: tuple[Setting, ...] = (
             "submission from a secret kept in the output folder and the submission's bytes, and `lms` draws one "
             "per run", minimum=0),
     Setting("cell_timeout", float, 30.0, "seconds one notebook cell may run before it is interrupted", limit=True),
-    Setting("interrupt_grace", float, 5.0, "seconds a cell or call may go on after its interrupt before the kernel "
-            "is stopped; the notebook then runs again in a new kernel without that cell", limit=True),
+    Setting("interrupt_grace", float, 5.0, "CPU seconds a cell or call may use after its interrupt before the kernel "
+            "is stopped (4 times as long on the clock while it waits without computing); the notebook then runs "
+            "again in a new kernel without that cell", limit=True),
     Setting("notebook_timeout", float, 300.0, "seconds the whole notebook may run", limit=True),
     Setting("call_timeout", float, 10.0, "seconds one call of a student function may run", limit=True),
     Setting("probe_timeout", float, 120.0, "seconds all calls of one submission's functions may take together; "

@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, cast
 from queue import Empty
 
 import nbformat
@@ -28,6 +28,7 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from jupyter_client.session import Session
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionComplete
 from zmq.utils.monitor import recv_monitor_message
 
 from grader.kernel import forked as forked_kernels
@@ -45,6 +46,12 @@ MAX_QUEUED_MESSAGES = 8
 # else is dropped before nbclient would keep it.
 KEPT_MESSAGES = frozenset({"status", "execute_input", "stream", "display_data", "execute_result", "error",
                            "clear_output"})
+# Once a cell's reply has come, its outputs are over when the kernel says it is idle, or when
+# nothing more has come for this many seconds: a gap in what arrives, never a time for reading
+# it all, which a busy machine stretches.
+OUTPUT_GAP = 2.0
+# How often the reading of a cell's outputs looks whether the cell's reply has come.
+REPLY_LOOK_SECONDS = 0.25
 
 
 class OwnKernelSpec(KernelSpecManager):
@@ -93,6 +100,7 @@ class BoundedKernelClient(AsyncKernelClient):
     channel is then lost for good; a monitor on it tells the grader, which stops that kernel."""
 
     _iopub_monitor: zmq.Socket | None = None
+    _output_cut = False
     # Data the next execute request carries in its metadata, beside its code (Kernel.run_calls):
     # a run of calls' requests, which the harness reads there instead of IPython parsing them.
     next_request_metadata: dict | None = None
@@ -154,11 +162,12 @@ class BoundedKernelClient(AsyncKernelClient):
         return socket
 
     def output_lost(self) -> bool:
-        """Whether the kernel's output channel was cut (by a message over MAX_MESSAGE_BYTES)."""
-        lost = False
+        """Whether the kernel's output channel was cut (by a message over MAX_MESSAGE_BYTES);
+        once it was, it stays so: ZMQ does not reconnect it."""
         while self._iopub_monitor is not None and self._iopub_monitor.poll(0):
-            lost = lost or recv_monitor_message(self._iopub_monitor)["event"] == zmq.EVENT_DISCONNECTED
-        return lost
+            if recv_monitor_message(self._iopub_monitor)["event"] == zmq.EVENT_DISCONNECTED:
+                self._output_cut = True
+        return self._output_cut
 
     def stop_channels(self) -> None:
         if self._iopub_monitor is not None:
@@ -212,6 +221,32 @@ class CappedClient(NotebookClient):
         reply = await super()._async_handle_timeout(timeout, cell)
         self.iopub_timeout = 0   # set again before the next cell (Kernel._send)
         return reply
+
+    async def _async_poll_output_msg(self, parent_msg_id, cell, cell_index) -> None:
+        """nbclient's reading of a cell's outputs until the kernel says it is idle, which also
+        ends once the cell's reply has come and then nothing more for the cell has come for
+        OUTPUT_GAP seconds (an idle status a flood made ZMQ drop), or once the channel was cut.
+        nbclient waits for this at most `iopub_timeout` seconds after the reply."""
+        last = time.monotonic()   # when the latest message for this cell came, or the reply
+        replied = False
+        client = cast(BoundedKernelClient, self.kc)
+        while True:
+            if not replied and replied_to(cell):
+                replied, last = True, max(last, time.monotonic())
+            if replied and time.monotonic() - last >= OUTPUT_GAP:
+                return
+            try:
+                msg = await client.iopub_channel.get_msg(timeout=OUTPUT_GAP if replied else REPLY_LOOK_SECONDS)
+            except Empty:
+                if client.output_lost():
+                    return
+                continue
+            if msg["parent_header"].get("msg_id") == parent_msg_id:
+                last = time.monotonic()
+                try:
+                    self.process_message(msg, cell, cell_index)
+                except CellExecutionComplete:
+                    return
 
     def process_message(self, msg, cell, cell_index):
         if msg.get("msg_type") not in KEPT_MESSAGES or not isinstance(msg.get("content"), dict):
@@ -268,6 +303,12 @@ async def process_exit(pid: int) -> None:
         await readable(fd)
     finally:
         os.close(fd)
+
+
+def replied_to(cell) -> bool:
+    """Whether the kernel's reply to the cell has come: nbclient notes its arrival in the cell
+    (record_timing) before it waits for the cell's last outputs."""
+    return "shell.execute_reply" in cell.get("metadata", {}).get("execution", {})
 
 
 def _file_descriptor(value, null: list) -> int:

@@ -16,6 +16,7 @@ from typing import Callable, Protocol
 
 import nbformat
 
+from grader.errors import MachineFault
 from grader.kernel.run_record import ExecutionLog
 from grader.result import ErrorRecord
 from grader.kernel.session import Kernel
@@ -25,6 +26,9 @@ from grader.settings import Limits
 from grader.intake.source_scan import python_source
 
 MAX_RESTARTS = 2
+# A kernel that does not start is the machine's doing (no code of the submission has run in
+# it yet): a busy machine can make a start fail once, so it is tried again, this many times in all.
+START_ATTEMPTS = 3
 # nbclient never ran a cell with this tag, and the grader has always run notebooks through it.
 SKIP_TAG = "skip-execution"
 CELL_LINE = re.compile(r"Cell In\[\d+\], line (\d+)")
@@ -150,8 +154,7 @@ async def run_with_restarts(nb, cell_timeout: float, notebook_timeout: float,
     earlier: list[ExecutionLog] = []
     while True:
         remaining = max(1.0, notebook_timeout - (clock() - started))
-        kernel = start_kernel()
-        async with kernel:
+        async with started_kernel(start_kernel) as kernel:
             log = await NotebookRunner(kernel, cell_timeout, remaining, clock).run(nb, frozenset(skipped))
             fatal = [e for e in log.errors if e.kernel_lost and e.cell >= 0]
             again = bool(fatal) and len(skipped) < MAX_RESTARTS and clock() - started < notebook_timeout
@@ -170,6 +173,26 @@ async def run_with_restarts(nb, cell_timeout: float, notebook_timeout: float,
             log.leftover_processes += sum(old.leftover_processes for old in earlier)
             return
         earlier.append(log)
+
+
+@asynccontextmanager
+async def started_kernel(start_kernel: Callable[[], NotebookKernel]):
+    """A kernel from `start_kernel`, started, and stopped when the context exits. A start that
+    fails (MachineFault) is tried again with a new kernel, START_ATTEMPTS times in all; the
+    last one's failure is raised."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        kernel = start_kernel()
+        try:
+            await kernel.__aenter__()
+        except MachineFault:
+            if attempt == START_ATTEMPTS:
+                raise
+            continue
+        break
+    try:
+        yield kernel
+    finally:
+        await kernel.__aexit__(None, None, None)
 
 
 @asynccontextmanager

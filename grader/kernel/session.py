@@ -18,6 +18,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,12 +41,43 @@ from grader.settings import Limits
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 HARNESS_MODULE = "_attention_grader_harness"
-# How long after a cell's reply its last output may still arrive (outputs and replies travel
-# on different channels).
-IOPUB_TIMEOUT = 2
+# How long after a cell's reply its outputs may go on arriving, at most (outputs and replies
+# travel on different channels). They end sooner: at the kernel's idle status, when the channel
+# falls quiet (grader/kernel/client.py: OUTPUT_GAP), or when it was cut. A fixed short wait lost a busy
+# machine's last outputs, the harness's replies among them.
+IOPUB_TIMEOUT = 30
+# The signals that end a kernel from outside it: the machine's out-of-memory killer, a
+# supervisor stopping processes, an administrator. The kernel's own code ends it otherwise: by
+# exiting, by crashing (SIGSEGV, SIGABRT, SIGBUS, SIGFPE) or at its CPU time limit (SIGXCPU,
+# which counts CPU seconds, never the wall-clock time a busy machine stretches); and its memory
+# limit kills it with SIGKILL, which the grader tells apart by its memory cgroup's count.
+FROM_OUTSIDE = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP})
+# After an interrupt, the grace is counted in the CPU seconds the submission's processes use
+# (Kernel._within_grace); one that waits without computing gets this many times the grace on
+# the grader's clock. How often the grader looks:
+IDLE_GRACE_FACTOR = 4
+GRACE_POLL_SECONDS = 0.2
 HARNESS = f"__import__('sys').modules[{HARNESS_MODULE!r}]"
 # The line of a kernel's log that says why it died: the exception that ended it.
 EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit)\b")
+
+
+class KernelKilled(Exception):
+    """A kernel was killed from outside, by the machine and not by the submission's code (see
+    FROM_OUTSIDE): the grading is the machine's to do again, never a death to hold against the
+    submission. `str()` says how it ended."""
+
+
+def exit_signal(status: int | None) -> int | None:
+    """The signal that ended a kernel, from the exit status its grader sees: negative for a
+    process the grader started itself and `unshare`, which die of their child's signal, and
+    128 plus the signal from the launcher, which reports its kernel's death (see
+    launcher.supervise), directly or through the fork server's handler."""
+    if status is None:
+        return None
+    if status < 0:
+        return -status
+    return status - 128 if status > 128 else None
 
 
 def clean_traceback(lines: list[str], limit: int = 4000) -> str:
@@ -325,8 +357,7 @@ class Kernel:
             await self.km.interrupt_kernel()
         except Exception:  # noqa: BLE001 - a kernel that died meanwhile is found below
             pass
-        done, _ = await asyncio.wait({sent}, timeout=grace)
-        if not done:
+        if not await self._within_grace(sent, grace):
             sent.cancel()
             await asyncio.gather(sent, return_exceptions=True)
             await self._kill()
@@ -345,7 +376,7 @@ class Kernel:
         try:
             sent.result()
         except DeadKernelError:
-            return self._died()
+            return await self._died(self.limits.interrupt_grace)
         return await self._flooded()
 
     async def stop_background(self) -> int:
@@ -386,14 +417,38 @@ class Kernel:
         return "header" not in reply and content.get("status") == "error" and content.get("ename") == "Timeout"
 
     async def _settles(self, grace: float) -> bool:
-        """Whether the kernel answers a no-op within `grace` seconds of an interrupt. nbclient
-        reports a timeout as soon as it sends the interrupt; a cell that ignores SIGINT (or a
-        long BLAS call) keeps the kernel busy, and every later cell would time out behind it."""
+        """Whether the kernel answers a no-op within the grace after an interrupt (see
+        _within_grace). nbclient reports a timeout as soon as it sends the interrupt; a cell
+        that ignores SIGINT (or a long BLAS call) keeps the kernel busy, and every later cell
+        would time out behind it."""
+        # No nbclient timeout: the grace decides (see _within_grace).
+        answered = asyncio.ensure_future(self._send(nbformat.v4.new_code_cell("pass"), None, None, history=False,
+                                                    probe=False))
+        if not await self._within_grace(answered, grace):
+            answered.cancel()
+            await asyncio.gather(answered, return_exceptions=True)
+            return False
         try:
-            reply = await self._send(nbformat.v4.new_code_cell("pass"), grace, grace + 2, history=False, probe=False)
-        except (asyncio.TimeoutError, DeadKernelError):
+            reply = answered.result()
+        except DeadKernelError:
             return False
         return reply.get("content", {}).get("status") == "ok"
+
+    async def _within_grace(self, task: asyncio.Future, grace: float) -> bool:
+        """Whether `task`, code the kernel was interrupted in (or the no-op sent after it), ends
+        within the grace. The grace is the kernel's own time: the CPU seconds its processes use
+        after the interrupt, which a busy machine does not spend however slowly it lets the
+        kernel handle the interrupt, while a kernel that ignores it and computes on spends it as
+        fast as it runs. One that waits without computing gets IDLE_GRACE_FACTOR times the
+        grace on the grader's clock."""
+        used_before = self._sandbox().cpu_used()
+        give_up = time.monotonic() + IDLE_GRACE_FACTOR * grace
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=GRACE_POLL_SECONDS)
+            if done:
+                return True
+            if time.monotonic() >= give_up or self._sandbox().cpu_used() - used_before >= grace:
+                return False
 
     async def _kill(self) -> None:
         self.alive = False
@@ -416,14 +471,14 @@ class Kernel:
     async def _run(self, cell, timeout: float, probe: bool) -> ErrorRecord | None:
         grace = self.limits.interrupt_grace
         try:
-            reply = await self._send(cell, timeout, timeout + grace, history=not probe, probe=probe)
+            # Past nbclient's own time for the cell (whole seconds) and its wait for the cell's
+            # last outputs: when this wait runs out, the cell ignored its interrupt.
+            reply = await self._send(cell, timeout, math.ceil(timeout) + IOPUB_TIMEOUT + grace, history=not probe,
+                                     probe=probe)
         except asyncio.TimeoutError:
-            await self._kill()
-            return ErrorRecord(-1, "unresponsive", "Unresponsive",
-                               f"still running {grace:g} s after an interrupt; the kernel was stopped",
-                               kernel_lost=True)
+            return await self._unresponsive(grace)
         except DeadKernelError:
-            return self._died()
+            return await self._died(grace)
         flooded = await self._flooded()
         if flooded:
             return flooded
@@ -441,12 +496,34 @@ class Kernel:
     def _gone() -> ErrorRecord:
         return ErrorRecord(-1, "kernel_died", "KernelDied", "the kernel is no longer running")
 
-    def _died(self) -> ErrorRecord:
-        """The kernel's process died under the code: out of memory, or otherwise."""
+    async def _unresponsive(self, grace: float) -> ErrorRecord:
+        await self._kill()
+        return ErrorRecord(-1, "unresponsive", "Unresponsive",
+                           f"still running {grace:g} s after an interrupt; the kernel was stopped", kernel_lost=True)
+
+    async def _exit_status(self) -> int | None:
+        """The kernel's exit status as the grader's own process sees it, None while it runs."""
+        provisioner = getattr(self.km, "provisioner", None)
+        try:
+            return None if provisioner is None else await provisioner.poll()
+        except Exception:  # noqa: BLE001 - a provisioner that cannot tell says nothing
+            return None
+
+    async def _died(self, grace: float) -> ErrorRecord:
+        """nbclient says the kernel died under the code. Only the kernel's own process decides:
+        one that still runs was given up on by the grader's wait (nbclient reports a wait
+        cancelled as a death); one killed from outside is the machine's doing (KernelKilled);
+        otherwise its memory limit, or its own code, ended it."""
+        status = await self._exit_status()
+        if status is None:
+            return await self._unresponsive(grace)
         self.alive = False
         if self._sandbox().memory_exceeded():
             return ErrorRecord(-1, "memory", "MemoryLimit", self._memory_message("the kernel was stopped"),
                                kernel_lost=True)
+        if (ended_by := exit_signal(status)) in FROM_OUTSIDE:
+            raise KernelKilled(f"a kernel was killed from outside ({signal.Signals(ended_by).name}), "
+                               "not by the submission's code")
         return ErrorRecord(-1, "kernel_died", "KernelDied",
                            "the Python process running the notebook died (os._exit, a crash, a segfault "
                            "or the CPU time limit)", kernel_lost=True)

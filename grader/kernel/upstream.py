@@ -70,6 +70,13 @@ PINS: tuple[Pin, ...] = (
         "fails to start",
         {"0.10.0": ("122159d010db15ff2cc8b0d1ac22c6d37d1d7f1be7cf72c95d09d6e2ef754f9e", "(self, **kwargs)"),
          "0.11.0": ("122159d010db15ff2cc8b0d1ac22c6d37d1d7f1be7cf72c95d09d6e2ef754f9e", "(self, **kwargs)")}),
+    Pin("nbclient.client:NotebookClient._async_poll_output_msg", "nbclient",
+        "kernel/client.py: CappedClient overrides it: it reads a cell's outputs as this does, until the kernel is "
+        "idle, and also ends once nothing more for the cell has come for OUTPUT_GAP seconds after its reply",
+        {"0.10.0": ("868571fc1ef21e6c061ec8808578c0880a078b680c228b54636cc79266f69da3",
+                    "(self, parent_msg_id, cell, cell_index)"),
+         "0.11.0": ("868571fc1ef21e6c061ec8808578c0880a078b680c228b54636cc79266f69da3",
+                    "(self, parent_msg_id, cell, cell_index)")}),
     Pin("jupyter_client.manager:AsyncKernelManager._async_wait", "jupyter_client",
         "kernel/client.py: SandboxedKernelManager overrides it: it first waits for the kernel's exit event "
         "(the provisioner's, or a pidfd), then calls it, whose polling then finds the kernel gone",

@@ -131,9 +131,9 @@ def handle(conn) -> int:
     for directory in request["cgroups"]:
         with open(os.path.join(directory, "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))
-    for kind, value in request["rlimits"]:
+    for kind, soft, hard in request["rlimits"]:
         try:
-            resource.setrlimit(kind, (value, value))
+            resource.setrlimit(kind, (soft, hard))
         except (ValueError, OSError):
             pass
     _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")

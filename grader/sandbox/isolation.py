@@ -50,6 +50,11 @@ REQUIRED = ("memory limit", "process limit", "cpu limit", "cpu share", "folder q
 # the notebook and on what the kernel reports, which a submission can hide: the policy is partial.
 ENFORCES_POLICY = "filesystem allowlist"
 CPU_PERIOD_MICROSECONDS = 100_000   # the kernel's default period of CPU quotas
+# The CPU time limit sends SIGXCPU, which ends a Python process that does not handle it: the
+# submission's own doing. Linux sends SIGKILL instead where the hard limit equals the soft one,
+# and a SIGKILL is what the grader reads as the machine's (kernel.FROM_OUTSIDE): so the hard
+# limit, for a kernel that handles SIGXCPU and goes on, is this many CPU seconds later.
+CPU_HARD_LIMIT_EXTRA = 5
 MS_NOSUID, MS_NODEV = 2, 4
 # Switching to the unprivileged user takes these capabilities (bits of CapEff), and handing it
 # the kernel's folder CAP_CHOWN; root has them unless a container dropped them.
@@ -201,6 +206,15 @@ def mount_tmpfs(folder: str, megabytes: int) -> bool:
     past that size; False where mounting is not allowed (not root, no CAP_SYS_ADMIN)."""
     options = f"size={megabytes}m,mode=0700".encode()
     return _libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0
+
+
+def _cpu_ticks(pid: int) -> int:
+    """The CPU time a process has used (user and system), in clock ticks; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 @functools.lru_cache(maxsize=1)
@@ -390,13 +404,14 @@ class Sandbox:
         except (OSError, AttributeError):
             pass
 
-    def rlimits(self) -> list[tuple[int, int]]:
-        """The kernel's resource limits, inherited by everything it starts."""
-        limits = [(resource.RLIMIT_AS, self.memory_bytes + ADDRESS_SPACE_HEADROOM),
-                  (resource.RLIMIT_CPU, self.cpu_seconds), (resource.RLIMIT_CORE, 0),
-                  (resource.RLIMIT_FSIZE, 256 * 2**20)]
+    def rlimits(self) -> list[tuple[int, int, int]]:
+        """The kernel's resource limits (kind, soft, hard), inherited by everything it starts."""
+        address_space = self.memory_bytes + ADDRESS_SPACE_HEADROOM
+        limits = [(resource.RLIMIT_AS, address_space, address_space),
+                  (resource.RLIMIT_CPU, self.cpu_seconds, self.cpu_seconds + CPU_HARD_LIMIT_EXTRA),
+                  (resource.RLIMIT_CORE, 0, 0), (resource.RLIMIT_FSIZE, 256 * 2**20, 256 * 2**20)]
         if self.ids and not (self.cgroup and "pids" in self.cgroup.dirs):
-            limits.append((resource.RLIMIT_NPROC, self.max_processes))
+            limits.append((resource.RLIMIT_NPROC, self.max_processes, self.max_processes))
         return limits
 
     def preexec(self) -> None:
@@ -405,9 +420,9 @@ class Sandbox:
         if not self.enabled:
             return
         self.die_with_parent()
-        for kind, value in self.rlimits():
+        for kind, soft, hard in self.rlimits():
             try:
-                resource.setrlimit(kind, (value, value))
+                resource.setrlimit(kind, (soft, hard))
             except (ValueError, OSError):
                 pass
         if self.cgroup:
@@ -436,6 +451,13 @@ class Sandbox:
         if self.cgroup is not None and self.cgroup_holds_everything():
             return self.cgroup.pids()
         return (self.cgroup.pids() if self.cgroup else set()) | set(marked_processes(self.marker))
+
+    def cpu_used(self) -> float:
+        """The CPU seconds the submission's running processes have used, read from /proc by
+        the grader (never from the kernel); found by their cgroup where there is one, which is
+        quicker than searching every process's environment for the marker."""
+        pids = self.cgroup.pids() if self.cgroup and self.cgroup.dirs else set(marked_processes(self.marker))
+        return sum(map(_cpu_ticks, pids)) / os.sysconf("SC_CLK_TCK")
 
     def cleanup(self) -> list[int]:
         """Kill whatever the submission left running, then remove its cgroups and folder;
