@@ -6,9 +6,15 @@ import inspect
 
 import pytest
 
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+from nbclient import NotebookClient
+
+from grader.kernel.client import BoundedKernelClient, CappedClient
 from grader.kernel.runner import NotebookKernel
 from grader.kernel.session import Kernel
-from kernel_fakes import HarnessKernel, ScriptedKernel
+from grader.sandbox.isolation import Sandbox
+from kernel_fakes import FakeManager, FakeProvisioner, FakeSandbox, HarnessKernel, NotebookClientFake, ScriptedKernel
 
 
 def parameters(function) -> list[tuple[str, object]]:
@@ -55,3 +61,28 @@ def test_the_check_sees_a_drifted_fake():
         async def run_cell(self, source):
             return None
     assert parameters(Drifted.run_cell) != parameters(Kernel.run_cell)
+
+
+@pytest.mark.parametrize("fake, real, name", [
+    (NotebookClientFake, NotebookClient, "async_execute_cell"),
+    (FakeManager, AsyncKernelManager, "shutdown_kernel"),
+    (FakeManager, AsyncKernelManager, "interrupt_kernel"),
+    (FakeProvisioner, LocalProvisioner, "poll"),
+    (FakeSandbox, Sandbox, "memory_exceeded"),
+    (FakeSandbox, Sandbox, "cpu_used"),
+], ids=lambda value: value if isinstance(value, str) else value.__name__)
+def test_the_fakes_beneath_a_kernel_have_what_it_calls(fake, real, name):
+    """nbclient's NotebookClient, jupyter_client's manager and provisioner, the sandbox: each
+    method the Kernel calls on them, as the real one takes it."""
+    assert parameters(getattr(fake, name)) == parameters(getattr(real, name)), name
+    assert inspect.iscoroutinefunction(getattr(fake, name)) == inspect.iscoroutinefunction(getattr(real, name))
+
+
+def test_the_fake_notebook_client_is_its_own_kernel_client_with_what_the_kernel_reads():
+    """The Kernel reads a few things off nbclient's client and its kernel client (kc): the fake
+    holds each, so a test cannot pass on an attribute the real client lacks."""
+    fake = NotebookClientFake({})
+    assert fake.kc is fake
+    for name in ("output_lost", "on_payload"):
+        assert hasattr(BoundedKernelClient, name) or hasattr(CappedClient, name), name
+        assert hasattr(fake, name), name
