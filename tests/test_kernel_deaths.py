@@ -89,7 +89,7 @@ def test_a_kernel_killed_from_outside_is_graded_again_from_the_start(tmp_path, s
         killer.stop.set()
         killer.join()
     assert killer.killed, "the kernel was never seen running"
-    assert [e for e in result.errors if e["kind"] != "error"] == [], result.errors
+    assert [e for e in result.errors if e.kind != "error"] == [], result.errors
     assert result.status == "graded" and result.score == result.max_score == 25
     assert kernels >= 2
 
@@ -117,7 +117,7 @@ def test_a_kernel_killed_from_outside_during_the_calls_is_graded_again(tmp_path)
     assert killer.killed and kernels >= 2
     assert result.score == quiet.score and result.status == quiet.status == "graded"
     assert [c.status for c in result.checks] == [c.status for c in quiet.checks]
-    assert not [e for e in result.errors if e["kind"] in ("kernel_died", "unresponsive", "grader_error")]
+    assert not [e for e in result.errors if e.kind in ("kernel_died", "unresponsive", "grader_error")]
 
 
 @pytest.mark.parametrize("fixture, kind", [("hostile_os_exit.ipynb", "kernel_died"),
@@ -126,7 +126,7 @@ def test_a_kernel_killed_from_outside_during_the_calls_is_graded_again(tmp_path)
 def test_the_submission_s_own_death_is_recorded_and_never_retried(fixture, kind):
     """One kernel for the notebook, one for its run again without the fatal cell: no more."""
     result, kernels = graded(FIXTURES / fixture)
-    assert kind in [e["kind"] for e in result.errors]
+    assert kind in [e.kind for e in result.errors]
     assert result.status == "graded"
     assert kernels == 2
 
@@ -139,8 +139,8 @@ def test_a_kernel_that_kills_itself_as_the_machine_would_is_never_given_points(t
     result, kernels = graded(path)
     assert kernels == grade_module.GRADING_ATTEMPTS
     assert result.status == "error" and result.score == 0
-    assert [(e["kind"], e["ename"]) for e in result.errors] == [("grader_error", "KernelKilled")]
-    assert "killed from outside (SIGKILL)" in result.errors[0]["evalue"]
+    assert [(e.kind, e.ename) for e in result.errors] == [("grader_error", "KernelKilled")]
+    assert "killed from outside (SIGKILL)" in result.errors[0].evalue
 
 
 def test_a_kernel_whose_start_fails_is_started_again(monkeypatch):
@@ -167,6 +167,6 @@ def test_the_cpu_time_limit_is_the_submission_s(tmp_path):
     path = with_first_cell(tmp_path, "while True:\n    pass")
     settings = Settings(**{**SETTINGS.__dict__, "cpu_limit": 2.0, "cell_timeout": 120.0, "notebook_timeout": 300.0})
     result, kernels = graded(path, settings)
-    assert [e["kind"] for e in result.errors] == ["kernel_died"]
+    assert [e.kind for e in result.errors] == ["kernel_died"]
     assert result.status == "graded" and result.score == 25
     assert kernels == 2
