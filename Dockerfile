@@ -1,4 +1,4 @@
-# The grader's images for LMS autograding, one target each (see README, "Autograding in an LMS"):
+# The grader's images for LMS autograding, one target each (see docs/lms.md, "Autograding in an LMS"):
 #   docker build --platform linux/amd64 --target prairielearn -t ACCOUNT/attention-grader:prairielearn .
 #   docker build --platform linux/amd64 --target gradescope -t ACCOUNT/attention-grader:gradescope .
 # Both install the grader as Gradescope's zip does: lms/setup.sh, from a wheel built here.
@@ -23,9 +23,11 @@ ENV PIP_NO_CACHE_DIR=1 \
     MPLBACKEND=Agg \
     GRADER_HOME=/opt/attention-grader
 COPY --from=wheel /wheel /opt/attention-grader-source
-COPY lms/setup.sh /opt/attention-grader-source/setup.sh
+COPY lms/setup.sh constraints.txt /opt/attention-grader-source/
 # setup.sh makes the grader's package readable by root only: the kernel runs student code as "nobody".
-RUN bash /opt/attention-grader-source/setup.sh && rm -rf /opt/attention-grader-source
+# Its pip installs the dependencies at the versions CI tested (constraints.txt).
+RUN PIP_CONSTRAINT=/opt/attention-grader-source/constraints.txt bash /opt/attention-grader-source/setup.sh \
+    && rm -rf /opt/attention-grader-source
 COPY lms/prairielearn_entrypoint /usr/local/bin/prairielearn-grade
 RUN chmod 755 /usr/local/bin/prairielearn-grade && mkdir -p /grade/student /grade/results
 WORKDIR /grade
@@ -39,8 +41,9 @@ ENV PIP_NO_CACHE_DIR=1 \
     MPLBACKEND=Agg \
     GRADER_HOME=/opt/attention-grader
 COPY --from=wheel /wheel /autograder/source
-COPY lms/setup.sh lms/run_autograder /autograder/source/
-# As Gradescope does with the zip: setup.sh in /autograder/source, run_autograder copied to /autograder.
-RUN bash /autograder/source/setup.sh \
+COPY lms/setup.sh lms/run_autograder constraints.txt /autograder/source/
+# As Gradescope does with the zip: setup.sh in /autograder/source, run_autograder copied to /autograder;
+# the dependencies at the versions CI tested.
+RUN PIP_CONSTRAINT=/autograder/source/constraints.txt bash /autograder/source/setup.sh \
     && install -m 755 /autograder/source/run_autograder /autograder/run_autograder \
     && apt-get clean && rm -rf /var/lib/apt/lists/*

@@ -22,14 +22,14 @@ def _notebook_helper():
     whatever `grader` the notebook had imported stays its own."""
     theirs = {name: module for name, module in sys.modules.items() if name == "grader" or name.startswith("grader.")}
     if _is_the_grader(theirs.get("grader")):
-        return importlib.import_module("grader.in_notebook")
+        return importlib.import_module("grader.student.in_notebook")
     folder = os.path.realpath(os.getcwd())
     path = list(sys.path)
     for name in theirs:
         del sys.modules[name]
     sys.path[:] = [p for p in path if os.path.realpath(p or ".") != folder]
     try:
-        helper = importlib.import_module("grader.in_notebook")
+        helper = importlib.import_module("grader.student.in_notebook")
     finally:
         # The helper keeps what it imported; `import grader` stays the notebook's to resolve.
         sys.path[:] = path
@@ -40,7 +40,7 @@ def _notebook_helper():
 
 
 def load_ipython_extension(ipython):
-    """Adds `%grade` (see grader/in_notebook.py)."""
+    """Adds `%grade` (see grader/student/in_notebook.py)."""
     _notebook_helper().register(ipython)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Processes of a grading run that are the student's, not the grader's.
-NOT_THE_GRADER = (b"ipykernel", b"sandbox_launcher", b"unshare", b"grader.watchdog", b"fork_server")
+NOT_THE_GRADER = (b"ipykernel", b"kernel_side/launcher.py", b"unshare", b"grader.sandbox.reaper", b"fork_server")
 
 
 @dataclass

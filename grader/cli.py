@@ -6,38 +6,39 @@ import argparse
 import os
 import sys
 import warnings
+from typing import Any
 from pathlib import Path
 
-from . import __version__
-from .errors import MachineFault, SpecError, SubmissionError
-from .printable import printable
-from .settings import BY_NAME, add_arguments, explicit_values, from_namespace, markdown_table, settings_from
+from grader import __version__
+from grader.errors import MachineFault, SpecError, SubmissionError
+from grader.report.printable import printable
+from grader.settings import BY_NAME, add_arguments, explicit_values, from_namespace, markdown_table, settings_from
 
 # The grading modules import NumPy, nbclient and IPython: each command imports what it needs
 # when it runs, so that `grader --help` and a wrong argument answer at once.
 
 EXIT_FULL_MARKS, EXIT_FAILURES, EXIT_UNUSABLE, EXIT_GRADER_FAULT = 0, 1, 2, 3
 EXIT_BROKEN_PIPE = 128 + 13   # what a shell reports for a tool its reader left (SIGPIPE)
-PLATFORM_NAMES = ("gradescope", "prairielearn")   # grader.lms.PLATFORMS, without importing it
+PLATFORM_NAMES = ("gradescope", "prairielearn")   # grader.lms.entrypoints.PLATFORMS, without importing it
 
 
 def start_fork_server(ns) -> None:
     """For a command that grades one notebook: start the fork server now, if there is none,
     so that its imports overlap with the grader's own instead of following them."""
-    from .forked_kernels import launch, worth_starting
+    from grader.kernel.forked import launch, worth_starting
     if worth_starting(from_namespace(ns)):
         launch()
 
 
 def check(ns) -> int:
     start_fork_server(ns)
-    from .files import write_json
-    from .grade import grade_path
-    from .loader import load_submission
-    from .report_html import write_html
-    from .spec import student_assignment
-    from .terminal import summary, use_colour
-    from .view import result_view
+    from grader.atomic_write import write_json
+    from grader.grade import grade_path
+    from grader.intake.notebook import load_submission
+    from grader.report.html import write_html
+    from grader.course.spec import student_assignment
+    from grader.report.terminal import summary, use_colour
+    from grader.report.view import result_view
     settings = from_namespace(ns)
     if len(ns.paths) > 1 and (settings.json or settings.html or settings.watch):
         raise SubmissionError("--json, --html and --watch take one submission at a time")
@@ -49,7 +50,7 @@ def check(ns) -> int:
         result = grade_path(path, assignment, from_namespace(ns, assignment.limits))
         print(summary(result, staff=settings.staff, colour=use_colour()), flush=True)
         if settings.json:
-            # What the summary shows, as JSON: the student view unless --staff (see grader/view.py).
+            # What the summary shows, as JSON: the student view unless --staff (see grader/report/view.py).
             write_json(settings.json, result_view(result, settings.staff).to_json())
         if settings.html:
             write_html(result, settings.html, staff=settings.staff)
@@ -61,12 +62,12 @@ def check(ns) -> int:
 def watch_one(ns) -> int:
     """`check --watch`: each saved version graded and reported, only what changed after the
     first; a version that cannot be read is said in one line and the watch goes on."""
-    from .grade import grade_path
-    from .loader import load_submission
-    from .spec import student_assignment
-    from .terminal import summary, use_colour
-    from .view import result_view
-    from .watch import watch
+    from grader.grade import grade_path
+    from grader.intake.notebook import load_submission
+    from grader.course.spec import student_assignment
+    from grader.report.terminal import summary, use_colour
+    from grader.report.view import result_view
+    from grader.student.regrade_on_save import watch
     settings = from_namespace(ns)
     path = ns.paths[0]
     if not path.is_file():
@@ -93,7 +94,7 @@ def watch_one(ns) -> int:
 
 
 def grade(ns) -> int:
-    from .batch import grade_all
+    from grader.batch.run import grade_all
     settings = from_namespace(ns)
     if settings.workers is not None and settings.workers < 1:
         raise SubmissionError("--workers must be at least 1")
@@ -107,9 +108,9 @@ def grade(ns) -> int:
 
 def lms(ns) -> int:
     start_fork_server(ns)
-    from .lms import PLATFORMS
-    from .lms import run as run_lms
-    from .seeds import fresh_seed
+    from grader.lms.entrypoints import PLATFORMS
+    from grader.lms.entrypoints import run as run_lms
+    from grader.judging.seeds import fresh_seed
     root = ns.root or Path(PLATFORMS[ns.platform].default_root)
     # A seed drawn for this run unless the staff give one: students never know the inputs.
     seed = {} if ns.seed is not None else {"seed": fresh_seed()}
@@ -120,17 +121,17 @@ def lms(ns) -> int:
 
 
 def package(ns) -> int:
-    from .lms_package import gradescope_zip
+    from grader.lms.gradescope_zip import gradescope_zip
     members = gradescope_zip(ns.output, ns.assignment)
     print(f"wrote {ns.output} ({', '.join(members)}): upload it as the assignment's autograder on Gradescope")
     return 0
 
 
 def spec_infer(ns) -> int:
-    from .files import write_atomically
-    from .settings import settings_from
-    from .spec_tools.infer import infer
-    from .spec_tools.words import describe
+    from grader.atomic_write import write_atomically
+    from grader.settings import settings_from
+    from grader.authoring.spec_tools.infer import infer
+    from grader.authoring.spec_tools.words import describe
     if ns.output.exists() and ns.output.resolve() == ns.solution.resolve():
         raise SubmissionError(f"{ns.output} is the solution itself: name another file for the spec")
     if ns.output.exists() and not ns.force:
@@ -158,8 +159,8 @@ def spec_infer(ns) -> int:
 
 
 def spec_check(ns) -> int:
-    from .spec_tools.check import check_spec
-    from .terminal import summary, use_colour
+    from grader.authoring.spec_tools.check import check_spec
+    from grader.report.terminal import summary, use_colour
     if ns.solution is not None:
         start_fork_server(ns)
     checked = check_spec(ns.spec, ns.solution)
@@ -180,9 +181,9 @@ def spec_check(ns) -> int:
 def audit(ns) -> int:
     """Exit 0 when the spec is sound, 1 when the reference loses points, a mistake that computes
     something else where points are at stake earns every point, or a non-answer scores."""
-    from .audit import audit as audit_spec
-    from .audit_report import text, write_html
-    from .spec import load_assignment
+    from grader.authoring.audit import audit as audit_spec
+    from grader.authoring.audit_report import text, write_html
+    from grader.course.spec import load_assignment
     found = audit_spec(load_assignment(ns.spec), ns.seed, pairs=ns.pairs)
     print(text(found))
     if ns.html:
@@ -192,8 +193,8 @@ def audit(ns) -> int:
 
 
 def list_assignments(ns) -> int:
-    from .classes import signature
-    from .spec import builtin_names, load_assignment
+    from grader.calling.classes import signature
+    from grader.course.spec import builtin_names, load_assignment
     for name in builtin_names():
         a = load_assignment(name)
         print(f"{name:<10} {a.title}")
@@ -209,7 +210,7 @@ def show_settings(ns) -> int:
 
 
 # No abbreviated options: "--out" would silently mean "--output-limit".
-EXACT = {"allow_abbrev": False}
+EXACT: dict[str, Any] = {"allow_abbrev": False}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -2,23 +2,31 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from . import answers, classes, payloads, smallest, static_scan, wire
-from .checks import CHECKS, Context, Outcome, Probe, Verdict, check_context, check_probes, evidence_probes
-from .diagnosis import diagnose
-from .errors import MachineFault
-from .kernel import HARNESS, HARNESS_MODULE, CallsEnd, Kernel
-from .kernel_client import default_kernel_manager
-from .loader import code_cells, load_submission
-from .result import CheckResult, ErrorRecord, GradeResult
-from .runner import REST_RUN, executed_notebook
-from .sandbox import ENFORCES_POLICY
-from .returns import canonical_parts
-from .spec import Assignment, FunctionSpec, metadata_assignment
-from .view import cell_number, failing_line_number
+from grader.judging import answers
+from grader.calling import classes
+from grader.kernel import replies as payloads
+from grader.judging import smallest
+from grader.intake import source_scan as static_scan
+from grader.kernel_side import wire
+from grader.judging.checks import CHECKS, Context, Outcome, Probe, Verdict, check_context, check_probes, evidence_probes
+from grader.judging.diagnosis import diagnose
+from grader.errors import MachineFault
+from grader.kernel.session import HARNESS, HARNESS_MODULE, CallsEnd, Kernel, KernelKilled
+from grader.kernel.client import default_kernel_manager
+from grader.intake.notebook import code_cells, load_submission
+from grader.result import (CheckResult, CheckStatus, DefiningCellFailure, ErrorKind, ErrorRecord, Finding,
+                           FunctionInfo, GradeResult, SmallestCase, Timing)
+from grader.kernel.runner import REST_RUN, executed_notebook
+from grader.sandbox.isolation import ENFORCES_POLICY
+from grader.calling.returns import canonical_parts
+from grader.course.spec import Assignment, FunctionSpec, metadata_assignment
+from grader.report.view import cell_number, failing_line_number
 
 
 
@@ -33,6 +41,9 @@ TIME_USED_UP = "not made: the time for calling this submission's functions was u
 # drawn from its absence: the description is asked for again, and a submission whose replies
 # stay lost is not graded (a grader-side error the staff see, never a 0 stored as a score).
 DESCRIBE_ATTEMPTS = 3
+# A grading whose kernel the machine killed (kernel.KernelKilled) is done again from the start,
+# this many times in all; a submission it keeps happening to is not graded, never given a death.
+GRADING_ATTEMPTS = 3
 REPLY_LOST = ("the kernel's replies to the grader were lost on the way ({what}): its output channel was "
               "flooded with messages, so the submission was not graded, rather than graded on replies the grader "
               "never received")
@@ -80,8 +91,9 @@ class FunctionProber:
         requests = [{"names": self.fn.names, "params": list(self.fn.params),
                      **classes.request(self.convention_of(p), args, p.variant.layout),
                      "return_inputs": p.return_inputs} for p, args in zip(self.calls, self.sent)]
-        end = await self.session.run_calls(f"{HARNESS}.call_many({requests!r})", len(requests), self.call_timeout,
-                                           remaining, self._received)
+        # The requests go as data beside a one-line call: IPython parses only that line.
+        end = await self.session.run_calls(f"{HARNESS}.call_sent()", len(requests), self.call_timeout,
+                                           remaining, self._received, metadata={wire.CALLS_KEY: requests})
         if end.finished < len(self.calls) and end.error is None and self.session.alive:
             # The calls' code ran to its end without an error, so the harness replied to every
             # call: the replies that did not come were lost on the way.
@@ -163,7 +175,7 @@ def _argument_after(item: dict):
     return None
 
 
-def _status(verdict: str, points: float) -> str:
+def _status(verdict: CheckStatus, points: float) -> CheckStatus:
     """A check that did not pass and carries no points is informational: it never shows as a
     failure. (A policy check that finds a rule broken still says "failed"; see the caller.)"""
     return "info" if verdict == "failed" and not points else verdict
@@ -180,13 +192,13 @@ def _not_implemented(fn: FunctionSpec, why: str) -> list[CheckResult]:
     return _unrun_checks(fn, lambda points: _status("failed", points), f"Not implemented: {why}.")
 
 
-def _not_graded_for_failed_cell(fn: FunctionSpec, failure: dict) -> list[CheckResult]:
+def _not_graded_for_failed_cell(fn: FunctionSpec, failure: DefiningCellFailure) -> list[CheckResult]:
     # Short: the function's view says once which cell failed and why (view.cell_failure).
     return _unrun_checks(fn, lambda points: _status("failed", points),
                          f"Not graded: its defining cell, cell {cell_number(failure['cell'])}, failed.")
 
 
-def failed_definition(fn: FunctionSpec, scan, errors: list[dict]) -> dict | None:
+def failed_definition(fn: FunctionSpec, scan, errors: list[ErrorRecord]) -> DefiningCellFailure | None:
     """Why `fn`, not defined after the notebook ran, was not: the first error of the last cell
     whose source defines it (the cell did not parse, or raised before its `def` ran, as after
     a failed import), as {"cell", "line", "ename", "evalue"}; None when no such cell failed.
@@ -194,20 +206,20 @@ def failed_definition(fn: FunctionSpec, scan, errors: list[dict]) -> dict | None
     later error is often only a consequence, and its line is counted from that statement.
     A cell that does not parse is described as the grader's own parse of the file finds it."""
     cells = {cell for name in fn.names for cell in scan.definers.get(name, [])}
-    failed = [e for e in errors if e.get("cell", -1) in cells]
+    failed = [e for e in errors if e.cell in cells]
     if not failed:
         return None
-    error = next(e for e in failed if e["cell"] == failed[-1]["cell"])
-    if error["cell"] in scan.unparsable:
-        line, ename, evalue = scan.unparsable[error["cell"]]
+    error = next(e for e in failed if e.cell == failed[-1].cell)
+    if error.cell in scan.unparsable:
+        line, ename, evalue = scan.unparsable[error.cell]
     else:
-        line, ename, evalue = failing_line_number(error), str(error.get("ename", "")), str(error.get("evalue", ""))
+        line, ename, evalue = failing_line_number(error), error.ename, error.evalue
     # One line: the cell's own entry under the notebook's problems has the rest.
     first = (evalue.replace(REST_RUN, "").strip().splitlines() or [""])[0][:200]
-    return {"cell": error["cell"], "line": line, "ename": ename[:100], "evalue": first}
+    return {"cell": error.cell, "line": line, "ename": ename[:100], "evalue": first}
 
 
-def not_graded(submission: str, assignment: Assignment | str, seed: int, kind: str, ename: str,
+def not_graded(submission: str, assignment: Assignment | str, seed: int, kind: ErrorKind, ename: str,
                why: str) -> GradeResult:
     """The one result of a submission that could not be graded at all: `why` as its only
     error (`kind` "unreadable" when the submission is at fault, "grader_error" when the grader
@@ -216,7 +228,7 @@ def not_graded(submission: str, assignment: Assignment | str, seed: int, kind: s
     first_line = (why.strip().splitlines() or [ename])[0][:500]   # checks never carry a traceback
     name = assignment.name if isinstance(assignment, Assignment) else assignment
     result = GradeResult(submission=submission, assignment=name, seed=seed, status="error")
-    result.errors.append(ErrorRecord(-1, kind, ename, why[:2000]).to_json())
+    result.errors.append(ErrorRecord(-1, kind, ename, why[:2000]))
     functions = assignment.functions if isinstance(assignment, Assignment) else ()
     message = f"Not graded: {first_line}"
     result.checks = [c for fn in functions for c in _unrun_checks(fn, lambda points: "error", message)]
@@ -224,7 +236,7 @@ def not_graded(submission: str, assignment: Assignment | str, seed: int, kind: s
     return result
 
 
-def _forbidden_uses(fn: FunctionSpec, info: dict, scan, forbidden) -> list[str]:
+def _forbidden_uses(fn: FunctionSpec, info: FunctionInfo, scan, forbidden) -> list[str]:
     modules = list(info.get("modules", [])) + scan.function_imports.get(info.get("name", fn.name), [])
     return sorted({hit for m in modules if (hit := static_scan.matches(m, forbidden))})
 
@@ -234,9 +246,9 @@ class _Grading:
     """One function's grading, made in two steps (see grade_notebook): its checks so far, in
     the spec's order, and what its hidden checks still need."""
     fn: FunctionSpec
-    info: dict
+    info: FunctionInfo   # what was known of the function before its calls: its description
     results: dict = field(default_factory=dict)   # kind -> CheckResult
-    prober: FunctionProber | None = None   # or what answers its calls without a kernel (judge_computed)
+    prober: FunctionProber | _Computed | None = None   # or what answers its calls without a kernel (judge_computed)
     contexts: dict = field(default_factory=dict)
     probes_of: dict = field(default_factory=dict)
     evidence_for: list = field(default_factory=list)   # the non-answer rule's evidence
@@ -244,13 +256,29 @@ class _Grading:
     non_answer_reason: str = ""   # why the function is a non-answer, or ""
     withheld: bool = False        # whether its checks' points were withheld as a non-answer's
     verdicts: dict = field(default_factory=dict)   # kind -> its check's own status, before any withholding
+    # What its calls showed, each None when they were not made that far.
+    non_answer: bool | None = None
+    smallest_failing: SmallestCase | None = None
+    called_by_keyword: bool | None = None
 
     def checks(self) -> list[CheckResult]:
         return [self.results[kind] for kind in self.fn.points if kind in self.results]
 
+    def function_info(self) -> FunctionInfo:
+        """The function's entry in the result: its description, then what its calls showed."""
+        info = FunctionInfo(**self.info)
+        if self.non_answer is not None:
+            info["non_answer"] = self.non_answer
+        if self.smallest_failing is not None:
+            info["smallest_failing"] = self.smallest_failing
+        if self.called_by_keyword is not None:
+            info["called_by_keyword"] = self.called_by_keyword
+        return info
+
 
 def _judge(grading: _Grading, kinds, ctx: Context) -> None:
     fn, prober = grading.fn, grading.prober
+    assert prober is not None, "a function is judged only once its calls are planned"
     for kind in kinds:
         points, check = fn.points[kind], CHECKS[kind]
         outcomes = [(p, prober.outcome(p)) for p in grading.probes_of[kind]]
@@ -305,14 +333,15 @@ def _visible(fn: FunctionSpec) -> list[str]:
 def _judge_visible(grading: _Grading, ctx: Context) -> None:
     """The non-answer rule on its probes (see _plan), then the visible checks, once their calls
     are made."""
-    fn, prober, info = grading.fn, grading.prober, grading.info
+    fn, prober = grading.fn, grading.prober
+    assert prober is not None, "a function is judged only once its calls are planned"
     evidence = [(p, prober.outcome(p)) for p in grading.evidence_for]
     attempt = None
     if not answers.recognised(fn.convention, evidence, ctx.tolerance, ctx.predictions):
         # A mistake the grader does not know, when the output still behaves as attention's.
         attempt = answers.attempt_problem(fn.convention, [(p, prober.outcome(p)) for p in grading.attempt_for])
-    info["non_answer"] = attempt is not None
-    grading.non_answer_reason = answers.reason(evidence, attempt) if info["non_answer"] else ""
+    grading.non_answer = attempt is not None
+    grading.non_answer_reason = answers.reason(evidence, attempt) if attempt is not None else ""
     _judge(grading, _visible(fn), ctx)
     _withhold(grading, grading.checks())
 
@@ -344,7 +373,7 @@ def judge_computed(fn: FunctionSpec, ctx: Context, outcome) -> _Grading:
     return grading
 
 
-async def _grade_visible(session, fn: FunctionSpec, info: dict, scan, ctx: Context, call_timeout: float,
+async def _grade_visible(session, fn: FunctionSpec, info: FunctionInfo, scan, ctx: Context, call_timeout: float,
                          deadline: float) -> _Grading:
     """The evidence for the non-answer rule, the visible checks and the smallest failing case."""
     grading = _Grading(fn, info)
@@ -368,9 +397,8 @@ async def _grade_visible(session, fn: FunctionSpec, info: dict, scan, ctx: Conte
     await prober.run([*rule_for, *(p for kind in _visible(fn) for p in grading.probes_of[kind])])
     _judge_visible(grading, ctx)
     found = await smallest.find(prober, fn, ctx, grading.checks(), name)
-    if found:
-        info["smallest_failing"] = found
-    info["called_by_keyword"] = prober.by_keyword
+    grading.smallest_failing = found
+    grading.called_by_keyword = prober.by_keyword
     return grading
 
 
@@ -379,7 +407,7 @@ async def _grade_hidden(grading: _Grading, ctx: Context) -> list[CheckResult]:
     function sees a hidden case, and could otherwise carry it into a later visible check's
     message or figures, or into the smallest failing case."""
     hidden = _hidden(grading)
-    if hidden and grading.prober is not None:
+    if hidden and isinstance(grading.prober, FunctionProber):   # judge_computed's calls are all answered
         await grading.prober.run([p for kind in hidden for p in grading.probes_of[kind]])
         _judge_hidden(grading, hidden, ctx)
     return grading.checks()
@@ -411,39 +439,52 @@ async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
     started = time.monotonic()
     graded_names = {n for f in assignment.functions for n in f.names}
     scan = static_scan.scan(code_cells(nb), graded_names, _methods(assignment))
-    result.policy["forbidden"] = list(assignment.forbidden)
-    result.policy["penalty"] = assignment.penalty
-    for cell, line, module in scan.imports:
-        hit = static_scan.matches(module, assignment.forbidden)
-        finding = {"source": "static", "module": hit, "cell": cell, "line": line}
-        if hit and finding not in result.policy["findings"]:   # `from m import a, b` names m three times
-            result.policy["findings"].append(finding)
-        if static_scan.matches(module, GRADER_MODULES):
-            result.policy["findings"].append({"source": "static", "module": module, "cell": cell, "line": line,
-                                              "kind": "grader_import"})
+    runtime_findings: list[Finding] = []
     async with assignment_kernel(nb, assignment, settings, kernel_manager_factory) as (session, log):
-        result.errors = [e.to_json() for e in log.errors]
-        result.timing["execution"] = round(log.seconds, 3)
+        result.errors = list(log.errors)
         probing_started = time.monotonic()
         functions = {f.name: f.names for f in assignment.functions}
         try:
-            await _grade_functions(session, result, assignment, scan, settings, functions, probing_started)
+            described, runtime_findings = await _describe_functions(session, result, assignment, scan, settings,
+                                                                    functions)
+            await _grade_functions(session, result, assignment, scan, settings, described, probing_started)
         except RepliesLost as lost:
             _not_graded_for_lost_replies(result, assignment, str(lost))
-        result.timing["probing"] = round(time.monotonic() - probing_started, 3)
-        result.timing["output_characters"] = log.output_bytes
-        if log.grader_cells:
-            result.timing["grader_cells"] = log.grader_cells
+        probing = round(time.monotonic() - probing_started, 3)
     result.isolation = {**log.isolation, "leftover_processes_killed": log.leftover_processes,
                         "background_processes_stopped": log.background_stopped}
-    result.policy["level"] = "full" if ENFORCES_POLICY in log.isolation.get("active", []) else "partial"
-    if any(e["kind"] == "deadline" for e in result.errors):
+    level: Literal["full", "partial"] = "full" if ENFORCES_POLICY in log.isolation.get("active", []) else "partial"
+    result.policy = {"forbidden": list(assignment.forbidden),
+                     "findings": _static_findings(scan, assignment) + runtime_findings,
+                     "level": level, "penalty": assignment.penalty}
+    if any(e.kind == "deadline" for e in result.errors):
         result.status = "timeout"
     elif not log.kernel_alive or result.status == "error":
         result.status = "error"
-    result.timing["total"] = round(time.monotonic() - started, 3)
+    result.timing = _timing(log, probing, started)
     result.total()
     return result
+
+
+def _static_findings(scan, assignment: Assignment) -> list[Finding]:
+    """The policy's findings in the notebook's source: imports of a forbidden library or of the grader."""
+    findings: list[Finding] = []
+    for cell, line, module in scan.imports:
+        hit = static_scan.matches(module, assignment.forbidden)
+        finding: Finding = {"source": "static", "module": hit or "", "cell": cell, "line": line}
+        if hit and finding not in findings:   # `from m import a, b` names m three times
+            findings.append(finding)
+        if static_scan.matches(module, GRADER_MODULES):
+            findings.append({"source": "static", "module": module, "cell": cell, "line": line, "kind": "grader_import"})
+    return findings
+
+
+def _timing(log, probing: float, started: float) -> Timing:
+    timing: Timing = {"execution": round(log.seconds, 3), "probing": probing, "output_characters": log.output_bytes}
+    if log.grader_cells:
+        timing["grader_cells"] = log.grader_cells
+    timing["total"] = round(time.monotonic() - started, 3)
+    return timing
 
 
 def _methods(assignment: Assignment, by_name: bool = True) -> dict:
@@ -476,50 +517,66 @@ def _not_graded_for_lost_replies(result: GradeResult, assignment: Assignment, wh
     result.errors.extend(lost.errors)
 
 
-async def _grade_functions(session, result: GradeResult, assignment: Assignment, scan, settings, functions: dict,
-                           probing_started: float) -> None:
-    """Describe the graded functions, then call and judge each; raises RepliesLost."""
-    described, error = await _described(session, functions, assignment.forbidden, settings.call_timeout,
-                                        _methods(assignment, by_name=False))
+async def _describe_functions(session, result: GradeResult, assignment: Assignment, scan, settings,
+                              functions: dict) -> tuple[dict[str, FunctionInfo], list[Finding]]:
+    """What the grader knows of each graded function before calling it (the harness's
+    description, checked, and the grader's own findings), and the watched modules the kernel
+    reports imported; a malformed description is an error of the result. Raises RepliesLost."""
+    reply, error = await _described(session, functions, assignment.forbidden, settings.call_timeout,
+                                    _methods(assignment, by_name=False))
     try:
-        described = payloads.describe_reply(described, list(functions)) if described else None
+        described = payloads.describe_reply(reply, list(functions)) if reply else None
     except payloads.BadReply as exc:
         result.errors.append(ErrorRecord(-1, "bad_reply", "BadReply",
                                          f"the kernel's description of the functions was malformed ({exc}); "
-                                         "was the grader's harness replaced?").to_json())
+                                         "was the grader's harness replaced?"))
         described = None
     described = described or {"functions": {}, "imported": []}
-    for module in described.get("imported", []):
-        result.policy["findings"].append({"source": "runtime", "module": module})
-    uses = {}
+    if error and not described["functions"]:
+        result.status = "error"
+    infos: dict[str, FunctionInfo] = {}
     for fn in assignment.functions:
-        info = dict(described["functions"].get(fn.name, {"found": False}))
+        info = described["functions"].get(fn.name, FunctionInfo(found=False)).copy()
         info["stub"] = info.get("name", fn.name) in scan.stubs
         info.pop("defining_cell_failed", None)   # the grader's finding alone, never the kernel's
         if not info.get("found") and (failure := failed_definition(fn, scan, result.errors)):
             info["defining_cell_failed"] = failure
-        uses[fn.name] = _forbidden_uses(fn, info, scan, assignment.forbidden)
-        result.functions[fn.name] = info
+        infos[fn.name] = info
+    runtime: list[Finding] = [{"source": "runtime", "module": module} for module in described.get("imported", [])]
+    return infos, runtime
+
+
+async def _grade_functions(session, result: GradeResult, assignment: Assignment, scan, settings,
+                           described: dict[str, FunctionInfo], probing_started: float) -> None:
+    """Call and judge each function described; its checks and its entry in the result's
+    functions are the result's. Raises RepliesLost."""
+    result.functions = dict(described)   # kept as described should the replies be lost
+    uses = {fn.name: _forbidden_uses(fn, described[fn.name], scan, assignment.forbidden) for fn in assignment.functions}
     ctx = Context(settings.seed, assignment.tolerance, uses)
     # Every function's visible checks before any hidden one (see _grade_hidden).
-    gradings = [await _grade_visible(session, fn, result.functions[fn.name], scan, ctx, settings.call_timeout,
+    gradings = [await _grade_visible(session, fn, described[fn.name], scan, ctx, settings.call_timeout,
                                      probing_started + settings.probe_timeout) for fn in assignment.functions]
     for grading in gradings:
         checks = await _grade_hidden(grading, ctx)
         _apply_penalty(checks, grading.fn, uses[grading.fn.name], assignment.penalty)
         result.checks.extend(checks)
-    if error and not described["functions"]:
-        result.status = "error"
+    result.functions = {g.fn.name: g.function_info() for g in gradings}
 
 
 def grade_path(path: Path, assignment: Assignment, settings, **kw) -> GradeResult:
     """Grade a file; raises SubmissionError when the file cannot be read as a submission, and
     MachineFault when this machine cannot run its kernel."""
     nb = load_submission(path)
-    try:
-        return asyncio.run(grade_notebook(nb, assignment, settings, Path(path).name, **kw))
-    except MachineFault:
-        raise   # no result: the submission is not at fault, nor is it graded
-    except Exception as exc:  # noqa: BLE001 - a grader fault still yields a valid result
-        return not_graded(Path(path).name, assignment, settings.seed, "grader_error", type(exc).__name__,
-                          f"grading could not finish: {type(exc).__name__}: {exc}")
+    for _ in range(GRADING_ATTEMPTS):
+        try:
+            # A copy each time: running a notebook rewrites the cells it ran only in part.
+            return asyncio.run(grade_notebook(copy.deepcopy(nb), assignment, settings, Path(path).name, **kw))
+        except MachineFault:
+            raise   # no result: the submission is not at fault, nor is it graded
+        except KernelKilled as exc:
+            killed = exc   # the machine's doing: graded again from the start
+        except Exception as exc:  # noqa: BLE001 - a grader fault still yields a valid result
+            return not_graded(Path(path).name, assignment, settings.seed, "grader_error", type(exc).__name__,
+                              f"grading could not finish: {type(exc).__name__}: {exc}")
+    return not_graded(Path(path).name, assignment, settings.seed, "grader_error", "KernelKilled",
+                      f"grading could not finish: {killed}, in each of {GRADING_ATTEMPTS} attempts")

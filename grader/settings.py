@@ -1,12 +1,12 @@
-"""Every setting, declared once with its type, default and help; the CLI and the README's
-settings table are both derived from this list."""
+"""Every setting, declared once with its type, default and help; the CLI and the settings
+table of docs/settings.md are both derived from this list."""
 from __future__ import annotations
 
 import argparse
 import math
 from dataclasses import dataclass, fields, make_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,9 @@ SETTINGS: tuple[Setting, ...] = (
             "submission from a secret kept in the output folder and the submission's bytes, and `lms` draws one "
             "per run", minimum=0),
     Setting("cell_timeout", float, 30.0, "seconds one notebook cell may run before it is interrupted", limit=True),
-    Setting("interrupt_grace", float, 5.0, "seconds a cell or call may go on after its interrupt before the kernel "
-            "is stopped; the notebook then runs again in a new kernel without that cell", limit=True),
+    Setting("interrupt_grace", float, 5.0, "CPU seconds a cell or call may use after its interrupt before the kernel "
+            "is stopped (4 times as long on the clock while it waits without computing); the notebook then runs "
+            "again in a new kernel without that cell", limit=True),
     Setting("notebook_timeout", float, 300.0, "seconds the whole notebook may run", limit=True),
     Setting("call_timeout", float, 10.0, "seconds one call of a student function may run", limit=True),
     Setting("probe_timeout", float, 120.0, "seconds all calls of one submission's functions may take together; "
@@ -130,17 +131,24 @@ SETTINGS: tuple[Setting, ...] = (
 
 BY_NAME = {s.name: s for s in SETTINGS}
 # What one submission's kernel may do and use: all that reaches the kernel and the sandbox.
-Limits = make_dataclass("Limits", [(s.name, s.type, s.default) for s in SETTINGS if s.limit], frozen=True)
+_LIMITS = make_dataclass("Limits", [(s.name, s.type, s.default) for s in SETTINGS if s.limit], frozen=True)
 # Settings an assignment spec may set in its [limits] table; the command line still wins.
 SPEC_SETTINGS = tuple(s.name for s in SETTINGS if s.limit and s.in_spec)
 
 
-def _limits(self) -> Limits:
-    return Limits(**{f.name: getattr(self, f.name) for f in fields(Limits)})
+def _limits(self):
+    return _LIMITS(**{f.name: getattr(self, f.name) for f in fields(_LIMITS)})
 
 
-Settings = make_dataclass("Settings", [(s.name, s.type, s.default) for s in SETTINGS], frozen=True,
-                          namespace={"limits": property(_limits, doc="The settings that reach the kernel.")})
+_SETTINGS = make_dataclass("Settings", [(s.name, s.type, s.default) for s in SETTINGS], frozen=True,
+                           namespace={"limits": property(_limits, doc="The settings that reach the kernel.")})
+if TYPE_CHECKING:
+    # Both are made from SETTINGS, each setting's one declaration, which a type checker
+    # cannot read: to it their fields are of any type.
+    Limits = Any
+    Settings = Any
+else:
+    Limits, Settings = _LIMITS, _SETTINGS
 
 
 def validated_limits(limits: dict, where: str) -> dict:

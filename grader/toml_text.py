@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .errors import SpecError
+from grader.errors import SpecError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -83,7 +83,7 @@ def masked_softmax(scores: np.ndarray, keep: np.ndarray | None, fully_masked: st
         return _plain_softmax(scores, axis, stable)
     keep = np.broadcast_to(np.asarray(keep, dtype=bool), scores.shape)
     some = keep.any(axis=axis, keepdims=True)
-    shift = 0.0
+    shift: float | np.ndarray = 0.0
     if stable:
         top = np.where(keep, scores, -np.inf).max(axis=axis, keepdims=True)
         shift = np.where(some, top, 0.0)

@@ -22,6 +22,7 @@ memory's width differs from X's) predicts the reference there, so it is never na
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -143,7 +144,7 @@ def _keep(case: Case, v: Variant) -> dict | None:
         ones = np.ones((case.n, case.lk), dtype=bool)
         built = {"lower": causal_keep(case.n, case.lk), "strict": np.tril(ones, -1), "upper": np.triu(ones)}[v.causal]
     given_step = "before" if v.mask in ("inverted", "ignored") else v.mask
-    parts = {step: [] for step in _MASK_STEPS}
+    parts: dict[str, list] = {step: [] for step in _MASK_STEPS}
     parts[given_step] += given
     parts[v.causal_step].append(built)
     steps = {step: combine(*keeps) for step, keeps in parts.items()}
@@ -242,8 +243,8 @@ def _reshaped_scores(case: Case, heads: list, v: Variant) -> list:
 
     q, k = fused(xq, "wq", "bq"), fused(xkv, "wk", "bk")
     values = fused(xkv, "wv", "bv") if v.values == "v" else xkv
-    split = [a.reshape(n, a.shape[0], a.shape[1] // n) for a in (q, k, values)]
-    return [_scored(case, *(a[i] for a in split), v) for i in range(n)]
+    qs, ks, vs = (a.reshape(n, a.shape[0], a.shape[1] // n) for a in (q, k, values))
+    return [_scored(case, qs[i], ks[i], vs[i], v) for i in range(n)]
 
 
 def _split_heads(case: Case, v: Variant) -> list:
@@ -263,7 +264,7 @@ def _possible(case: Case, v: Variant) -> Variant:
     """The variant without the mistakes that cannot be made on this case (the student's code
     would fail on its shapes), which then predict the reference. A case without memory or
     masks keeps every mistake a built-in convention can make: for them this is `v` itself."""
-    undo = {}
+    undo: dict[str, str] = {}
     cross = case.memory is not None and case.n != case.lk
     if cross and (v.scores != "qk" or v.combine != "wv"):
         undo.update(scores="qk", combine="wv")          # a Lk x Lq matrix meets Lk x d values
@@ -321,7 +322,7 @@ def _mistaken(cases: list[Case], v: Variant) -> list[dict]:
     for case in cases:
         cv = _possible(case, v)
         case = _laid_out(case, cv)
-        plan = {"case": case, "v": cv, "keep": _keep(case, cv), "parts": None}
+        plan: dict[str, Any] = {"case": case, "v": cv, "keep": _keep(case, cv), "parts": None}
         if cv.heads == "reshaped":
             plan["parts"] = _reshaped_scores(case, list(case.heads), cv)
         elif cv.heads != "tokens":
@@ -333,7 +334,7 @@ def _mistaken(cases: list[Case], v: Variant) -> list[dict]:
             p["weights"] = _group_weights([part["scores"] for part in p["parts"]], [p["keep"]] * len(p["parts"]),
                                           p["case"].fully_masked)
     elif v.softmax == "batch" and scored:
-        per_element = [[] for _ in scored]
+        per_element: list[list] = [[] for _ in scored]
         for i in range(len(scored[0]["parts"])):
             weights = _group_weights([p["parts"][i]["scores"] for p in scored], [p["keep"] for p in scored],
                                      scored[0]["case"].fully_masked)

@@ -6,7 +6,7 @@ import pytest
 
 from grader.grade import grade_path
 from grader.settings import Settings
-from grader.spec import load_assignment
+from grader.course.spec import load_assignment
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -24,7 +24,7 @@ def pytest_runtest_setup(item):
     """The `sandbox` marker's promise (pyproject.toml): its tests are skipped, not failed, where
     the machine cannot make the full sandbox (no root, no unshare, no user to drop to)."""
     if item.get_closest_marker("sandbox") is not None:
-        from grader.sandbox import namespaces_available, unprivileged_ids
+        from grader.sandbox.isolation import namespaces_available, unprivileged_ids
         if not namespaces_available() or unprivileged_ids() is None:
             pytest.skip("needs the full sandbox (root, unshare, a user to drop to), which this machine lacks")
 
@@ -35,7 +35,7 @@ def _kernels_only_in_slow_tests(request, monkeypatch):
     `pytest -m "not slow"` is the quick subset it claims to be: elsewhere, doing so fails."""
     _current["slow"] = request.node.get_closest_marker("slow") is not None
     if not _current["slow"]:
-        from grader.kernel import Kernel
+        from grader.kernel.session import Kernel
 
         async def refuse(self):
             pytest.fail("this test starts a Jupyter kernel: mark it @pytest.mark.slow")
@@ -121,7 +121,7 @@ def sandbox_processes(grader_pid: int | None = None) -> list[int]:
     """Live processes of submissions (each carries its sandbox's marker): those graded by the
     grader process `grader_pid`, or by default those of sandboxes this test process created,
     so that other graders running on the machine do not count."""
-    from grader.sandbox import CREATED_MARKERS, MARKER
+    from grader.sandbox.isolation import CREATED_MARKERS, MARKER
     prefix = MARKER.encode() + b"="
     found = []
     for entry in Path("/proc").iterdir():

@@ -21,7 +21,7 @@ def load():
 def verdict(result) -> dict:
     return {"status": result.status, "score": result.score, "max_score": result.max_score,
             "not_passed": {c.name: c.status for c in result.checks if c.status != "passed"},
-            "error_kinds": sorted({e["kind"] for e in result.errors}),
+            "error_kinds": sorted({e.kind for e in result.errors}),
             "diagnoses": {c.name: c.diagnosis for c in result.checks if c.diagnosis}}
 
 

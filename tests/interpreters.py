@@ -29,7 +29,10 @@ def build_wheel(folder: Path) -> Path:
     tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                              capture_output=True, check=True).stdout
     for name in tracked.decode().split("\0"):
-        if name and (ROOT / name).is_file():
+        if name and (ROOT / name).is_symlink():   # grader/reference -> ../reference: a link still
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(ROOT / name), source / name)
+        elif name and (ROOT / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(source)],

@@ -3,12 +3,12 @@ attention. Values are built here with the trusted reference, as a kernel would s
 import numpy as np
 import pytest
 
-from grader import cases
-from grader.answers import reason, recognised
-from grader.checks import Context, Outcome, Probe
-from grader.conventions import CONVENTIONS
-from grader.explain import Explanation, Predictions, applicable, trivial
-from grader.returns import Parts, Tolerance
+from grader.calling import cases
+from grader.judging.answers import reason, recognised
+from grader.judging.checks import Context, Outcome, Probe
+from grader.calling.conventions import CONVENTIONS
+from grader.judging.explain import Explanation, Predictions, applicable, trivial
+from grader.calling.returns import Parts, Tolerance
 
 SEED = 20261122
 TOL = Tolerance()
@@ -120,8 +120,8 @@ def test_trivial_values():
 
 
 def test_evidence_includes_the_sheet_shapes():
-    from grader.checks import evidence_probes
-    from grader.spec import load_assignment
+    from grader.judging.checks import evidence_probes
+    from grader.course.spec import load_assignment
     fn = load_assignment("rows").functions[1]
     labels = [p.label for p in evidence_probes(fn, Context(SEED, TOL))]
     assert any("shapes of the assignment sheet data, H = 3" in label for label in labels)
@@ -177,10 +177,10 @@ FORGERIES = {
 
 
 def _called(conv, function):
-    from grader import payloads
-    from grader.answers import attempt_probes
-    from grader.returns import canonical_parts
-    from grader.wire import encode_value
+    from grader.kernel import replies as payloads
+    from grader.judging.answers import attempt_probes
+    from grader.calling.returns import canonical_parts
+    from grader.kernel_side.wire import encode_value
     results = []
     for probe in attempt_probes(conv, SEED):
         sent = probe.arguments(conv)
@@ -191,21 +191,21 @@ def _called(conv, function):
 
 @pytest.mark.parametrize("kind", sorted(ATTEMPTS))
 def test_a_mistake_the_grader_does_not_know_is_an_attempt(kind):
-    from grader.answers import attempt_problem
+    from grader.judging.answers import attempt_problem
     conv = CONVENTIONS["rows_single"]
     assert attempt_problem(conv, _called(conv, ATTEMPTS[kind])) is None
 
 
 @pytest.mark.parametrize("kind", sorted(FORGERIES))
 def test_forgeries_are_not_attempts(kind):
-    from grader.answers import attempt_problem
+    from grader.judging.answers import attempt_problem
     conv = CONVENTIONS["rows_single"]
     assert attempt_problem(conv, _called(conv, FORGERIES[kind]))
 
 
 @pytest.mark.parametrize("name", sorted(n for n in CONVENTIONS if "output" in CONVENTIONS[n].returns))
 def test_the_reference_is_an_attempt_in_every_convention_with_an_output(name):
-    from grader.answers import attempt_probes, attempt_problem
+    from grader.judging.answers import attempt_probes, attempt_problem
     conv = CONVENTIONS[name]
     results = [(p, Outcome("ok", parts=Parts(values=conv.expected_parts(p.case)), sent=p.arguments(conv)))
                for p in attempt_probes(conv, SEED)]
@@ -214,7 +214,7 @@ def test_the_reference_is_an_attempt_in_every_convention_with_an_output(name):
 
 def test_the_attempt_probes_change_only_what_they_say():
     """Between the values' probes only V changes; with the tokens redrawn V is kept exactly."""
-    from grader.answers import ATTEMPT_LABELS, attempt_probes
+    from grader.judging.answers import ATTEMPT_LABELS, attempt_probes
     from grader.reference.attention import attention
     conv = CONVENTIONS["rows_single"]
     probes = dict(zip(ATTEMPT_LABELS, attempt_probes(conv, SEED)))
@@ -228,7 +228,7 @@ def test_the_attempt_probes_change_only_what_they_say():
 
 
 def test_the_reason_says_why_it_is_not_an_attempt_either():
-    from grader.answers import attempt_problem
+    from grader.judging.answers import attempt_problem
     conv = CONVENTIONS["rows_single"]
     why = attempt_problem(conv, _called(conv, FORGERIES["uniform weights times V"]))
     assert reason(_results(conv, lambda case, sent: {"output": np.ones((case.n, 2)) * np.arange(2)}), why) == (
@@ -238,7 +238,7 @@ def test_the_reason_says_why_it_is_not_an_attempt_either():
 
 
 def test_an_attempt_probe_that_was_not_answered_is_said_as_such():
-    from grader.answers import attempt_problem
+    from grader.judging.answers import attempt_problem
     conv = CONVENTIONS["rows_single"]
     results = _called(conv, ATTEMPTS["softmax in base 2"])
     probe, _ = results[4]

@@ -13,8 +13,8 @@ import nbformat
 import pytest
 
 from conftest import FIXTURES, ROOT, SUBMISSIONS, grade, run_grader
-from grader import sandbox
-from grader.terminal import summary
+from grader.sandbox import isolation as sandbox
+from grader.report.terminal import summary
 from test_lms import run_entrypoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
@@ -135,7 +135,7 @@ def test_reading_the_reference_from_the_source_checkout(sandboxed):
         shutil.rmtree(thief.parent)
     assert result.score == 0
     errors = result.errors
-    assert any(e["ename"] == "FileNotFoundError" and "attention.py" in e["evalue"] for e in errors), errors
+    assert any(e.ename == "FileNotFoundError" and "attention.py" in e.evalue for e in errors), errors
 
 
 def test_without_the_sandbox_the_policy_says_partial():

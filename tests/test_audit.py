@@ -8,12 +8,12 @@ import pytest
 
 from conftest import ROOT
 from golden import load
-from grader.audit import Audit, FunctionAudit, Graded, audit
-from grader.audit_report import text, verdict
-from grader.explain import applicable
+from grader.authoring.audit import Audit, FunctionAudit, Graded, audit
+from grader.authoring.audit_report import text, verdict
+from grader.judging.explain import applicable
 from grader.reference.mistakes import MISTAKES
 from grader.settings import PUBLIC_SEED
-from grader.spec import builtin_names, load_assignment
+from grader.course.spec import builtin_names, load_assignment
 
 TITLES = {m.title: m.id for m in MISTAKES}
 
@@ -241,7 +241,7 @@ def test_the_audit_page_reads_in_a_real_browser(tmp_path):
     spec's title shown as text."""
     playwright = pytest.importorskip("playwright.sync_api")
     from conftest import chromium_path
-    from grader.audit_report import write_html
+    from grader.authoring.audit_report import write_html
     if not chromium_path():
         pytest.fail("Chromium is not installed (apt-get install chromium)")
     spec = tmp_path / "lenient.toml"
@@ -295,7 +295,7 @@ returns = ["output", "weights"]
 
 def test_hidden_checks_are_judged_on_their_own_cases_and_marked(tmp_path):
     """A hidden check draws its own cases; a mistake loses its points there as it would in grading."""
-    from grader.audit_report import check_label
+    from grader.authoring.audit_report import check_label
     text = 'name = "h"\n[[functions]]\nname = "self_attention"\nconvention = "rows_single"\n'
     (tmp_path / "open.toml").write_text(text)
     (tmp_path / "hidden.toml").write_text(text + 'hidden = ["random_shapes"]\n')
@@ -309,13 +309,13 @@ def test_hidden_checks_are_judged_on_their_own_cases_and_marked(tmp_path):
     assert check_label(fn, "numerical_stability") == "numerical_stability (info)"
 
 
-def test_the_readme_s_audit_commands_are_commands():
+def test_the_docs_audit_commands_are_commands():
     from grader.cli import parser
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Auditing a spec", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "specs.md").read_text()
+    section = page.split("## Auditing a spec", 1)[1].split("\n## ", 1)[0]
     block = section.split("```sh\n", 1)[1].split("```")[0]
-    using = readme.split("## Using it", 1)[1].split("\n## ", 1)[0]
-    lines = block.splitlines() + [line for line in using.splitlines() if line.startswith("grader audit")]
+    readme = (ROOT / "README.md").read_text()
+    lines = block.splitlines() + [line for line in readme.splitlines() if line.startswith("grader audit")]
     assert len(lines) == 2
     for line in lines:
         command = line.split("#")[0].split()

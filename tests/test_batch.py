@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, SUBMISSIONS, run_grader, sandbox_processes
-from grader.inputs import collect, student_of
+from grader.intake.discover import collect, student_of
 
 pytestmark = pytest.mark.slow
 
@@ -89,8 +89,8 @@ def test_unusable_batch_arguments(tmp_path):
 
 
 def test_similarity_sees_through_renaming_and_comments(tmp_path):
-    from grader.loader import notebook_from_python
-    from grader.similarity import fingerprint, similar_pairs
+    from grader.intake.notebook import notebook_from_python
+    from grader.batch.similarity import fingerprint, similar_pairs
     import nbformat
     original = ("import numpy as np\n# %%\ndef self_attention(X, Wq, Wk, Wv):\n    Q, K, V = X @ Wq, X @ Wk, X @ Wv\n"
                 "    s = Q @ K.T / np.sqrt(K.shape[1])\n    w = np.exp(s - s.max(1, keepdims=True))\n"
@@ -111,7 +111,7 @@ def test_similarity_sees_through_renaming_and_comments(tmp_path):
 
 
 def test_similarity_compares_each_distinct_submission_once_and_names_each_group_once():
-    from grader.similarity import similar_pairs
+    from grader.batch.similarity import similar_pairs
     base = "def self_attention(a, b, c, d):\n    return softmax(a @ b @ (a @ c).T) @ (a @ d)\n"
     near = base.replace("softmax", "soft_max")
     items = [(f"same{i}", base) for i in range(3)] + [("near", near), ("blank", ""), ("other", "x = 1\n" * 40)]

@@ -13,11 +13,12 @@ import nbformat
 import pytest
 
 from conftest import OWN_PEAK_KIB, SUBMISSIONS, run_grader, sandbox_processes
-from grader.batch import UNPACKED, batch_key
-from grader.inputs import collect
-from grader.loader import notebook_from_python
+from grader.batch.run import UNPACKED
+from grader.batch.stored import batch_key
+from grader.intake.discover import collect
+from grader.intake.notebook import notebook_from_python
 from grader.settings import SETTINGS, settings_from
-from grader.spec import load_assignment
+from grader.course.spec import load_assignment
 
 pytestmark = pytest.mark.slow
 
@@ -85,6 +86,33 @@ def test_hostile_inputs_become_error_rows_and_the_batch_completes(tmp_path):
         evalue = results[name]["errors"][0]["evalue"]
         assert why in evalue and "\n" not in evalue, (name, evalue)
     assert sandbox_processes(grader_pid=pid) == []
+
+
+@pytest.mark.parametrize("damage", [
+    lambda r: r.update(checks="lost"),                       # not a list
+    lambda r: r["checks"][0].pop("points"),                  # a check without its points
+    lambda r: r["errors"].append({"cell": "one", "kind": "error"}),   # an error of another form
+    lambda r: r.update(score="25"),                          # a number written as text
+])
+def test_a_stored_result_of_another_form_is_graded_again(tmp_path, damage):
+    """A result.json that is up to date by its key but damaged, or written by another version
+    of the grader, is graded again as a stale one is; it never stops the batch."""
+    inbox, out = tmp_path / "inbox", tmp_path / "out"
+    inbox.mkdir()
+    (inbox / "hw.ipynb").write_text(tiny_notebook())
+    code, _, stderr, _ = run_grader(["grade", inbox, "-o", out, *FAST])
+    assert code == 0, stderr
+    (stored,) = out.glob("*/result.json")
+    good = json.loads(stored.read_text())
+    damaged = json.loads(stored.read_text())
+    damage(damaged)
+    stored.write_text(json.dumps(damaged))
+    code, stdout, stderr, _ = run_grader(["grade", inbox, "-o", out, *FAST])
+    assert code == 0, stderr
+    assert stdout.startswith("1 graded, 0 unchanged"), stdout
+    again = json.loads(stored.read_text())
+    assert {k: again[k] for k in ("status", "score", "checks")} == {k: good[k] for k in ("status", "score", "checks")}
+    assert rows_of(out)[0]["score"] == "0" and rows_of(out)[0]["status"] == "graded"
 
 
 def test_output_folders_are_unique_stable_and_inside_outdir(tmp_path):
@@ -158,7 +186,7 @@ def test_a_lost_worker_costs_no_other_submission_its_grade(tmp_path):
 
 
 def test_resume_key_covers_every_setting_that_shapes_a_result(tmp_path, monkeypatch):
-    import grader.batch
+    import grader.batch.stored
     rows = load_assignment("rows")
     base = settings_from({})
     key = batch_key(GOOD, rows, base)
@@ -173,7 +201,7 @@ def test_resume_key_covers_every_setting_that_shapes_a_result(tmp_path, monkeypa
         assert batch_key(GOOD, rows, settings_from({name: value})) == key, name
     assert batch_key(GOOD + b" ", rows, base) != key
     assert batch_key(GOOD, replace(rows, raw={**rows.raw, "tolerance": {"rtol": 0.1}}), base) != key
-    monkeypatch.setattr(grader.batch, "__version__", "99.0")
+    monkeypatch.setattr(grader.batch.stored, "__version__", "99.0")
     assert batch_key(GOOD, rows, base) != key
 
 
@@ -197,10 +225,10 @@ def test_an_oversized_file_is_refused_before_it_is_read(tmp_path):
         f.truncate(500 * 2**20)
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from grader.batch import planned_key
-        from grader.inputs import collect
-        from grader.loader import SubmissionError
-        from grader.spec import load_assignment
+        from grader.batch.stored import planned_key
+        from grader.intake.discover import collect
+        from grader.intake.notebook import SubmissionError
+        from grader.course.spec import load_assignment
         (submission,), _ = collect([Path({str(big)!r})], Path({str(tmp_path / "unpacked")!r}))
         try:
             planned_key(submission, load_assignment('rows'), lambda s, content: {{}})
@@ -215,7 +243,7 @@ def test_an_oversized_file_is_refused_before_it_is_read(tmp_path):
 
 
 def test_megabytes_of_code_are_refused_in_one_line(tmp_path):
-    from grader.loader import SubmissionError, load_submission
+    from grader.intake.notebook import SubmissionError, load_submission
     path = tmp_path / "generated.py"
     path.write_text("\n".join(f"v{i} = {i}" for i in range(150_000)))
     with pytest.raises(SubmissionError, match="characters of code; the limit is 1,000,000"):

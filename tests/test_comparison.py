@@ -1,10 +1,10 @@
-"""The one comparison rule (grader/returns.py), used by the checks, the diagnosis and the
+"""The one comparison rule (grader/calling/returns.py), used by the checks, the diagnosis and the
 non-answer rule: tolerance relative to the expected value, shapes first, and NaN or inf only
 where the expected value has NaN or inf."""
 import numpy as np
 import pytest
 
-from grader.returns import Tolerance, compare, largest_difference, same
+from grader.calling.returns import Tolerance, compare, largest_difference, same
 
 TOL = Tolerance(rtol=1e-3, atol=1e-6)
 NAN, INF = np.nan, np.inf

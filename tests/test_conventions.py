@@ -3,10 +3,11 @@ written here from the assignment sheets, give back the canonical reference."""
 import numpy as np
 import pytest
 
-from grader import cases, payloads
-from grader.conventions import CONVENTIONS
-from grader.returns import Tolerance, canonical_parts, compare
-from grader.wire import encode_value
+from grader.calling import cases
+from grader.kernel import replies as payloads
+from grader.calling.conventions import CONVENTIONS
+from grader.calling.returns import Tolerance, canonical_parts, compare
+from grader.kernel_side.wire import encode_value
 
 
 def _softmax(s, axis=-1):
@@ -85,7 +86,7 @@ def test_random_shapes_cover_the_required_variety():
 def test_features_come_from_what_a_convention_declares_not_its_name():
     from dataclasses import replace
 
-    from grader.explain import features
+    from grader.judging.explain import features
     for conv in CONVENTIONS.values():
         assert features(replace(conv, name="renamed")) == features(conv), conv.name
     assert features(CONVENTIONS["softmax_rows"]) == {"softmax", "tokens_as_rows"}

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
-from grader import cases, smallest
-from grader.checks import CHECKS, Context, Outcome, check_probes, judge_batch_elements
+from grader.calling import cases
+from grader.judging import smallest
+from grader.judging.checks import CHECKS, Context, Outcome, check_probes, judge_batch_elements
 from grader.errors import SpecError
-from grader.explain import applicable, features, trivial
-from grader.returns import Parts, Tolerance
-from grader.spec import load_assignment, parse
+from grader.judging.explain import applicable, features, trivial
+from grader.calling.returns import Parts, Tolerance
+from grader.course.spec import load_assignment, parse
 
 sys.path.insert(0, str(ROOT / "tests"))
 from make_batch_fixtures import LAYOUT_TITLES, MISTAKES, SECOND_MISTAKES  # noqa: E402
@@ -36,7 +37,9 @@ def _fused_mha(x, W_q, W_k, W_v, W_o, n_heads, mask):
     B, N, _ = x.shape
     split = lambda t: t.reshape(B, N, n_heads, -1).transpose(0, 2, 1, 3)  # noqa: E731
     Q, K, V = split(x @ W_q), split(x @ W_k), split(x @ W_v)
-    w = _softmax(np.where(mask, Q @ K.transpose(0, 1, 3, 2) / np.sqrt(Q.shape[-1]), -1e9))
+    # The scores in float64 on every NumPy: NumPy 2 promotes a float32 batch by np.sqrt's float64, NumPy 1 does not.
+    scores = (Q @ K.transpose(0, 1, 3, 2)).astype(np.float64) / np.sqrt(Q.shape[-1])
+    w = _softmax(np.where(mask, scores, -1e9))
     return (w @ V).transpose(0, 2, 1, 3).reshape(B, N, -1) @ W_o, w
 
 
@@ -83,7 +86,7 @@ FORMS = {
 
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_a_batch_is_sent_in_every_course_form_and_a_course_function_meets_the_reference(form):
-    """Each form's arguments, as the README describes them, fed to a function written from its
+    """Each form's arguments, as docs/specs.md describes them, fed to a function written from its
     words, give the reference's parts, batch axis first, on every kind of case a check draws."""
     text, course_function = FORMS[form]
     fn = _function(text)

@@ -11,13 +11,18 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
-from grader import cases, classes, harness, payloads, static_scan, wire
-from grader.checks import Context, InputVariant, Outcome, check_probes, judge_unmodified
+from grader.calling import cases
+from grader.calling import class_table, classes
+from grader.kernel_side import harness
+from grader.kernel import replies as payloads
+from grader.intake import source_scan as static_scan
+from grader.kernel_side import wire
+from grader.judging.checks import Context, InputVariant, Outcome, check_probes, judge_unmodified
 from grader.errors import SpecError
-from grader.explain import features
-from grader.returns import Tolerance, compare
-from grader.similarity import fingerprint
-from grader.spec import load_assignment, parse
+from grader.judging.explain import features
+from grader.calling.returns import Tolerance, compare
+from grader.batch.similarity import fingerprint
+from grader.course.spec import load_assignment, parse
 
 sys.path.insert(0, str(ROOT / "tests"))
 from make_class_fixtures import CHANGED, MISTAKES, SECOND_MISTAKES, SOFTMAX, WORKED  # noqa: E402
@@ -334,13 +339,13 @@ def test_a_function_that_changes_its_input_and_hides_it_from_the_grader_fails_in
     assert unmodified.status == "failed" and "inputs after the call" in unmodified.message
 
 
-def test_the_readme_class_example_is_a_spec_and_names_the_size_roles():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("**Classes.**", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_class_example_is_a_spec_and_names_the_size_roles():
+    page = (ROOT / "docs" / "specs.md").read_text()
+    section = page.split("\n## Classes\n", 1)[1].split("\n## ", 1)[0]
     example = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    conv = parse(example, "README").functions[0].convention
+    conv = parse(example, "docs/specs.md").functions[0].convention
     assert conv.class_call.method == "forward" and conv.heads == "many" and conv.projection_bias
-    for word in [*classes.SIZE_ROLES, "construct", "attributes", "init", "__call__"]:
+    for word in [*class_table.SIZE_ROLES, "construct", "attributes", "init", "__call__"]:
         assert f"`{word}`" in section, word
 
 

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, ROOT, SUBMISSIONS, grade, graded_at_full_marks
-from grader import cases, payloads
-from grader.conventions import CONVENTIONS
+from grader.calling import cases
+from grader.kernel import replies as payloads
+from grader.calling.conventions import CONVENTIONS
 from grader.errors import SpecError
-from grader.explain import features
-from grader.returns import Tolerance, canonical_parts, compare
-from grader.spec import load_assignment, parse
-from grader.wire import encode_value
+from grader.judging.explain import features
+from grader.calling.returns import Tolerance, canonical_parts, compare
+from grader.course.spec import load_assignment, parse
+from grader.kernel_side.wire import encode_value
 
 COURSE = FIXTURES / "conventions"
 SPEC = COURSE / "course.toml"
@@ -203,13 +204,14 @@ def test_the_command_line_refuses_such_a_spec_with_exit_2(tmp_path):
                                "(role x)" in lines[0]
 
 
-def test_the_readme_example_is_a_spec_and_names_every_role():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Calling conventions", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_example_is_a_spec_and_names_every_role():
+    page = (ROOT / "docs" / "specs.md").read_text()
+    section = page.split("\n## Calling conventions\n", 1)[1].split("\n## ", 1)[0]
     example = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    conv = parse(example, "README").functions[0].convention
+    conv = parse(example, "docs/specs.md").functions[0].convention
     assert conv.weights == "out_in" and conv.heads == "many" and conv.projection
-    from grader.conventions import NOT_SUPPORTED_YET, RETURN_NAMES, ROLES
+    from grader.calling.conventions import RETURN_NAMES
+    from grader.calling.params import NOT_SUPPORTED_YET, ROLES
     for word in [*ROLES, *NOT_SUPPORTED_YET, *RETURN_NAMES]:
         assert f"`{word}`" in section, word
 
@@ -236,7 +238,7 @@ def test_a_list_or_dict_argument_changed_in_place_is_found():
 
 
 def test_an_argument_is_unchanged_only_when_every_array_in_it_is():
-    from grader.checks import _unchanged
+    from grader.judging.checks import _unchanged
     w = np.eye(2)
     assert _unchanged([w, w], [w.copy(), w.copy()]) and _unchanged({"w": w}, {"w": w.copy()}) and _unchanged(3, None)
     assert not _unchanged([w, w], [w, w * 2]) and not _unchanged([w, w], [w]) and not _unchanged([w], None)
@@ -244,7 +246,7 @@ def test_an_argument_is_unchanged_only_when_every_array_in_it_is():
 
 
 def test_a_matrix_from_a_list_or_dict_argument_returned_unchanged_is_no_answer():
-    from grader.explain import trivial
+    from grader.judging.explain import trivial
     w = np.arange(6.0).reshape(3, 2)
     assert trivial(w, [np.ones(3), [np.eye(2), w]]) == "one of its own arguments, unchanged"
     assert trivial(w.T, [{"W_qkv": w, "b_qkv": np.ones(2)}]) == "one of its own arguments, unchanged"
@@ -323,7 +325,7 @@ SYNTHETIC += [
 
 @pytest.mark.parametrize("index", range(len(SYNTHETIC)))
 def test_roles_layouts_and_returns_mean_what_the_readme_says(index):
-    """Plain NumPy implementations written from the README's words for each field give back
+    """Plain NumPy implementations written from the words of docs/specs.md for each field give back
     the reference once their returns are read as the convention says."""
     convention, implementation = SYNTHETIC[index]
     conv = parse(FUNCTION + convention, "course.toml").functions[0].convention

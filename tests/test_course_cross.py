@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
-from grader import cases, smallest
-from grader.checks import Context, Outcome, check_probes, judge_memory_permutation
+from grader.calling import cases
+from grader.judging import smallest
+from grader.judging.checks import Context, Outcome, check_probes, judge_memory_permutation
 from grader.errors import SpecError
-from grader.explain import applicable, features
-from grader.returns import Parts, Tolerance
-from grader.spec import load_assignment, parse
+from grader.judging.explain import applicable, features
+from grader.calling.returns import Parts, Tolerance
+from grader.course.spec import load_assignment, parse
 
 sys.path.insert(0, str(ROOT / "tests"))
 from make_cross_fixtures import MISTAKES  # noqa: E402
@@ -193,7 +194,7 @@ CROSS_FORMS = {
 @pytest.mark.parametrize("form", sorted(CROSS_FORMS))
 def test_a_memory_is_sent_in_every_course_form_and_a_course_function_meets_the_reference(form):
     """A memory with a mask, causal, tokens as columns in the framework layout, or per-head
-    weights: a course's function written from the README's words computes the reference."""
+    weights: a course's function written from the words of docs/specs.md computes the reference."""
     text, course_function = CROSS_FORMS[form]
     fn = parse('[[functions]]\nname = "attend"\n[functions.convention]\n' + text, "course.toml").functions[0]
     conv = fn.convention

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
-from grader import cases
-from grader.checks import Context, check_probes
-from grader.explain import applicable, features
+from grader.calling import cases
+from grader.judging.checks import Context, check_probes
+from grader.judging.explain import applicable, features
 from grader.reference.attention import attention, softmax_rows
 from grader.reference.masks import FORMS, course_scores
-from grader.returns import Tolerance, compare
-from grader.spec import load_assignment, parse
+from grader.calling.returns import Tolerance, compare
+from grader.course.spec import load_assignment, parse
 
 sys.path.insert(0, str(ROOT / "tests"))
 from make_mask_fixtures import MISTAKES, SECOND_MISTAKES  # noqa: E402
@@ -36,7 +36,7 @@ def _masked_qkv(form: str, extra: str = ""):
 
 
 def _course_attention(Q, K, V, mask, form):
-    """A course's function written from the README's words for `form`."""
+    """A course's function written from the words of docs/specs.md for `form`."""
     scores = course_scores(Q @ K.T / np.sqrt(K.shape[1]), mask, form)
     weights = softmax_rows(scores)
     return weights @ V, weights
@@ -112,7 +112,7 @@ def test_a_mask_keeps_its_course_dtype_in_the_integer_and_float32_variants():
 
 
 def test_the_sheet_data_is_sent_with_a_mask_that_hides_nothing():
-    from grader.conventions import given_keep
+    from grader.calling.conventions import given_keep
     fn = load_assignment(SPEC).functions[1]
     assert fn.fixed_data == "sheet_000" and fn.points["fixed"] == 3
     probes = check_probes("fixed", fn, Context(seed=1, tolerance=Tolerance()))
@@ -204,8 +204,8 @@ def causal_multihead(x, W_q, W_k, W_v, W_o, b_o, n_heads):
 ])
 def test_odd_weights_fail_the_masked_keys_check_in_one_sentence(weights, words):
     """Whatever a function returns (decoded from the kernel, so anything) is judged, never a crash."""
-    from grader.checks import Outcome, judge_masked_keys
-    from grader.returns import Parts
+    from grader.judging.checks import Outcome, judge_masked_keys
+    from grader.calling.returns import Parts
     fn = _masked_qkv("keep")
     ctx = Context(seed=2, tolerance=Tolerance())
     probe, = check_probes("masked_keys_zero_weight", fn, ctx)[:1]
@@ -215,8 +215,8 @@ def test_odd_weights_fail_the_masked_keys_check_in_one_sentence(weights, words):
 
 
 def test_a_scalar_output_fails_the_causal_check_without_a_crash():
-    from grader.checks import Outcome, judge_causal
-    from grader.returns import Parts
+    from grader.judging.checks import Outcome, judge_causal
+    from grader.calling.returns import Parts
     fn = _convention(QKV + ', { name = "c", role = "causal" }]\nreturns = "output"\n')
     ctx = Context(seed=2, tolerance=Tolerance())
     probes = check_probes("causal_future", fn, ctx)

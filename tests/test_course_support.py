@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, GRADER, ROOT, grade, own_run_environment
-from grader import in_notebook, lms, lms_package
+from grader.student import in_notebook
+from grader.lms import entrypoints as lms
+from grader.lms import gradescope_zip as lms_package
 from grader.errors import SpecError
-from grader.similarity import fingerprint
-from grader.spec import load_assignment, parse
-from grader.support import MAX_SUPPORT_BYTES
+from grader.batch.similarity import fingerprint
+from grader.course.spec import load_assignment, parse
+from grader.course.support_modules import MAX_SUPPORT_BYTES
 
 sys.path.insert(0, str(ROOT / "tests"))
 from make_support_fixtures import MISTAKES, WRONG_SOFTMAX  # noqa: E402
@@ -216,7 +218,7 @@ def test_without_namespaces_landlock_keeps_the_course_modules_read_only(way, out
     """The same attack where the kernel has no mount namespace (an LMS container, or the grader
     run by a user who cannot switch users): Landlock gives the course's copy a read-only rule,
     outside the kernel's writable folder."""
-    from grader import landlock
+    from grader.kernel_side import landlock
     if landlock.abi() < 1:
         pytest.skip("no Landlock here")
     course, out = outside_tmp / "course", outside_tmp / "out"

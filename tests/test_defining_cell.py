@@ -10,12 +10,13 @@ import pytest
 
 from conftest import FIXTURES, grade
 from grader.grade import failed_definition
-from grader.lms import PLATFORMS
-from grader.report_html import render
-from grader.spec import load_assignment
-from grader.static_scan import scan
-from grader.terminal import summary
-from grader.view import student_feedback_line
+from grader.lms.entrypoints import PLATFORMS
+from grader.report.html import render
+from grader.result import ErrorRecord
+from grader.course.spec import load_assignment
+from grader.intake.source_scan import scan
+from grader.report.terminal import summary
+from grader.report.view import student_feedback_line
 
 NOTEBOOKS = FIXTURES / "defining_cell"
 CHECK_MESSAGE = "Not graded: its defining cell, cell 5, failed."
@@ -68,7 +69,7 @@ def test_the_function_says_once_which_cell_failed_and_its_checks_only_that_it_fa
                   [t["message"] for t in prairielearn["tests"] if t["name"].startswith("self_attention.")]):
         assert shown and all(CHECK_MESSAGE in text for text in shown)
     assert "no function named" not in json.dumps([gradescope, prairielearn])
-    # The comment beside the grade in Canvas and Moodle (grader/gradebook.py) says it too.
+    # The comment beside the grade in Canvas and Moodle (grader/batch/gradebook.py) says it too.
     assert student_feedback_line(stored).count(reason) == 1
 
 
@@ -87,8 +88,7 @@ def test_a_cell_that_does_not_parse_is_described_by_the_grader_not_by_what_the_k
     assignment = load_assignment("rows")
     fn = next(f for f in assignment.functions if f.name == "self_attention")
     found = scan([(4, "def self_attention(X, Wq, Wk, Wv):\n    return = X\n")], set(fn.names))
-    forged = {"cell": 4, "kind": "error", "ename": "MemoryError", "evalue": "the grader is out of memory",
-              "traceback": "----> 9 whatever"}
+    forged = ErrorRecord(4, "error", "MemoryError", "the grader is out of memory", traceback="----> 9 whatever")
     failure = failed_definition(fn, found, [forged])
     assert failure == {"cell": 4, "line": 2, "ename": "SyntaxError", "evalue": "invalid syntax"}
 
@@ -100,21 +100,21 @@ def test_the_first_error_of_the_last_failed_defining_cell_is_the_reason():
     fn = next(f for f in assignment.functions if f.name == "self_attention")
     source = "from attention_types import Matrix\n\ndef self_attention(X: Matrix, Wq, Wk, Wv):\n    return X\n"
     found = scan([(2, source), (6, source)], set(fn.names))
-    errors = [{"cell": 2, "ename": "ModuleNotFoundError", "evalue": "old", "traceback": ""},
-              {"cell": 6, "ename": "ModuleNotFoundError",
-               "evalue": "No module named 'attention_types' (the rest of the cell was run after the failing "
-                         "statement)", "traceback": "----> 1 from attention_types import Matrix"},
-              {"cell": 6, "ename": "NameError", "evalue": "name 'Matrix' is not defined",
-               "traceback": "----> 1 def self_attention(X: Matrix, Wq, Wk, Wv):"}]
+    errors = [ErrorRecord(2, "error", "ModuleNotFoundError", "old"),
+              ErrorRecord(6, "error", "ModuleNotFoundError",
+                          "No module named 'attention_types' (the rest of the cell was run after the failing "
+                          "statement)", traceback="----> 1 from attention_types import Matrix"),
+              ErrorRecord(6, "error", "NameError", "name 'Matrix' is not defined",
+                          traceback="----> 1 def self_attention(X: Matrix, Wq, Wk, Wv):")]
     assert failed_definition(fn, found, errors) == {"cell": 6, "line": 1, "ename": "ModuleNotFoundError",
                                                     "evalue": "No module named 'attention_types'"}
-    assert failed_definition(fn, found, [{"cell": 3, "ename": "NameError", "evalue": "x", "traceback": ""}]) is None
+    assert failed_definition(fn, found, [ErrorRecord(3, "error", "NameError", "x")]) is None
 
 
 def test_a_kernel_cannot_say_a_defining_cell_failed():
     """`defining_cell_failed` is the grader's finding alone: a description of the functions
     that carries one (a replaced harness) is not believed."""
-    from grader.payloads import describe_reply
+    from grader.kernel.replies import describe_reply
     forged = {"functions": {"self_attention": {"found": False, "defining_cell_failed": {
         "cell": "<script>", "line": 1, "ename": "x", "evalue": "y"}}}, "imported": []}
     described = describe_reply(forged, ["self_attention"])
@@ -125,7 +125,7 @@ def test_a_kernel_cannot_say_a_defining_cell_failed():
 def test_the_report_in_a_real_browser_says_it_at_the_function_with_the_problems_cell_number(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     from conftest import chromium_path
-    from grader.report_html import write_html
+    from grader.report.html import write_html
     from test_report_browser import LAUNCH_ARGS
     if not chromium_path():
         pytest.fail("Chromium is not installed (apt-get install chromium)")

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from conftest import SAMPLES, FIXTURES, SUBMISSIONS, grade
-from grader import cases
-from grader.conventions import CONVENTIONS
-from grader.explain import Explanation, Predictions, applicable, explanations
+from grader.calling import cases
+from grader.calling.conventions import CONVENTIONS
+from grader.judging.explain import Explanation, Predictions, applicable, explanations
 from grader.reference.attention import attention
 from grader.reference.mistakes import HARMLESS, MISTAKES, Variant, mistaken_attention
-from grader.returns import Tolerance, same
+from grader.calling.returns import Tolerance, same
 
 SEED = 20261122
 EXACT = Tolerance(1e-12, 1e-12)
@@ -132,11 +132,11 @@ def test_other_diagnoses(fixture, words, golden_graded):
     assert words in {c.diagnosis for c in result.checks}
 
 
-def test_readme_lists_every_diagnosis():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+def test_the_mistakes_page_lists_every_diagnosis():
+    page = (Path(__file__).resolve().parent.parent / "docs" / "mistakes.md").read_text()
     for mistake in MISTAKES:
-        assert mistake.title in readme, mistake.title
-    assert "reads notebook globals" in readme and "weights right but combined wrongly with V" in readme
+        assert mistake.title in page, mistake.title
+    assert "reads notebook globals" in page and "weights right but combined wrongly with V" in page
 
 
 @pytest.mark.parametrize("name", sorted(CONVENTIONS))
@@ -223,7 +223,7 @@ def test_a_slip_that_cannot_run_on_a_case_predicts_the_reference_there():
 
 
 def test_when_nothing_matches_what_is_known_is_said():
-    from grader.diagnosis import what_is_known
+    from grader.judging.diagnosis import what_is_known
     conv = CONVENTIONS["rows_single"]
     case = cases.base_case(conv, SEED)
     expected = conv.expected_parts(case)
@@ -245,10 +245,10 @@ def test_when_nothing_matches_what_is_known_is_said():
 
 
 def test_the_largest_difference_of_a_batched_output_names_its_element():
-    from grader.checks import Outcome, Probe
-    from grader.diagnosis import locate
-    from grader.returns import Parts
-    from grader.spec import load_assignment
+    from grader.judging.checks import Outcome, Probe
+    from grader.judging.diagnosis import locate
+    from grader.calling.returns import Parts
+    from grader.course.spec import load_assignment
     conv = next(fn for fn in load_assignment("batched").functions if fn.name == "causal_self_attention").convention
     case = cases.base_case(conv, SEED)
     output = conv.expected_parts(case)["output"].copy()

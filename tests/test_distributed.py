@@ -6,7 +6,7 @@ import re
 import pytest
 
 from conftest import FIXTURES, SAMPLES, SUBMISSIONS, own_run_environment, sandbox_processes
-from grader.batch import grade_all
+from grader.batch.run import grade_all
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def comparable(folder):
 
 
 def test_dask_cluster_grades_like_local_mode(tmp_path):
-    from grader.sandbox import run_id
+    from grader.sandbox.isolation import run_id
     run = int(run_id())  # workers started from here inherit this run's id
     local, remote = tmp_path / "local", tmp_path / "dask"
     grade_all(BATCH, local, SETTINGS, workers=2)
@@ -45,16 +45,16 @@ def test_dask_cluster_grades_like_local_mode(tmp_path):
 
 
 def test_unreachable_scheduler_is_a_one_line_error(tmp_path):
-    from grader.loader import SubmissionError
+    from grader.intake.notebook import SubmissionError
     with pytest.raises(SubmissionError, match="cannot reach the Dask scheduler"):
         # The connect timeout is a setting: a second is plenty for a port nothing listens on.
         grade_all(BATCH[:1], tmp_path / "out", {**SETTINGS, "connect_timeout": 1.0}, scheduler="tcp://127.0.0.1:9")
 
 
 def readme_recipe() -> list[str]:
-    """The shell lines of the README's cluster recipe, as written."""
+    """The shell lines of the docs' cluster recipe, as written."""
     from conftest import ROOT
-    section = (ROOT / "README.md").read_text().split("### On a Dask cluster", 1)[1]
+    section = (ROOT / "docs" / "grading-a-class.md").read_text().split("\n## On a Dask cluster\n", 1)[1]
     block = section.split("```sh\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
 

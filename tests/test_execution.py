@@ -1,5 +1,6 @@
 """Execution in a real kernel: errors do not stop the notebook, output is capped in the grader."""
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ def _grader_peak(tmp_path, notebook: Path) -> tuple[float, int, int]:
         from pathlib import Path
         from grader.grade import grade_path
         from grader.settings import Settings
-        from grader.spec import load_assignment
+        from grader.course.spec import load_assignment
         result = grade_path(Path({str(notebook)!r}), load_assignment('rows'),
                             Settings(cell_timeout=60.0, call_timeout=5.0))
         print(result.score, result.timing["output_characters"], {OWN_PEAK_KIB})
@@ -51,10 +52,10 @@ def test_a_message_flood_does_not_grow_the_grader(tmp_path):
         from pathlib import Path
         from grader.grade import grade_path
         from grader.settings import Settings
-        from grader.spec import load_assignment
+        from grader.course.spec import load_assignment
         result = grade_path(Path({str(FIXTURES / 'hostile_message_flood.ipynb')!r}), load_assignment('rows'),
                             Settings(cell_timeout=60.0, call_timeout=5.0))
-        kinds = ",".join(sorted({{e["kind"] for e in result.errors}}))
+        kinds = ",".join(sorted({{e.kind for e in result.errors}}))
         print(result.score, kinds, {OWN_PEAK_KIB}, sep="|")
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
@@ -70,8 +71,8 @@ def test_a_message_flood_does_not_grow_the_grader(tmp_path):
 
 def test_kernel_death_is_reported_and_the_notebook_rerun_without_that_cell():
     result = grade(FIXTURES / "hostile_os_exit.ipynb", "rows")
-    died = [e for e in result.errors if e["kind"] == "kernel_died"]
-    assert died and "run again in a new kernel" in died[0]["evalue"]
+    died = [e for e in result.errors if e.kind == "kernel_died"]
+    assert died and "run again in a new kernel" in died[0].evalue
     assert result.score == result.max_score
 
 
@@ -124,9 +125,9 @@ def test_a_kernel_whose_harness_fails_to_start_leaves_nothing_behind(monkeypatch
     import pytest
 
     from conftest import TEST_SETTINGS, sandbox_processes
-    from grader import kernel
+    from grader.kernel import session as kernel
     from grader.errors import MachineFault
-    from grader.sandbox import run_id
+    from grader.sandbox.isolation import run_id
 
     before = set(glob.glob(f"/tmp/grader-kernel-{run_id()}-*"))
     monkeypatch.setattr(kernel, "harness_source", lambda: "raise RuntimeError('harness broken on purpose')")
@@ -148,9 +149,9 @@ def test_a_kernel_that_cannot_be_launched_leaves_nothing_behind():
     import os
 
     from conftest import TEST_SETTINGS, sandbox_processes
-    from grader import kernel
+    from grader.kernel import session as kernel
     from grader.errors import MachineFault
-    from grader.sandbox import run_id
+    from grader.sandbox.isolation import run_id
 
     def no_manager(workdir, sandbox):
         raise OSError("no kernel manager on purpose")
@@ -187,8 +188,8 @@ def test_a_kernel_that_dies_as_it_starts_is_reported_in_one_line_and_leaves_noth
     script = textwrap.dedent(f"""
         import asyncio, os
         from grader.errors import MachineFault
-        from grader.kernel import Kernel
-        from grader.kernel_client import default_kernel_manager
+        from grader.kernel.session import Kernel
+        from grader.kernel.client import default_kernel_manager
         from grader.settings import Limits
 
         def exits_at_once(workdir, sandbox):
@@ -239,7 +240,7 @@ def test_malformed_replies_from_the_kernel_are_the_submissions_problem(tmp_path)
     """A hook that publishes garbage under the grader's MIME type after every cell (so after
     every probe): each reply is rejected as malformed, and the result is the submission's
     error, never a grader error."""
-    from grader.wire import MIME
+    from grader.kernel_side.wire import MIME
     hook = (f"from IPython.display import publish_display_data\n"
             f"def forge(*_):\n"
             f"    publish_display_data({{{MIME!r}: {{'functions': ['not', 'a', 'dict'], 'found': True,\n"
@@ -249,7 +250,7 @@ def test_malformed_replies_from_the_kernel_are_the_submissions_problem(tmp_path)
     path = tmp_path / "forger.py"
     path.write_text(source + "\n# %%\n" + hook)
     result = grade(path, "rows")
-    kinds = {e["kind"] for e in result.errors}
+    kinds = {e.kind for e in result.errors}
     assert "bad_reply" in kinds and "grader_error" not in kinds, result.errors
     assert result.score == 0
 
@@ -268,6 +269,9 @@ def slow_on_integer_inputs(tmp_path, slow: str) -> Path:
 
 
 INTEGER_PROBE = "integer input, N = 3, D = 4, integer inputs"
+# Generous, so that the calls before the slow one finish in time on a busy machine too; the
+# slow one sleeps far longer.
+CALL_TIMEOUT = 10.0
 BEFORE_THE_SLOW_CALL = ("fixed", "random_shapes", "weights_distribution", "permutation_equivariance", "memory_layout",
                         "return_structure")
 
@@ -276,16 +280,17 @@ def test_a_call_past_its_timeout_costs_only_that_call_and_the_later_ones(tmp_pat
     """Every function's calls go to the kernel in one request; the one that sleeps past the
     call timeout is interrupted by the grader at that timeout, the calls before it keep their
     results and the kernel stays."""
-    result = grade(slow_on_integer_inputs(tmp_path, "__import__('time').sleep(60)\n"), "rows")
+    result = grade(slow_on_integer_inputs(tmp_path, "__import__('time').sleep(60)\n"), "rows",
+                   call_timeout=CALL_TIMEOUT)
     checks = {c.name: c for c in result.checks}
     for fn in ("self_attention", "multi_head_attention"):
         assert all(checks[f"{fn}.{kind}"].status == "passed" for kind in BEFORE_THE_SLOW_CALL)
-        assert f"On {INTEGER_PROBE}: the call did not finish within 2 s" in checks[f"{fn}.dtypes"].message
-        assert (f"not made: an earlier call of this function ({INTEGER_PROBE}) did not finish within 2 s"
+        assert f"On {INTEGER_PROBE}: the call did not finish within 10 s" in checks[f"{fn}.dtypes"].message
+        assert (f"not made: an earlier call of this function ({INTEGER_PROBE}) did not finish within 10 s"
                 in checks[f"{fn}.inputs_unmodified"].message)
     assert checks["multi_head_attention.single_head"].status == "passed"
     assert result.score == 21 and result.status == "graded"
-    assert result.timing["probing"] < 15, "two calls of 2 s timed out; none ran its 60 s"
+    assert result.timing["probing"] < 60, "two calls timed out; none ran its 60 s"
 
 
 def test_a_call_that_swallows_its_interrupt_gets_the_kernel_stopped(tmp_path):
@@ -294,15 +299,15 @@ def test_a_call_that_swallows_its_interrupt_gets_the_kernel_stopped(tmp_path):
     from conftest import sandbox_processes
     swallows = ("while True:\n    try:\n        __import__('time').sleep(60)\n"
                 "    except KeyboardInterrupt:\n        pass\n")
-    result = grade(slow_on_integer_inputs(tmp_path, swallows), "rows")
+    result = grade(slow_on_integer_inputs(tmp_path, swallows), "rows", call_timeout=CALL_TIMEOUT)
     checks = {c.name: c for c in result.checks}
     assert all(checks[f"self_attention.{kind}"].status == "passed" for kind in BEFORE_THE_SLOW_CALL)
-    assert "the call did not finish within 2 s" in checks["self_attention.dtypes"].message
+    assert "the call did not finish within 10 s" in checks["self_attention.dtypes"].message
     later = [c for c in result.checks if c.function == "multi_head_attention" and c.max_points]
     assert later and all("not made: the kernel had stopped before this function was called" in c.message
                          for c in later)
-    assert result.timing["probing"] < 2 + 5 + 10, "the call timeout and the interrupt grace, not 60 s"
-    assert "grader_error" not in {e["kind"] for e in result.errors}
+    assert result.timing["probing"] < 60, "the call timeout and the interrupt grace, not the call's 60 s"
+    assert "grader_error" not in {e.kind for e in result.errors}
     assert sandbox_processes() == []
 
 
@@ -328,7 +333,7 @@ def test_a_replaced_harness_with_reordered_and_extra_replies_earns_nothing(tmp_p
     path.write_text((FIXTURES / "correct_script.py").read_text() + "\n# %%\n" + FORGED_CALL_MANY)
     result = grade(path, "rows")
     assert result.status == "graded" and result.score == 0
-    assert "grader_error" not in {e["kind"] for e in result.errors}, result.errors
+    assert "grader_error" not in {e.kind for e in result.errors}, result.errors
     assert "the kernel's reply to the grader was malformed" in {c.name: c for c in result.checks}[
         "self_attention.fixed"].message
 
@@ -359,7 +364,61 @@ def test_replies_lost_in_a_flood_are_no_verdict(tmp_path):
     result = grade(path, "rows", call_timeout=5.0)
     assert not any("no function named" in c.message or "did not finish" in c.message for c in result.checks)
     assert result.status == "error" and result.score == 0
-    lost = [e for e in result.errors if e["ename"] == "RepliesLost"]
-    assert len(lost) == 1 and lost[0]["kind"] == "grader_error"
-    assert "the kernel's replies to the grader were lost on the way" in lost[0]["evalue"]
+    lost = [e for e in result.errors if e.ename == "RepliesLost"]
+    assert len(lost) == 1 and lost[0].kind == "grader_error"
+    assert "the kernel's replies to the grader were lost on the way" in lost[0].evalue
     assert all(c.status == "error" and c.message.startswith("Not graded: ") for c in result.checks)
+
+
+# Records the length of every piece of code IPython runs; multi_head_attention then says the
+# longest in its error, which the staff's result shows.
+CODE_LENGTHS = '''
+_lengths = []
+get_ipython().events.register("pre_run_cell", lambda info: _lengths.append(len(info.raw_cell)))
+
+def multi_head_attention(X, Wq, Wk, Wv, H):
+    raise ValueError(f"longest code {max(_lengths)} characters")
+'''
+
+
+def test_the_calls_arguments_travel_as_data_and_ipython_parses_only_a_short_line(tmp_path):
+    """A function's probes carry about 100 KB of arrays: IPython tokenizing them as code cost
+    more CPU than the calls themselves. They go in the request's metadata instead."""
+    path = tmp_path / "code_lengths.py"
+    path.write_text((FIXTURES / "correct_script.py").read_text() + "\n# %%\n" + CODE_LENGTHS)
+    result = grade(path, "rows")
+    checks = {c.name: c for c in result.checks}
+    assert checks["self_attention.fixed"].status == "passed"
+    said = re.search(r"longest code (\d+) characters", checks["multi_head_attention.fixed"].message)
+    assert said, checks["multi_head_attention.fixed"].message
+    assert int(said.group(1)) < 500
+
+
+def test_replies_the_grader_reads_slowly_are_all_read():
+    """On a busy machine the grader reads a run's replies long after the kernel has sent them
+    and said it is done: every one is read, however long that takes. Before, what was not read
+    2 s after the kernel's own reply was dropped, and a correct submission was not graded
+    (RepliesLost). Here the grader's process is made slow by blocking its event loop as it
+    takes each reply, as a loaded machine would."""
+    import asyncio
+    import time
+
+    from conftest import TEST_SETTINGS
+    from grader.kernel import session as kernel
+    from grader.kernel_side.wire import MIME
+
+    count = 12
+    publish = (f"from IPython.display import display\n"
+               f"for i in range({count}):\n    display({{{MIME!r}: {{'i': i}}}}, raw=True)\n")
+    received = []
+
+    def slowly(position, payload):
+        time.sleep(0.4)
+        received.append((position, payload))
+
+    async def run():
+        async with kernel.Kernel(TEST_SETTINGS) as k:
+            return await k.run_calls(publish, count, call_timeout=60, total_timeout=120, on_payload=slowly)
+    end = asyncio.run(run())
+    assert received == [(i, {"i": i}) for i in range(count)]
+    assert (end.finished, end.error) == (count, None)

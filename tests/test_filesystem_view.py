@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from grader import sandbox
-from grader.kernel import kernel_environment
+from grader.sandbox import isolation as sandbox
+from grader.kernel.session import kernel_environment
 from grader.settings import Settings
 
 pytestmark = pytest.mark.sandbox

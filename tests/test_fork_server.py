@@ -1,4 +1,4 @@
-"""Kernels forked from the warm parent (grader/fork_server.py): each gets the sandbox a fresh
+"""Kernels forked from the warm parent (grader/kernel_side/fork_server.py): each gets the sandbox a fresh
 kernel gets, none sees what another did, the parent holds nothing of the grader's, and where
 forking is not possible kernels start fresh and the result says why. The hostile notebooks of
 test_attacks.py run against forked kernels too: forking is the default."""
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import SUBMISSIONS, grade
-from grader import forked_kernels, sandbox
-from grader.kernel import Kernel
+from grader.kernel import forked as forked_kernels
+from grader.sandbox import isolation as sandbox
+from grader.kernel.session import Kernel
 from grader.settings import Limits
 
 FULL = sandbox.namespaces_available() and sandbox.unprivileged_ids() is not None
@@ -101,11 +102,12 @@ def test_a_kernel_never_sees_what_an_earlier_kernel_changed():
     """Kernels are forked from the pristine parent, never from one another: what one changes
     in the modules they all start with, or in its memory, is gone in the next."""
     limits = Limits()
-    isolation, errors = _run(limits, "import numpy, json\nnumpy.left_behind = 'first'\njson.dumps = None\n"
-                                     "secret = 'only in the first kernel'")
+    # numpy.linalg.norm, not json.dumps: without orjson, the kernel's own messages go through json.dumps
+    isolation, errors = _run(limits, "import numpy, numpy.linalg\nnumpy.left_behind = 'first'\n"
+                                     "numpy.linalg.norm = None\nsecret = 'only in the first kernel'")
     assert isolation["kernel_start"] == "forked" and errors == [None]
-    isolation, errors = _run(limits, "import numpy, json\nassert not hasattr(numpy, 'left_behind')\n"
-                                     "assert json.dumps({}) == '{}'\nassert 'secret' not in globals()")
+    isolation, errors = _run(limits, "import numpy, numpy.linalg\nassert not hasattr(numpy, 'left_behind')\n"
+                                     "assert numpy.linalg.norm([3, 4]) == 5\nassert 'secret' not in globals()")
     assert isolation["kernel_start"] == "forked" and errors == [None], errors
 
 
@@ -214,7 +216,49 @@ def test_the_server_is_replaced_when_any_file_it_runs_changes():
     (an upgrade) gets a new server, never kernels from the code before it."""
     import re
     from importlib import resources
-    launcher = resources.files("grader").joinpath("sandbox_launcher.py").read_text()
+    launcher = resources.files("grader.kernel_side").joinpath("launcher.py").read_text()
     loaded = set(re.findall(r'_sibling\("(\w+)"\)', launcher))
-    assert loaded and {f"{name}.py" for name in loaded} | {"fork_server.py", "sandbox_launcher.py"} == set(
+    assert loaded and {f"{name}.py" for name in loaded} | {"fork_server.py", "launcher.py"} == set(
         forked_kernels.SERVER_CODE)
+
+
+def test_a_handler_reports_its_launchers_exit_code_and_kills_it_when_the_grader_goes_away():
+    """The handler's wait (fork_server._watch) wakes on the launcher's exit or on the grader's
+    end of the connection closing, whichever comes first."""
+    import socket
+    from grader.kernel_side.fork_server import _watch
+    for closes, expected in ((False, 3), (True, -signal.SIGKILL)):
+        handler_end, grader_end = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            handler_end.close()
+            grader_end.close()
+            time.sleep(0.2 if not closes else 60)
+            os._exit(3)
+        if closes:
+            grader_end.close()
+        assert _watch(pid, handler_end) == expected
+        handler_end.close()
+        grader_end.close()
+
+
+def test_the_grader_hears_a_forked_kernels_exit_from_its_handler():
+    """ForkedProvisioner.wait returns the exit code the handler sends, once it has arrived, or
+    the kernel's death when the connection closes without one."""
+    import socket
+    import threading
+    from grader.kernel.client import ForkedProvisioner
+    for says in (b'{"exit": 7}', None):
+        handler_end, grader_end = socket.socketpair()
+        grader_end.setblocking(False)
+        provisioner = ForkedProvisioner(kernel_id="k", kernel_spec=None, parent=None)
+        provisioner._conn, provisioner._buffer = grader_end, bytearray()
+
+        def handler(conn, says):
+            time.sleep(0.2)
+            if says is not None:
+                conn.sendall(_message(says))
+            conn.close()
+        threading.Thread(target=handler, args=(handler_end, says)).start()
+        assert asyncio.run(provisioner.wait()) == (7 if says else -signal.SIGKILL)
+        grader_end.close()

@@ -1,10 +1,13 @@
 """Every fixture and sample notebook, graded through a real kernel, against its golden verdict."""
+import json
 import re
 
+import jsonschema
 import pytest
 
 from conftest import ROOT, grade, sandbox_processes
 from golden import load
+from grader.result import GradeResult
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +27,7 @@ def test_golden_verdict(entry, golden_graded):
     assert result.score == pytest.approx(entry["score"])
     assert result.max_score == pytest.approx(entry["max_score"])
     optional = MACHINE_DEPENDENT_KINDS.get(entry["path"].split("/")[-1], set())
-    kinds = {e["kind"] for e in result.errors}
+    kinds = {e.kind for e in result.errors}
     assert sorted(kinds - optional) == sorted(set(entry["error_kinds"]) - optional)
     for name, check in checks.items():
         assert check.status == entry["not_passed"].get(name, "passed"), f"{name}: {check.message}"
@@ -39,3 +42,16 @@ def test_golden_verdict(entry, golden_graded):
         assert len(sentences) == len(set(sentences)), f"{check.name} repeats itself: {said}"
         assert not ("at index" in said and "largest difference is at" in said), f"{check.name} locates twice: {said}"
     assert sandbox_processes() == [], "a process of the submission is still running"
+
+
+RESULT_SCHEMA = json.loads((ROOT / "tests" / "schemas" / "result.json").read_text())
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["path"].split("/")[-1] for e in ENTRIES])
+def test_golden_result_reads_back_unchanged_and_matches_the_schema(entry, golden_graded):
+    """result.json, `--json` and the LMS results are the result's JSON: read back through the
+    typed model, each golden result's JSON is the same text, key order included."""
+    data = grade(ROOT / entry["path"], entry["assignment"], **entry.get("settings", {})).to_json()
+    text = json.dumps(data)
+    jsonschema.validate(json.loads(text), RESULT_SCHEMA)
+    assert json.dumps(GradeResult.from_json(json.loads(text)).to_json()) == text

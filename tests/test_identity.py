@@ -16,9 +16,9 @@ import pytest
 
 from conftest import FIXTURES, ROOT, SUBMISSIONS, run_grader
 from grader.errors import SubmissionError
-from grader.exports import CANVAS_FILE, MOODLE_FILE
-from grader.inputs import collect, identity_of, student_of
-from grader.lms import find_submission
+from grader.batch.lms_gradebooks import CANVAS_FILE, MOODLE_FILE
+from grader.intake.discover import collect, identity_of, student_of
+from grader.lms.entrypoints import find_submission
 
 FAST = ["--cell-timeout", "4", "--call-timeout", "2", "--workers", "2", "--seed", "7"]
 GOOD = SUBMISSIONS / "worked_solution.ipynb"        # 25 / 25
@@ -128,7 +128,7 @@ def test_only_canvass_own_late_mark_makes_a_file_late():
 
 def test_zip_names_written_without_the_utf8_flag_are_read_as_utf8(tmp_path):
     """Linux's zip writes a name's UTF-8 bytes without the flag, which Python reads as cp437."""
-    from grader.inputs import member_name
+    from grader.intake.discover import member_name
     name = "Jörg Müller_4242_assignsubmission_file_/hw.ipynb"
     placeholder = "x" * len(name.encode())   # ASCII, so zipfile sets no flag; then the UTF-8 bytes go in its place
     archive = _zip(tmp_path / "moodle.zip", {placeholder: "{}"})
@@ -331,7 +331,7 @@ def test_a_link_inside_the_lms_submission_is_that_file(tmp_path):
 def test_a_link_put_in_the_files_place_after_it_was_found_is_refused(tmp_path):
     """Between finding a file and reading it, a link swapped in is not followed (O_NOFOLLOW),
     and a FIFO is refused without blocking (open, then fstat)."""
-    from grader.loader import read_submission
+    from grader.intake.notebook import read_submission
     target = tmp_path / "hw.ipynb"
     os.symlink(ROOT / "README.md", target)
     with pytest.raises(SubmissionError, match=f"hw.ipynb {OUTSIDE}"):

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from conftest import FIXTURES, ROOT
-from grader import sandbox
+from grader.sandbox import isolation as sandbox
 from interpreters import (BASE_SITE_PACKAGES, build_wheel, make_venv_without_base, run_check, site_packages_of,
                           stop_fork_server)
 

@@ -4,7 +4,7 @@ import site
 import sys
 from pathlib import Path
 
-from grader import importable
+from grader.sandbox import import_paths as importable
 
 # The base interpreter's own package folders: site-packages where it was built from source
 # (pyenv, python.org), dist-packages where Debian installed it.

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from conftest import SUBMISSIONS, expect_slow
-from grader.in_notebook import NOT_FOUND, CheckError, Report, notebook_path
+from grader.student.in_notebook import NOT_FOUND, CheckError, Report, notebook_path
 
 
 def test_the_notebook_is_the_one_named_else_the_one_the_front_end_names(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SUBMISSIONS
-from grader import sandbox
+from grader.sandbox import isolation as sandbox
 from interpreters import BASE_PYTHON, build_wheel, interpreter_environment, make_venv, run_check, stop_fork_server
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,9 @@ import nbformat
 import pytest
 
 from conftest import SUBMISSIONS, grade, run_grader
-from grader import forked_kernels, keyrings, sandbox
+from grader.kernel import forked as forked_kernels
+from grader.kernel_side import keyrings
+from grader.sandbox import isolation as sandbox
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
@@ -80,7 +82,7 @@ def with_the_worked_solution(path, *cells: str) -> None:
 
 def outcomes(result, marker: str) -> list[tuple[str, str]]:
     """(error name, message) of the cells whose source holds `marker`."""
-    return [(e["ename"], e["evalue"]) for e in result.errors if marker in e["source"]]
+    return [(e.ename, e.evalue) for e in result.errors if marker in e.source]
 
 
 @pytest.fixture
@@ -141,7 +143,7 @@ def test_a_notebook_cannot_read_the_graders_session_keyring(secret_in_the_grader
     # Not even its name: /proc/keys lists the keys a process may view, its session's among them.
     (listing,) = outcomes(result, "# listing")
     assert listing[0] == "LookupError", listing
-    assert "hunter2" not in json.dumps(result.errors)
+    assert "hunter2" not in json.dumps(result.to_json()["errors"])
     assert result.score == result.max_score == 25
     assert "private keyring" in result.isolation["active"]
 

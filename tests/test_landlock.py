@@ -17,7 +17,9 @@ import nbformat
 import pytest
 
 from conftest import SUBMISSIONS, expect_slow, own_run_environment
-from grader import landlock, sandbox
+from grader.kernel_side import landlock
+from grader.sandbox import isolation as sandbox
+from grader.sandbox import leftovers
 
 ABI = landlock.abi()
 needs_landlock = pytest.mark.skipif(ABI < 4, reason="Landlock with TCP rules (ABI 4) is not available here")
@@ -212,7 +214,7 @@ def test_without_a_pid_namespace_the_kernel_dies_with_its_launcher(monkeypatch):
     import signal
     import time
 
-    from grader.kernel import Kernel
+    from grader.kernel.session import Kernel
     from grader.settings import Limits
     monkeypatch.setattr(sandbox, "namespaces_available", lambda: False)   # as in a container
 
@@ -220,7 +222,7 @@ def test_without_a_pid_namespace_the_kernel_dies_with_its_launcher(monkeypatch):
         async with Kernel(Limits(fork_server=False)) as kernel:
             assert "landlock" in kernel.isolation()["active"]
             launcher = kernel.km.provisioner.pid
-            (child,) = [p for p in kernel.sandbox._running() if sandbox._parent(p) == launcher]
+            (child,) = [p for p in kernel.sandbox._running() if leftovers.parent_of(p) == launcher]
             os.kill(launcher, signal.SIGKILL)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and _alive(child):
@@ -244,7 +246,7 @@ def test_a_kernel_left_as_root_has_no_capabilities(monkeypatch):
     not hold (a raw socket sees the machine's traffic; a device node reads its disk)."""
     import asyncio
 
-    from grader.kernel import Kernel
+    from grader.kernel.session import Kernel
     from grader.settings import Limits
     if os.geteuid() != 0:
         pytest.skip("only a grader running as root leaves a kernel as root")

@@ -6,14 +6,14 @@ import warnings
 
 import pytest
 
-from conftest import SUBMISSIONS
-from grader.loader import load_submission
+from conftest import GRADER, SUBMISSIONS
+from grader.intake.notebook import load_submission
 
 FAST = ["--cell-timeout", "4", "--call-timeout", "2"]
 
 
 def run(*args, cwd=None):
-    return subprocess.run(["grader", *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd)
+    return subprocess.run([*GRADER, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 def saved_without_ids(tmp_path, name="no_ids.ipynb", same_id=False):

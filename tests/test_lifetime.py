@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, GRADER, own_run_environment, sandbox_processes
-from grader.sandbox import MARKER
+from grader.sandbox.isolation import MARKER
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
@@ -72,7 +72,7 @@ def owned_by(pid: int) -> dict:
     kernel is found by the marker its watchdog, a child of `pid`, was given, then read from
     the kernel's own processes."""
     markers = [json.loads(Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[-2]).get("marker")
-               for p in children(pid) if b"grader.watchdog" in Path(f"/proc/{p}/cmdline").read_bytes()]
+               for p in children(pid) if b"grader.sandbox.reaper" in Path(f"/proc/{p}/cmdline").read_bytes()]
     (marker,) = [m for m in markers if m]
     launched = processes_with(marker)[0]
     cgroups = []

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from grader.cases import revealing_keep, with_course_features
+from grader.calling.cases import revealing_keep, with_course_features
 from grader.reference.attention import Case, Head, attention, batch_elements, batched, softmax_rows
 from grader.reference.mistakes import MISTAKES, Variant, combined, mistaken_attention, mistaken_batched
 

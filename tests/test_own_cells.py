@@ -6,8 +6,8 @@ import json
 import pytest
 
 from conftest import SUBMISSIONS, grade
-from grader.own_cells import grader_lines, is_grader_cell, without_grader_lines
-from grader.report_html import render, timing_text
+from grader.intake.own_cells import grader_lines, is_grader_cell, without_grader_lines
+from grader.report.html import render, timing_text
 
 README_CELL = "%load_ext grader\n%grade"
 
@@ -103,8 +103,8 @@ def test_the_students_code_beside_the_graders_lines_runs(tmp_path):
     are never a problem."""
     path = with_cells(tmp_path, "%load_ext grader\nraise ValueError('the student code ran')\n%grade")
     result = grade(path, "rows")
-    assert [(e["cell"], e["ename"], e["evalue"]) for e in result.errors] == [(12, "ValueError", "the student code ran")]
-    assert "line 2" in result.errors[0]["traceback"]
+    assert [(e.cell, e.ename, e.evalue) for e in result.errors] == [(12, "ValueError", "the student code ran")]
+    assert "line 2" in result.errors[0].traceback
     assert "grader_cells" not in result.timing
 
 

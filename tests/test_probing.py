@@ -2,24 +2,23 @@
 request) and how what comes back, or does not, becomes one outcome per probe. The fake kernel
 runs the real harness in this process, on the functions a submission defines, and can cut a
 run of calls short or tamper with its replies the way a hostile notebook could."""
-import ast
 import asyncio
 import time
 from contextlib import asynccontextmanager
-from types import SimpleNamespace
 
 import pytest
 
 from conftest import FIXTURES
-from grader import answers, grade, harness
-from grader.checks import CHECKS, Context, evidence_probes
-from grader.execution import ExecutionLog
+from kernel_fakes import HarnessKernel
+from grader.judging import answers
+from grader import grade
+from grader.judging.checks import CHECKS, Context, evidence_probes
+from grader.kernel.run_record import ExecutionLog
 from grader.grade import TIME_USED_UP, FunctionProber
-from grader.kernel import CallsEnd
-from grader.loader import load_submission
+from grader.intake.notebook import load_submission
 from grader.result import ErrorRecord
 from grader.settings import Settings
-from grader.spec import load_assignment
+from grader.course.spec import load_assignment
 
 # The submission's softmax overflows on the large-score probe here, as it does in a kernel.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -38,49 +37,6 @@ def submission_namespace(path=FIXTURES / "correct_script.py") -> dict:
     return namespace
 
 
-def arguments(code: str, function: str) -> list:
-    """The arguments of the harness function the grader's code calls."""
-    call = ast.parse(code).body[0].value
-    assert isinstance(call, ast.Call) and call.func.attr == function
-    return [ast.literal_eval(a) for a in call.args]
-
-
-class FakeKernel:
-    """The methods of grader.kernel.Kernel that grading uses, with the real harness run in
-    this process. `cut` = (finished, error, out_of_time) ends a run of calls early, as
-    Kernel.run_calls reports it; `tamper` rewrites a run's payloads before they are handed on;
-    every request is recorded in `requests`."""
-
-    def __init__(self, monkeypatch, namespace: dict, cut=None, tamper=None):
-        self.alive = True
-        self.output_bytes = 0
-        self.requests: list[tuple] = []
-        self.cut, self.tamper = cut, tamper
-        self.published: list = []
-        monkeypatch.setattr(harness, "get_ipython", lambda: SimpleNamespace(user_ns=namespace))
-        monkeypatch.setattr(harness, "_publish", lambda data: self.published.append(data[harness.MIME]))
-
-    async def run_code(self, code: str, timeout: float):
-        self.requests.append(("describe", *arguments(code, "describe")))
-        self.published = []
-        harness.describe(*arguments(code, "describe"))
-        return self.published[-1], None
-
-    async def run_calls(self, code: str, count: int, call_timeout: float, total_timeout: float, on_payload):
-        (requests,) = arguments(code, "call_many")
-        self.requests.append(("call_many", count, call_timeout, total_timeout))
-        assert len(requests) == count
-        self.published = []
-        harness.call_many(requests)
-        replies = self.tamper(self.published) if self.tamper else self.published
-        finished, error, out_of_time = self.cut or (count, None, False)
-        for position, payload in enumerate(replies[:min(finished, count)]):   # Kernel.run_calls drops the rest
-            on_payload(position, payload)
-        if error is not None and error.kernel_lost:
-            self.alive = False
-        return CallsEnd(min(finished, count, len(replies)), error, out_of_time)
-
-
 def context() -> Context:
     return Context(20261122, ROWS.tolerance, {})
 
@@ -94,7 +50,7 @@ def all_probes(fn, ctx):
 
 def probed(monkeypatch, deadline_in: float = 60.0, **fake):
     """A prober for self_attention, run on every probe of its checks; returns (prober, kernel)."""
-    kernel = FakeKernel(monkeypatch, submission_namespace(), **fake)
+    kernel = HarnessKernel(monkeypatch, submission_namespace(), **fake)
     prober = FunctionProber(kernel, SELF_ATTENTION, CALL_TIMEOUT, time.monotonic() + deadline_in)
     asyncio.run(prober.run(all_probes(SELF_ATTENTION, context())))
     return prober, kernel
@@ -107,7 +63,7 @@ def outcomes(prober) -> list:
 def test_a_submission_makes_one_request_per_function(monkeypatch):
     """The whole grading of a correct submission: the description of its functions, then one
     request for all the calls of each function, and full marks as before."""
-    kernel = FakeKernel(monkeypatch, submission_namespace())
+    kernel = HarnessKernel(monkeypatch, submission_namespace())
 
     @asynccontextmanager
     async def executed(*args, **kwargs):
@@ -179,7 +135,7 @@ def test_a_kernel_that_dies_during_a_call(monkeypatch):
 
 
 def test_no_request_to_a_kernel_that_is_gone(monkeypatch):
-    kernel = FakeKernel(monkeypatch, submission_namespace())
+    kernel = HarnessKernel(monkeypatch, submission_namespace())
     kernel.alive = False
     prober = FunctionProber(kernel, SELF_ATTENTION, CALL_TIMEOUT, time.monotonic() + 60)
     asyncio.run(prober.run(all_probes(SELF_ATTENTION, context())))
@@ -205,7 +161,7 @@ def test_replies_lost_on_the_way_are_no_verdict(monkeypatch):
         probed(monkeypatch, cut=(1, None, False))
 
 
-class LosingKernel(FakeKernel):
+class LosingKernel(HarnessKernel):
     """A kernel whose first `lost` descriptions of the functions never reach the grader."""
 
     def __init__(self, monkeypatch, namespace, lost: int):
@@ -234,8 +190,8 @@ def test_a_lost_description_is_asked_again_and_never_read_as_no_functions(monkey
         assert result.status == "graded" and result.score == 25
         return
     assert [r[0] for r in kernel.requests] == ["describe"] * lost
-    assert result.status == "error" and [e["kind"] for e in result.errors] == ["grader_error"]
-    assert "the description of the functions, asked for 3 times" in result.errors[0]["evalue"]
+    assert result.status == "error" and [e.kind for e in result.errors] == ["grader_error"]
+    assert "the description of the functions, asked for 3 times" in result.errors[0].evalue
     assert len(result.checks) == sum(len(f.points) for f in ROWS.functions)
     assert all(c.status == "error" and c.message.startswith("Not graded: the kernel's replies to the grader were lost")
                for c in result.checks)

@@ -20,7 +20,9 @@ import nbformat
 import pytest
 
 from conftest import SUBMISSIONS, expect_slow
-from grader import keyrings, landlock, sandbox
+from grader.kernel_side import keyrings
+from grader.kernel_side import landlock
+from grader.sandbox import isolation as sandbox
 from test_landlock import WAYS, _private_ancestors, grade_without_namespaces
 
 x86_64 = pytest.mark.skipif(platform.machine() != "x86_64", reason="the 32-bit entry is x86_64's")

@@ -8,10 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grader.reference.attention import (Case, Head, attention, batch_elements, batched, merge_heads,
-                                        split_heads)
-from grader.reference.masks import (FORMS, FULLY_MASKED_RULES, additive, causal_keep, course_scores,
-                                    masked_softmax, with_key_padding)
+from grader.reference.attention import Case, Head, attention, batch_elements, batched, merge_heads, split_heads
+from grader.reference.masks import (FORMS, FULLY_MASKED_RULES, additive, causal_keep, course_scores, masked_softmax,
+    with_key_padding)
 
 # Derandomized: the suite draws the same examples on every run, so a failure reproduces.
 QUICK = settings(max_examples=60, deadline=None, derandomize=True)

@@ -2,7 +2,7 @@
 import pytest
 
 from conftest import SAMPLES, SUBMISSIONS, chromium_path, grade
-from grader.report_html import write_html
+from grader.report.html import write_html
 
 pytestmark = pytest.mark.slow
 
@@ -57,18 +57,18 @@ def a_class(tmp_path):
     with a second file that does not count, one overridden, one not graded (with a hostile
     reason), one whose file Canvas marked late and one with a cell stopped at its timeout.
     Every row goes through the batch's summary_row, as in `grader grade`."""
-    from grader.batch import summary_row
-    from grader.gradebook import class_rows
-    from grader.inputs import Identity, Submission
+    from grader.batch.stored import summary_row
+    from grader.batch.gradebook import class_rows
+    from grader.intake.discover import Identity, Submission
     from grader.grade import not_graded
-    from grader.spec import load_assignment
+    from grader.course.spec import load_assignment
     names = ("worked_solution.ipynb", "mistake_softmax_axis.ipynb", "mistake_global_D.ipynb",
              "mistake_no_scaling.ipynb")
     graded = [grade(SUBMISSIONS / n, "rows").to_json() for n in names]
     broken = summary_row(not_graded("broken.ipynb", load_assignment("rows"), 1, "unreadable", "SubmissionError",
                                     HOSTILE_REASON).to_json())
     graded = [summary_row(row) for row in graded]
-    # The grader's record of a cell it interrupted (grader/kernel.py), on a file otherwise graded.
+    # The grader's record of a cell it interrupted (grader/kernel/session.py), on a file otherwise graded.
     stopped = {"cell": 9, "kind": "timeout", "ename": "Timeout", "evalue": "the cell ran longer than 30 s and was "
                "interrupted", "traceback": "", "source": "while True:\n    pass"}
     timed_out = summary_row(dict(graded[0], errors=[stopped]))
@@ -97,7 +97,7 @@ def test_class_summary_reads_in_a_minute_in_a_real_browser(tmp_path):
     horizontal scroll at 1280 px, and hostile names shown as text."""
     if not chromium_path():
         pytest.fail("Chromium is not installed (apt-get install chromium)")
-    from grader.report_html import write_summary
+    from grader.report.html import write_summary
     students, rows, people, similar = a_class(tmp_path)
     page_path = tmp_path / "summary.html"
     write_summary(students, rows, people, similar, page_path,
@@ -281,7 +281,7 @@ def test_the_heatmaps_say_in_words_what_they_show(tmp_path):
 def test_the_class_summary_passes_axe_and_sorts_from_the_keyboard(tmp_path):
     if not chromium_path():
         pytest.fail("Chromium is not installed (apt-get install chromium)")
-    from grader.report_html import write_summary
+    from grader.report.html import write_summary
     students, rows, people, similar = a_class(tmp_path)
     page_path = tmp_path / "summary.html"
     write_summary(students, rows, people, similar, page_path,

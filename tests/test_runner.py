@@ -2,30 +2,13 @@
 rest-of-cell rescue and restarts, against a scripted kernel and a clock that only moves
 when a cell "runs"."""
 import asyncio
-from dataclasses import dataclass
 
 import nbformat
 import pytest
 
 from grader.result import ErrorRecord
-from grader.runner import MAX_RESTARTS, NotebookRunner, remaining_statements, run_with_restarts
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
-class Step:
-    """What running one source does in the scripted kernel."""
-    seconds: float = 1.0
-    error: tuple = ()         # ErrorRecord arguments after `cell`; a fresh error each run
-    dies: bool = False        # the kernel is lost during it
-    lost: bool = False
+from kernel_fakes import Clock, ScriptedKernel, Step
+from grader.kernel.runner import MAX_RESTARTS, NotebookRunner, remaining_statements, run_with_restarts
 
 
 def raises(ename="NameError", line=1, seconds=1.0) -> Step:
@@ -35,48 +18,6 @@ def raises(ename="NameError", line=1, seconds=1.0) -> Step:
 def dies(seconds=1.0) -> Step:
     return Step(seconds, ("kernel_died", "KernelDied", "the Python process running the notebook died"), dies=True,
                 lost=True)
-
-
-class FakeKernel:
-    """Runs nothing: each source does what `script` says (by default, takes a second and
-    succeeds), and every call is recorded as (source, timeout)."""
-
-    def __init__(self, clock: Clock, script: dict, leftover: int = 0, background: int = 0, alive: bool = True):
-        self.clock, self.script = clock, script
-        self.leftover, self.background = leftover, background
-        self.alive = alive
-        self.output_bytes = 0
-        self.leftover_processes = 0
-        self.ran: list[tuple[str, float]] = []
-        self.entered = self.exited = False
-        self.background_asked = False
-
-    async def __aenter__(self):
-        self.entered = True
-        return self
-
-    async def __aexit__(self, *exc):
-        self.exited = True
-        self.alive = False
-        self.leftover_processes = self.leftover
-
-    async def run_cell(self, source: str, timeout: float):
-        assert self.alive, "a cell was sent to a kernel that is not running"
-        self.ran.append((source, timeout))
-        step = self.script.get(source, Step())
-        self.clock.now += step.seconds
-        self.output_bytes += len(source)
-        if step.dies:
-            self.alive = False
-        return ErrorRecord(-1, *step.error, kernel_lost=step.lost) if step.error else None
-
-    async def stop_background(self) -> int:
-        self.background_asked = True
-        return self.background
-
-    @property
-    def sources(self) -> list[str]:
-        return [source for source, _ in self.ran]
 
 
 def notebook(*cells) -> nbformat.NotebookNode:
@@ -95,7 +36,7 @@ def notebook(*cells) -> nbformat.NotebookNode:
 
 def run(nb, script=None, cell_timeout=30.0, notebook_timeout=300.0, skip=frozenset(), **kernel):
     clock = Clock()
-    fake = FakeKernel(clock, script or {}, **kernel)
+    fake = ScriptedKernel(clock, script or {}, **kernel)
     log = asyncio.run(NotebookRunner(fake, cell_timeout, notebook_timeout, clock).run(nb, skip))
     return fake, log
 
@@ -197,7 +138,7 @@ def graded(nb, scripts: list[dict], notebook_timeout=300.0, cell_timeout=30.0, l
 
     def start_kernel():
         n = len(kernels)
-        kernels.append(FakeKernel(clock, scripts[n], leftover=leftovers[n] if leftovers else 0))
+        kernels.append(ScriptedKernel(clock, scripts[n], leftover=leftovers[n] if leftovers else 0))
         return kernels[-1]
 
     async def go():

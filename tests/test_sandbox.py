@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, SUBMISSIONS, grade, run_grader, sandbox_processes
-from grader import sandbox
+from grader.sandbox import isolation as sandbox
 
 pytestmark = pytest.mark.slow
 
@@ -64,9 +64,9 @@ def test_network_attempt_fails_fast_and_reaches_nothing():
         server.close()
     assert accepted == []
     assert result.score == result.max_score
-    errors = [e for e in result.errors if e["ename"] == "OSError"]
-    assert errors and "unreachable" in errors[0]["evalue"].lower()
-    assert not any(e["kind"] == "timeout" for e in result.errors), "the connection attempt must not hang"
+    errors = [e for e in result.errors if e.ename == "OSError"]
+    assert errors and "unreachable" in errors[0].evalue.lower()
+    assert not any(e.kind == "timeout" for e in result.errors), "the connection attempt must not hang"
 
 
 def test_environment_is_scrubbed(monkeypatch):
@@ -91,12 +91,12 @@ def test_importing_the_grader_fails_and_is_flagged():
     flagged = {f["module"] for f in result.policy["findings"] if f.get("kind") == "grader_import"}
     assert {"grader", "grader.reference.attention", "grader.reference.sheets"} <= flagged
     if FULL:
-        imports = [e for e in result.errors if "import" in e["source"] and "rows.toml" not in e["source"]]
+        imports = [e for e in result.errors if "import" in e.source and "rows.toml" not in e.source]
         assert len(imports) == 3
         # ModuleNotFoundError where a source checkout was hidden whole (an editable install).
-        assert all(e["ename"] in ("ImportError", "ModuleNotFoundError") for e in imports), imports
-        reads = [e for e in result.errors if "rows.toml" in e["source"]]
-        assert reads and reads[0]["ename"] in ("FileNotFoundError", "PermissionError", "NotADirectoryError")
+        assert all(e.ename in ("ImportError", "ModuleNotFoundError") for e in imports), imports
+        reads = [e for e in result.errors if "rows.toml" in e.source]
+        assert reads and reads[0].ename in ("FileNotFoundError", "PermissionError", "NotADirectoryError")
 
 
 def test_memory_limit_from_the_spec(tmp_path):
@@ -174,7 +174,7 @@ def test_writing_past_the_folder_quota_is_a_cell_error():
         assert "folder quota" in result.isolation["missing"]
         pytest.skip("no tmpfs mounts here (not root); the result says the folder quota is missing")
     (error,) = result.errors
-    assert error["ename"] == "OSError" and "No space left on device" in error["evalue"], error
+    assert error.ename == "OSError" and "No space left on device" in error.evalue, error
     assert result.status == "graded" and result.score == result.max_score
     assert sandbox_processes() == []
 

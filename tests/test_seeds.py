@@ -15,10 +15,10 @@ import pytest
 
 from conftest import FIXTURES, SUBMISSIONS, run_grader
 from test_lms import run_entrypoint
-from grader.checks import CHECKS, Context, evidence_probes
-from grader.returns import Tolerance
+from grader.judging.checks import CHECKS, Context, evidence_probes
+from grader.calling.returns import Tolerance
 from grader.settings import PUBLIC_SEED
-from grader.spec import load_assignment
+from grader.course.spec import load_assignment
 
 pytestmark = pytest.mark.slow
 
@@ -165,7 +165,7 @@ def test_runs_starting_together_on_one_output_folder_agree_on_its_secret(tmp_pat
     lose the race read the winner's, so every run grades with the same inputs."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from grader.seeds import SECRET_FILE, run_secret
+    from grader.judging.seeds import SECRET_FILE, run_secret
     with ThreadPoolExecutor(8) as pool:
         secrets_seen = set(pool.map(lambda _: run_secret(tmp_path), range(32)))
     assert len(secrets_seen) == 1

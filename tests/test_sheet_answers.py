@@ -12,9 +12,9 @@ import nbformat
 import pytest
 
 from conftest import _current, grade
-from grader.checks import SHEET_ONLY
+from grader.judging.checks import SHEET_ONLY
 from grader.reference.sheets import FIXED_DATA
-from grader.spec import load_assignment
+from grader.course.spec import load_assignment
 
 pytestmark = pytest.mark.slow
 

@@ -5,11 +5,11 @@ import nbformat
 import pytest
 
 from conftest import SUBMISSIONS, grade
-from grader import smallest
-from grader.conventions import CONVENTIONS
+from grader.judging import smallest
+from grader.calling.conventions import CONVENTIONS
 from grader.reference.attention import attention
 from grader.result import CheckResult, GradeResult
-from grader.view import result_view
+from grader.report.view import result_view
 
 
 def test_candidates_are_small_integer_cases_smallest_first():

@@ -11,17 +11,17 @@ import pytest
 import tomllib
 
 from conftest import FIXTURES, GRADER, ROOT, SAMPLES, SUBMISSIONS
-from grader.conventions import parse_convention
+from grader.calling.conventions import parse_convention
 from grader.reference.attention import attention
-from grader.returns import Tolerance
-from grader.spec import DEFAULT_FORBIDDEN, load_assignment, parse
-from grader.spec_tools.candidates import candidates
-from grader.spec_tools.returned import read_returns
-from grader.spec_tools.roles import Guess, guesses
-from grader.spec_tools.signatures import notebook_functions
+from grader.calling.returns import Tolerance
+from grader.course.spec import DEFAULT_FORBIDDEN, load_assignment, parse
+from grader.authoring.spec_tools.candidates import candidates
+from grader.authoring.spec_tools.returned import read_returns
+from grader.authoring.spec_tools.roles import Guess, guesses
+from grader.authoring.spec_tools.signatures import notebook_functions
 from grader.toml_text import dumps, load_toml
-from grader.wire import encode_value
-from grader import cases
+from grader.kernel_side.wire import encode_value
+from grader.calling import cases
 
 
 def run(*args):
@@ -304,10 +304,10 @@ def test_a_class_table_is_written_as_its_own_section_as_courses_write_it():
     assert parse(text, "t").functions[0].convention.class_call.method == "forward"
 
 
-def test_the_readme_s_two_commands_for_course_staff_are_commands():
+def test_the_docs_two_commands_for_course_staff_are_commands():
     from grader.cli import parser
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## For course staff", 1)[1].split("\n## ", 1)[0]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "specs.md").read_text()
+    section = page.split("## From a solution to a spec", 1)[1].split("\n## ", 1)[0]
     commands = [line.split("#")[0].split() for line in section.split("```sh\n", 1)[1].split("```")[0].splitlines()]
     assert [c[:3] for c in commands] == [["grader", "spec", "infer"], ["grader", "spec", "check"]]
     for command in commands:
@@ -321,7 +321,7 @@ def test_a_candidate_whose_call_never_ends_stops_only_itself(tmp_path):
     tried later, fits as well as the boolean one)."""
     from conftest import TEST_SETTINGS, expect_slow
     from grader.settings import Settings
-    from grader.spec_tools.infer import infer
+    from grader.authoring.spec_tools.infer import infer
     expect_slow()
     solution = notebook(tmp_path / "solution.ipynb", "import numpy as np",
                         "def attend(Q, K, V, mask):\n    while np.isinf(mask).any():\n        pass\n"

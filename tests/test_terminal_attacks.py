@@ -10,9 +10,9 @@ import pytest
 
 from conftest import GRADER, SUBMISSIONS, own_run_environment, run_grader
 from grader.result import CheckResult, ErrorRecord, GradeResult
-from grader.terminal import summary
-from grader.view import result_view
-from grader.watch import changes, watch
+from grader.report.terminal import summary
+from grader.report.view import result_view
+from grader.student.regrade_on_save import changes, watch
 
 # What a terminal acts on: C0 controls but newline and tab, DEL, C1 controls, the line and
 # paragraph separators and the bidi controls.
@@ -102,7 +102,7 @@ def test_the_summary_escapes_every_text_from_the_notebook():
         CheckResult("f.fixed", "f", "fixed", "Sheet", "failed", 0, 3, f"the call raised ValueError: {EVIL}"),
         CheckResult("f.dtypes", "f", "dtypes", "dtypes", "error", 0, 1, EVIL, diagnosis=EVIL, advice=EVIL)],
         errors=[ErrorRecord(2, "error", f"Err{EVIL}", f"{EVIL}\nScore: 25 / 25", f"---> 1 raise X('{EVIL}')",
-                            source=f"x = '{EVIL}'").to_json()],
+                            source=f"x = '{EVIL}'")],
         functions={"f": {"found": True, "name": "f", "globals": {"D": repr(EVIL)}}})
     result.total()
     for colour in (False, True):
@@ -112,7 +112,7 @@ def test_the_summary_escapes_every_text_from_the_notebook():
 
 
 def test_watch_escapes_what_changed_and_keeps_each_change_to_its_line(tmp_path):
-    error = ErrorRecord(0, "error", "ValueError", f"{EVIL}\nScore: 25 / 25").to_json()
+    error = ErrorRecord(0, "error", "ValueError", f"{EVIL}\nScore: 25 / 25")
     before = GradeResult(submission="hw.ipynb", assignment="rows", seed=1)
     after = GradeResult(submission="hw.ipynb", assignment="rows", seed=1, errors=[error])
     lines = changes(result_view(before), result_view(after))

@@ -2,11 +2,11 @@
 every rendering made from it (no kernel: a result built by hand)."""
 import json
 
-from grader.lms import PLATFORMS
-from grader.report_html import render
-from grader.result import CheckResult, GradeResult
-from grader.terminal import summary
-from grader.view import HIDDEN_NOTE, result_view
+from grader.lms.entrypoints import PLATFORMS
+from grader.report.html import render
+from grader.result import CheckResult, ErrorRecord, GradeResult
+from grader.report.terminal import summary
+from grader.report.view import HIDDEN_NOTE, result_view
 
 SECRET_MESSAGE = "On random N = 4, D = 6: largest difference 0.77 at index (2, 0)."
 SECRET_DIAGNOSIS = "scores not scaled"
@@ -90,9 +90,10 @@ def two_functions() -> GradeResult:
                                diagnosis="softmax over the wrong axis", advice=advice),
                    CheckResult(f"{fn}.inputs_unmodified", fn, "inputs_unmodified", "Inputs", "passed", 1, 1, "")]
     result = GradeResult(submission="hw.ipynb", assignment="rows", seed=1, checks=checks,
-                         errors=[{"cell": 4, "kind": "error", "ename": "NameError", "evalue": "name 'Q' is not defined",
-                                  "traceback": "\x1b[0;31mNameError\x1b[0m\nCell In[3], line 2\n      1 x = 1\n"
-                                               "\x1b[0;32m----> 2\x1b[0m y = Q @ K\n", "source": "x = 1\ny = Q @ K"}])
+                         errors=[ErrorRecord(
+                             cell=4, kind="error", ename="NameError", evalue="name 'Q' is not defined",
+                             traceback="\x1b[0;31mNameError\x1b[0m\nCell In[3], line 2\n      1 x = 1\n"
+                                       "\x1b[0;32m----> 2\x1b[0m y = Q @ K\n", source="x = 1\ny = Q @ K")])
     result.total()
     return result
 
@@ -114,7 +115,7 @@ def test_the_terminal_groups_by_function_and_explains_each_mistake_once():
 
 
 def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
-    from grader.terminal import use_colour
+    from grader.report.terminal import use_colour
 
     class Terminal:
         def __init__(self, tty):
@@ -161,7 +162,7 @@ def test_a_visible_check_showing_a_hidden_case_is_withheld_from_students():
     """The guard behind the rule that checks share no case across the hidden line
     (tests/test_hidden_cases.py): were a visible check ever given a hidden check's case, its
     label's mark would withhold what it says from students."""
-    from grader.view import HIDDEN_CASE_MARK
+    from grader.report.view import HIDDEN_CASE_MARK
     result = example()
     leaked = dict(SECRET_FIGURE, case=f"random N = 4 {HIDDEN_CASE_MARK}")
     result.checks.append(CheckResult("f.weights_distribution", "f", "weights_distribution", "Weights", "failed", 0, 1,
@@ -174,7 +175,7 @@ def test_a_visible_check_showing_a_hidden_case_is_withheld_from_students():
 
 def test_the_feedback_line_for_an_lms_says_only_what_a_student_may_see():
     from grader.grade import not_graded
-    from grader.view import student_feedback_line
+    from grader.report.view import student_feedback_line
     result = example()
     result.seed = 2 ** 127 + 12345
     line = student_feedback_line(result)
@@ -184,3 +185,12 @@ def test_the_feedback_line_for_an_lms_says_only_what_a_student_may_see():
         assert secret not in line
     broken = not_graded("hw.ipynb", "rows", 5, "unreadable", "SubmissionError", "hw.ipynb is not a notebook: no cells")
     assert student_feedback_line(broken) == "Not graded: hw.ipynb is not a notebook: no cells"
+
+
+def test_a_process_compiles_the_report_template_once_and_each_reader_still_gets_their_own_page():
+    from grader.report.html import _environment
+    first = render(example())
+    template = _environment().get_template("report.html.j2")
+    staff = render(example(), staff=True)
+    assert _environment().get_template("report.html.j2") is template
+    assert render(example()) == first and SECRET_MESSAGE not in first and SECRET_MESSAGE in staff

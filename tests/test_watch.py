@@ -9,9 +9,9 @@ import time
 import pytest
 
 from conftest import GRADER, SUBMISSIONS, expect_slow, own_run_environment
-from grader.result import CheckResult, GradeResult
-from grader.view import result_view
-from grader.watch import changes
+from grader.result import CheckResult, ErrorRecord, GradeResult
+from grader.report.view import result_view
+from grader.student.regrade_on_save import changes
 
 
 def result(fixed: str, points: float, mistake=None, errors=()) -> GradeResult:
@@ -25,7 +25,7 @@ def result(fixed: str, points: float, mistake=None, errors=()) -> GradeResult:
 
 
 def test_only_what_changed_is_listed():
-    error = {"cell": 2, "kind": "error", "ename": "NameError", "evalue": "name 'Q' is not defined"}
+    error = ErrorRecord(cell=2, kind="error", ename="NameError", evalue="name 'Q' is not defined")
     old = result_view(result("failed", 0, "softmax over the wrong axis", [error]))
     new = result_view(result("passed", 3))
     lines = changes(old, new)

@@ -1,8 +1,8 @@
 """The wire format, without a kernel: arguments arrive in every layout and dtype as they were
 sent, returned values come back as they were, and what must not be read is refused."""
-import ast
 import base64
 import io
+import json
 import pickle
 import sys
 import types
@@ -11,8 +11,10 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from grader import kernel, payloads, wire
-from grader.wire import BadValue, Layout
+from grader.kernel import session as kernel
+from grader.kernel import replies as payloads
+from grader.kernel_side import wire
+from grader.kernel_side.wire import BadValue, Layout
 
 DTYPES = [np.float64, np.float32, np.int64, np.int32, np.uint8, np.bool_]
 CONTIGUOUS = {Layout.C: (True, False), Layout.FORTRAN: (False, True), Layout.STRIDED: (False, False)}
@@ -29,7 +31,7 @@ def _sent(array, **save_options) -> dict:
 def test_an_argument_arrives_with_its_values_dtype_and_layout(layout, dtype):
     matrix = (np.arange(12).reshape(3, 4) % 5).astype(dtype)
     encoded = wire.encode_argument(matrix, layout)
-    assert ast.literal_eval(repr(encoded)) == encoded   # the request reaches the kernel as a Python literal
+    assert json.loads(json.dumps(encoded)) == encoded   # the request reaches the kernel as JSON
     received = wire.decode_argument(encoded)
     assert received.dtype == matrix.dtype and received.shape == matrix.shape
     np.testing.assert_array_equal(received, matrix)
@@ -106,7 +108,8 @@ def test_oversized_arrays_are_refused():
         with pytest.raises(BadValue, match="larger than 4 MiB"):
             wire.decode_array(wire.encode_value(too_large))
         with pytest.raises(BadValue, match="larger than 4 MiB"):
-            wire.decode_argument(wire.encode_argument(too_large))
+            # An argument carries no header: one byte past the bound.
+            wire.decode_argument(wire.encode_argument(np.append(too_large, too_large[:1])))
 
 
 def test_a_header_declaring_a_huge_array_is_refused_before_it_is_read():
@@ -156,7 +159,7 @@ def test_unreadable_data_is_a_bad_value(npy):
 def _kernel_copy(monkeypatch) -> types.ModuleType:
     """The wire module as the kernel's startup file makes it: from its source, under its kernel name."""
     module = types.ModuleType(wire.KERNEL_MODULE)
-    exec(compile(resources.files("grader").joinpath("wire.py").read_text(), "<grader-wire>", "exec"),
+    exec(compile(resources.files("grader.kernel_side").joinpath("wire.py").read_text(), "<grader-wire>", "exec"),
          module.__dict__)
     monkeypatch.setitem(sys.modules, wire.KERNEL_MODULE, module)
     return module
@@ -184,9 +187,9 @@ def test_a_notebook_that_replaces_numpys_functions_still_gets_and_sends_arrays(m
 
 
 def test_each_probe_variant_arrives_as_its_label_says():
-    from grader import cases
-    from grader.checks import InputVariant, Probe
-    from grader.conventions import CONVENTIONS
+    from grader.calling import cases
+    from grader.judging.checks import InputVariant, Probe
+    from grader.calling.conventions import CONVENTIONS
 
     conv = CONVENTIONS["rows_single"]
     arrives = {InputVariant.PLAIN: ("float64", (True, False)), InputVariant.FORTRAN: ("float64", (False, True)),
@@ -239,3 +242,18 @@ def test_lists_dicts_and_flags_arrive_as_such_in_the_layout_asked():
     np.testing.assert_array_equal(received[2][1], matrix.T)
     assert sorted(received[3]) == ["b", "w"] and received[3]["w"].flags.f_contiguous
     np.testing.assert_array_equal(received[3]["w"], matrix)
+
+
+def test_an_argument_arrives_writable_and_a_malformed_one_is_a_bad_value():
+    """Arguments travel as raw bytes with their dtype and shape: the student's function gets an
+    array it may change in place, and nothing but a real numeric array of exactly those bytes
+    is made from one."""
+    matrix = np.arange(6.0).reshape(2, 3)
+    received = wire.decode_argument(wire.encode_argument(matrix))
+    received[0, 0] = 7.0
+    assert received.flags.writeable and matrix[0, 0] == 0.0
+    good = wire.encode_argument(matrix)
+    for forged in ({"dtype": "|O"}, {"dtype": "<c16"}, {"dtype": "<U2"}, {"dtype": "no dtype"},
+                   {"shape": [2, 4]}, {"shape": [-2, -3]}, {"shape": "2x3"}, {"raw": "not base64!"}):
+        with pytest.raises(BadValue):
+            wire.decode_argument({**good, **forged})

@@ -1,0 +1,226 @@
+"""Candidate calling conventions for one function, from its signature: each a convention table
+in the spec's own TOML form, simplest first. The roles come from the parameters' names
+(roles.py); the layouts, scaling, causal masking, mask forms and head forms are tried each
+way. Nothing here calls the function: probing (probe.py) decides which candidates fit.
+
+Each choice is a dimension with its options in order of preference, the first being the
+convention's default; a candidate's rank is how many dimensions it takes away from their
+first option, so the plainest reading of a function is tried, and kept, first.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+from grader.calling.conventions import MASK_SHAPES, parse_convention
+from grader.calling.params import HEAD_FORM_ROLES, MASK_ROLES
+from grader.errors import SpecError
+from grader.reference.masks import FORMS
+from grader.calling.class_table import CONSTRUCT_ROLES
+from grader.calling.class_table import WEIGHT_ROLES as OBJECT_WEIGHT_ROLES
+from grader.authoring.spec_tools.roles import Guess, guesses, normalised
+from grader.authoring.spec_tools.signatures import ClassSignature, Parameter, Signature
+
+# More candidates than this for one function are not tried (the simplest are kept).
+MAX_CANDIDATES = 400
+WEIGHT_ROLES = {"wq", "wk", "wv", "wqkv", "wo"}
+OMITTED = None   # a parameter with a default, left out of the call
+
+
+@dataclass(frozen=True)
+class Candidate:
+    table: dict              # the convention as its TOML table, `returns` still to be read off a call
+    choices: tuple           # (dimension, option) pairs: what sets it apart from its neighbours
+    rank: int
+
+
+@dataclass
+class Candidates:
+    found: list[Candidate]
+    why_none: str = ""       # when none: why, in a clause
+
+
+def _param_options(param: Parameter) -> list:
+    """(option, table) pairs for one parameter: each role its name proposes, then, for one with a
+    default, leaving it out."""
+    options: list[tuple[str, dict | None]] = []
+    for guess in guesses(param.name):
+        if guess.role == "dict":
+            keys = {key: inner.role for key in param.keys for inner in guesses(key)[:1] if inner.role != "dict"}
+            if keys:
+                options.append((f"{param.name}: a dict", {"name": param.name, "role": "dict", "keys": keys}))
+            continue
+        options.append((f"{param.name}: {guess.role}", _param_table(param.name, guess)))
+    if param.has_default:
+        options.append((f"{param.name}: left to its default", OMITTED))
+    return options
+
+
+def _param_table(name: str, guess: Guess) -> dict:
+    table: dict[str, str | int] = {"name": name, "role": guess.role}
+    if guess.head is not None:
+        table["head"] = guess.head
+    return table
+
+
+def _dimensions(params: list[dict], plural: bool) -> list[tuple[str, list]]:
+    """The convention-wide choices that apply to these parameters, each option list default first."""
+    roles = {p["role"] for p in params} | {r for p in params if p["role"] == "dict" for r in p["keys"].values()}
+    dims: list[tuple[str, list]] = []
+    helper = "scores" in roles
+    if roles & WEIGHT_ROLES:
+        dims.append(("weights", ["in_out", "out_in"]))
+    if helper:
+        dims.append(("axis", [-1, 0]))
+    else:
+        dims.append(("tokens", ["rows", "columns"]))
+        dims.append(("scaled", [True, False]))
+        if "causal" not in roles:
+            dims.append(("causal", [False, True]))
+    heads_given = any(p["role"] in HEAD_FORM_ROLES and "head" not in p for p in params)
+    if heads_given and plural:
+        dims.append(("heads", ["per_head", "axis", "fused"]))
+    elif heads_given and "n_heads" not in roles and roles & {"q", "k", "v"}:
+        dims.append(("heads", ["fused", "axis"]))   # Q, K, V with the heads already split off
+    single = not plural and "n_heads" not in roles and not any("head" in p for p in params)
+    if "x" in roles and single:
+        dims.append(("square", [False, True]))
+    if not helper and roles & {"x", "q", "k", "v"}:
+        dims.append(("batch", [False, True]))
+    # Class-based conventions would join here as a dimension of their own (`class`).
+    for p in params:
+        if p["role"] in MASK_ROLES:
+            dims.append((f"form:{p['name']}", list(FORMS)))
+            # Only with a batch: a shape other than the default (candidates() drops the rest).
+            dims.append((f"shape:{p['name']}", [None, *MASK_SHAPES[(p["role"], True)][1:]]))
+    return dims
+
+
+def _placeholder_returns(roles: set) -> str | list:
+    """A return to parse the candidate with before its real returns are read off a call."""
+    if "scores" in roles:
+        return "weights"
+    if roles & {"v", "wv", "wqkv"}:
+        return "output"
+    if roles & {"q", "wq"} and roles & {"k", "wk"}:
+        return "scores"
+    return ["q"]
+
+
+def _apply(params: list[dict], dims: list[tuple[str, list]], picks: tuple) -> dict:
+    table: dict = {"params": [dict(p, keys=dict(p["keys"])) if "keys" in p else dict(p) for p in params]}
+    for (dim, options), pick in zip(dims, picks):
+        if dim.startswith(("form:", "shape:")):
+            key, name = dim.split(":", 1)
+            if pick is not None:
+                next(p for p in table["params"] if p["name"] == name)[key] = pick
+        elif dim == "heads":
+            if pick != "fused":
+                for p in table["params"]:
+                    if p["role"] in HEAD_FORM_ROLES and "head" not in p:
+                        p["heads"] = pick
+        elif pick != options[0]:
+            table[dim] = pick
+    return table
+
+
+# A method a module's weights are given to (init_weights, set_params, load_weights, ...).
+INIT_METHOD = re.compile(r"(init|set|load|assign)(weights|params|parameters)")
+
+
+def _first_role(name: str, allowed) -> str | None:
+    return next((g.role for g in guesses(name) if g.role in allowed and g.role != "dict" and g.head is None), None)
+
+
+def class_table(cls: ClassSignature) -> tuple[dict | None, str]:
+    """How to make the object, as a convention's `class` table, from the class's source: its
+    constructor's parameters by their names, and where the weights go, in order of preference:
+    the constructor itself, an init method, or the attributes __init__ sets. (None, why) when
+    its source says no way."""
+    construct = []
+    for p in cls.construct:
+        role = _first_role(p.name, CONSTRUCT_ROLES)
+        if role is None:
+            if p.has_default:
+                continue   # left to its default (the harness then calls by keyword)
+            return None, f"its constructor's parameter `{p.name}` has a name no role is known by"
+        construct.append({"name": p.name, "role": role})
+    table: dict = {"method": cls.method.name}
+    if construct:
+        table["construct"] = construct
+    if any(c["role"] in OBJECT_WEIGHT_ROLES for c in construct):
+        return table, ""
+    for method in cls.methods:
+        roles = [_first_role(p.name, OBJECT_WEIGHT_ROLES) for p in method.params]
+        if INIT_METHOD.fullmatch(normalised(method.name)) and all(roles) and len(set(roles)) == len(roles):
+            table["init"] = {"method": method.name,
+                             "params": [{"name": p.name, "role": r} for p, r in zip(method.params, roles)]}
+            return table, ""
+    attributes: dict = {}
+    for name in cls.attributes:
+        role = _first_role(name, OBJECT_WEIGHT_ROLES)
+        if role is not None and role not in attributes.values():
+            attributes[name] = role
+    if attributes:
+        table["attributes"] = attributes
+        return table, ""
+    return None, "neither its constructor, an init method nor the attributes its __init__ sets hold the weights"
+
+
+def _object_params(table: dict | None) -> list[dict]:
+    """The roles a class table gives the object, as params (what the convention-wide choices
+    depend on: a weight layout, for one)."""
+    if table is None:
+        return []
+    return [*table.get("construct", []), *table.get("init", {}).get("params", []),
+            *({"name": n, "role": r} for n, r in table.get("attributes", {}).items())]
+
+
+def parseable(table: dict, name: str) -> str | None:
+    """None when the candidate is a convention the grader can read; else why not."""
+    try:
+        parse_convention(table, name, name)
+    except SpecError as exc:
+        return str(exc).removeprefix(f"{name}: ")
+    return None
+
+
+def candidates(signature: Signature, object_table: dict | None = None) -> Candidates:
+    """`signature`'s candidate conventions; for a class's method, each with the class table
+    `object_table` saying how its object is made."""
+    per_param = [_param_options(p) for p in signature.params]
+    for param, options in zip(signature.params, per_param):
+        if not options and guesses(param.name):
+            return Candidates([], f"its parameter `{param.name}` would be a dict, but the function reads no key "
+                                  "of it by name")
+        if not options:
+            return Candidates([], f"its parameter `{param.name}` has a name no role is known by")
+    found: list[Candidate] = []
+    refusals: list[str] = []
+    for combination in itertools.product(*(enumerate(o) for o in per_param)):
+        role_rank = sum(i for i, _ in combination)
+        params = [table for _, (_, table) in combination if table is not OMITTED]
+        if not params:
+            continue
+        chosen = tuple(("role", label) for _, (label, _) in combination)
+        plural = any(g.plural for p in signature.params for g in guesses(p.name)[:1])
+        dims = _dimensions(params + _object_params(object_table), plural)
+        roles = {p["role"] for p in params} | {r for p in params if p["role"] == "dict" for r in p["keys"].values()}
+        for picks in itertools.product(*(enumerate(options) for _, options in dims)):
+            table = _apply(params, dims, tuple(option for _, option in picks))
+            if not table.get("batch") and any("shape" in p for p in table["params"]):
+                continue   # without a batch a mask has one shape, the default
+            table["returns"] = _placeholder_returns(roles | {p["role"] for p in _object_params(object_table)})
+            if object_table is not None:
+                table["class"] = object_table
+            refusal = parseable(table, signature.name)
+            if refusal:
+                refusals.append(refusal)
+                continue
+            choices = chosen + tuple((dim, option) for (dim, _), (_, option) in zip(dims, picks))
+            found.append(Candidate(table, choices, role_rank + sum(i for i, _ in picks)))
+    found.sort(key=lambda c: c.rank)
+    if not found:
+        return Candidates([], f"no reading of its parameters is a convention ({refusals[0] if refusals else 'none'})")
+    return Candidates(found[:MAX_CANDIDATES])

@@ -1,0 +1,188 @@
+"""`grader spec infer`: a spec proposed from the staff's own solution, which grades that
+solution at full marks.
+
+Each function the solution defines gets candidate conventions from its parameters' names
+(candidates.py); one kernel session calls it with each and keeps those whose values the
+reference computes (probe.py). The simplest that fit are then graded for real, with every
+check, and the first to earn every point is written; a function none fits is left out, and
+the output says why. A forbidden library the solution itself imports is allowed by the spec,
+and the output says so.
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from grader.errors import SpecError, SubmissionError
+from grader.grade import grade_notebook
+from grader.intake.notebook import code_cells, load_submission
+from grader.result import GradeResult
+from grader.course.spec import DEFAULT_FORBIDDEN, Assignment, FunctionSpec, parse
+from grader.intake.source_scan import matches, scan
+from grader.toml_text import dumps
+from grader.authoring.spec_tools.candidates import candidates, class_table
+from grader.authoring.spec_tools.probe import Fit, probe_all
+from grader.authoring.spec_tools.words import describe, differences
+from grader.authoring.spec_tools.signatures import (Signature, notebook_class_signatures, notebook_classes,
+    notebook_functions, why_no_function)
+
+# The convention every setup spec can parse: the kernel for probing is set up from the spec's
+# header alone (its policy, its support), exactly as grading will set it up.
+SETUP_FUNCTION = {"name": "softmax", "convention": "softmax_rows"}
+
+
+@dataclass
+class Inferred:
+    text: str                                   # the spec, as written
+    functions: dict[str, Fit]                   # the convention chosen for each graded function
+    left_out: dict[str, str] = field(default_factory=dict)    # function -> why
+    # function -> the other conventions that also earn every point, in words
+    undecided: dict[str, list[str]] = field(default_factory=dict)
+    allowed: list[str] = field(default_factory=list)          # forbidden libraries the solution uses
+    score: tuple[float, float] = (0.0, 0.0)     # what the solution earns graded with the spec, of how much
+    cell_errors: list[str] = field(default_factory=list)     # the solution's cells that raised, in words
+
+
+def _header(name: str, solution: Path, allowed: list[str], support: Path | None, output: Path) -> dict:
+    header: dict = {"name": name, "title": f"Proposed from {solution.name}"}
+    if support is not None:
+        # A folder with an __init__.py is the course's package (imported by its folder's name,
+        # relative imports included); any other folder holds top-level modules.
+        table = {"path": os.path.relpath(support.resolve(), output.resolve().parent)}
+        if (support / "__init__.py").is_file():
+            table = {"package": support.resolve().name, **table}
+        header["support"] = table
+    if allowed:
+        header["policy"] = {"forbidden": [f for f in DEFAULT_FORBIDDEN if f not in allowed]}
+    return header
+
+
+def _spec_text(header: dict, chosen: dict[str, Fit], solution: Path) -> str:
+    functions = [{"name": name, "convention": {"description": describe(fit.table), **fit.table}}
+                 for name, fit in chosen.items()]
+    return dumps({**header, "functions": functions},
+                 f"Proposed by `grader spec infer` from {solution.name}, and graded on it at full marks.\n"
+                 "Check it with: grader spec check SPEC SOLUTION")
+
+
+def _setup(header: dict, source: str, folder: Path) -> Assignment:
+    return replace(parse(dumps({**header, "functions": [SETUP_FUNCTION]}), source, folder), functions=())
+
+
+def _points_lost(result: GradeResult, name: str) -> str | None:
+    """Why the function graded as `name` did not earn every point, or None when it did."""
+    checks = [c for c in result.checks if c.function == name]
+    lost = [c for c in checks if c.points < c.max_points]
+    if result.status == "graded" and checks and not lost:
+        return None
+    if not lost:
+        return f"it could not be graded ({result.status})"
+    return f"graded with each convention that fit the probe, it lost points (the last lost {lost[0].kind}: " \
+           f"{lost[0].message.splitlines()[0][:160]})"
+
+
+def _others(chosen: Fit, later: list[Fit]) -> list[tuple[int, Fit, str]]:
+    """Up to two later fits that differ from the chosen one in more than narrowing it, numbered
+    from 1, each with what sets it apart in words."""
+    found = [(other, words) for other in later if (words := differences(chosen, other))]
+    return [(number, other, words) for number, (other, words) in enumerate(found[:2], 1)]
+
+
+def _alternative(name: str, fit: Fit, number: int) -> FunctionSpec:
+    """Another convention that fit the probe, graded beside the chosen one in the same run: a
+    function of its own name in the result, calling the solution's `name` (as an alias)."""
+    fn = parse(dumps({"name": "alternative", "functions": [{"name": name, "convention": fit.table}]}),
+               "alternative").functions[0]
+    return replace(fn, name=f"{name} (alternative {number})", aliases=(name,))
+
+
+def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
+          support: Path | None = None) -> Inferred:
+    """The proposed spec for `solution`, graded on it; raises SpecError when nothing fits."""
+    if support is not None and not support.is_dir():
+        raise SubmissionError(f"--support: no such folder: {support}")
+    nb = load_submission(solution)
+    signatures = notebook_functions(nb)
+    if only:
+        known = {s.name for s in signatures} | set(notebook_classes(nb))
+        missing = [name for name in only if name not in known]
+        if missing:
+            raise SubmissionError(f"{solution.name} defines no function {missing[0]!r} that takes parameters "
+                                  f"(it defines: {', '.join(sorted(known)) or 'none'})")
+        signatures = [s for s in signatures if s.name in only]
+    # What the solution imports, and reaches through what it imported (`scipy.special.logsumexp`
+    # after `import scipy`): a forbidden library there is the course's own choice.
+    found = scan(code_cells(nb), {s.name for s in signatures})
+    modules = [module for _, _, module in found.imports] + [m for ms in found.function_imports.values() for m in ms]
+    allowed = sorted({hit for module in modules if (hit := matches(module, DEFAULT_FORBIDDEN))})
+    header = _header(output.stem, solution, allowed, support, output)
+    inferred = Inferred("", {}, allowed=allowed)
+    classes, not_modules = notebook_class_signatures(nb)
+    if only:
+        classes = [c for c in classes if c.name in only]
+        not_modules = {name: why for name, why in not_modules.items() if name in only}
+    inferred.left_out.update(not_modules)
+    proposals = []
+    for signature in signatures:
+        proposed = candidates(signature)
+        if proposed.found:
+            proposals.append((signature, proposed.found))
+        else:
+            inferred.left_out[signature.name] = proposed.why_none
+    for module in classes:
+        # A class is graded as its method, called on an object made as its source says.
+        table, why = class_table(module)
+        offered = candidates(Signature(module.name, module.method.params), table) if table else None
+        if offered is not None and offered.found:
+            proposals.append((Signature(module.name, module.method.params), offered.found))
+        else:
+            inferred.left_out[module.name] = f"a class: {why or (offered.why_none if offered else '')}"
+    setup = _setup(header, str(output), output.resolve().parent)
+    probed = asyncio.run(probe_all(copy.deepcopy(nb), setup, proposals, settings, setup.tolerance))
+    fits = {}
+    for name, fitted in probed.items():
+        if fitted.fits:
+            fits[name] = fitted.fits
+        else:
+            inferred.left_out[name] = f"no candidate convention fits: {fitted.why_none or 'none was tried'}"
+    # The simplest fit of each function is graded with every check, with up to two others that
+    # fit the probe in other ways beside it (what the output calls undecided); a function whose
+    # choice loses points is graded again with its next fit.
+    tried = {name: 0 for name in fits}
+    while tried:
+        chosen = {name: fits[name][index] for name, index in tried.items()}
+        others = {name: _others(chosen[name], fits[name][tried[name] + 1:]) for name in chosen}
+        text = _spec_text(header, chosen, solution)
+        assignment = parse(text, str(output), output.resolve().parent)
+        beside = tuple(_alternative(name, other, number) for name in chosen for number, other, _ in others[name])
+        # Each run gets the notebook as read: running one changes it (the rest of a failed cell).
+        result = asyncio.run(grade_notebook(copy.deepcopy(nb), replace(assignment, functions=assignment.functions
+                                                                       + beside), settings, solution.name))
+        lost = {name: loss for name in chosen if (loss := _points_lost(result, name))}
+        if not lost:
+            inferred.text, inferred.functions = text, chosen
+            # The solution's own faults: the spec is inferred from what ran, which staff should know.
+            inferred.cell_errors = [f"cell {e.cell + 1} raised {e.ename or 'an error'}: {e.evalue}"
+                                    for e in result.errors if e.kind == "error"]
+            checks = [c for c in result.checks if c.function in chosen]
+            inferred.score = (sum(c.points for c in checks), sum(c.max_points for c in checks))
+            for name in chosen:
+                full = [words for number, _, words in others[name]
+                        if not _points_lost(result, f"{name} (alternative {number})")]
+                if full:
+                    inferred.undecided[name] = full
+            break
+        for name, why in lost.items():
+            tried[name] += 1
+            if tried[name] >= len(fits[name]):
+                del tried[name]
+                inferred.left_out[name] = why
+    if not inferred.functions:
+        reasons = "; ".join(f"{name}: {why}" for name, why in inferred.left_out.items())
+        raise SpecError(f"nothing fits: no function of {solution.name} could be graded at full marks by any "
+                        f"convention ({reasons or why_no_function(nb)})")
+    return inferred
+

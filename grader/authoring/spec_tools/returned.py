@@ -1,0 +1,66 @@
+"""What a function returns, read off one call: which canonical part each returned value is,
+as a convention's `returns` (and `per_head_returns`) says it. Each value is read by the
+grader's own rules (returns.canonical_parts) for every part it could be, and compared with
+the reference's part by the grader's one comparison rule."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from grader.calling.conventions import Convention
+from grader.reference.attention import Case
+from grader.calling.returns import Tolerance, canonical_parts, same
+
+# The parts a value may be, in order of preference when one value could be two.
+SINGLE_PARTS = ("output", "weights", "scores", "q", "k", "v")
+MULTI_PARTS = ("output", "weights_per_head", "scores_per_head", "heads", "q", "k", "v")
+RETURN_NAME = {"weights_per_head": "weights", "scores_per_head": "scores"}
+
+
+def _every_part(conv: Convention, case: Case) -> dict:
+    """Every part the reference computes for this case, canonical."""
+    parts = MULTI_PARTS if conv.heads != "one" else SINGLE_PARTS
+    return replace(conv, returns=parts, return_keys=None).expected_parts(case)
+
+
+def _part_of(conv: Convention, encoded: dict, expected: dict, tol: Tolerance) -> tuple[str, bool] | None:
+    """(the part one returned value is, whether it came as one array with a heads axis), or None."""
+    for part, wanted in expected.items():
+        read = canonical_parts(replace(conv, returns=(part,), return_keys=None), encoded)
+        if read.structure or part not in read.values:
+            continue
+        if same(read.values[part], wanted, tol):
+            return part, isinstance(wanted, list) and encoded.get("kind") == "array"
+    return None
+
+
+def read_returns(conv: Convention, case: Case, encoded: dict, tol: Tolerance) -> dict | None:
+    """The convention keys saying what the function returned on `case` (`returns`, and
+    `per_head_returns` for a heads axis), or None when some returned value is no part."""
+    expected = _every_part(conv, case)
+    kind = encoded.get("kind")
+    if kind == "mapping":
+        found = {}
+        for key, item in zip(encoded["keys"], encoded["items"]):
+            part = _part_of(conv, item, expected, tol)
+            if part is not None and part[0] not in found:
+                found[part[0]] = (key, part[1])
+        if not found:
+            return None
+        return _keys({RETURN_NAME.get(p, p): key for p, (key, _) in found.items()},
+                     any(axis for _, axis in found.values()))
+    whole = _part_of(conv, encoded, expected, tol)
+    if whole is not None:
+        return _keys(RETURN_NAME.get(whole[0], whole[0]), whole[1])
+    if kind != "sequence" or encoded.get("length") != len(encoded["items"]) or not encoded["items"]:
+        return None
+    parts = [_part_of(conv, item, expected, tol) for item in encoded["items"]]
+    named = [p for p in parts if p is not None]
+    names = [name for name, _ in named]
+    if len(named) != len(parts) or len(set(names)) != len(names):
+        return None
+    returned = [RETURN_NAME.get(n, n) for n in names]
+    return _keys(returned if len(returned) > 1 else returned[0], any(axis for _, axis in named))
+
+
+def _keys(returns, axis: bool) -> dict:
+    return {"returns": returns, **({"per_head_returns": "axis"} if axis else {})}

@@ -1,0 +1,80 @@
+"""Which roles a parameter may have, proposed from its name: the data `grader spec infer`
+starts from. Nothing here decides: every proposal is tried on the solution itself.
+
+A name is compared normalised (lower case, without underscores: W_q, Wq and w_q are one
+name). Each row is a pattern matched against the whole name and the roles it proposes, in
+order of preference. `{which}` in a role is the q, k or v the name spells (query, key, value
+count too); a trailing `s` (Wqs) proposes one matrix per head, a trailing digit (omega_q1)
+that head's own matrix. A role the grader does not know yet (key padding, say) may be
+proposed all the same: the candidate is refused when its convention is parsed, and the output
+says why, so a new role needs one row here and nothing else.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+WHICH = r"(?P<which>q|query|queries|k|key|keys|v|value|values)"
+PLURAL = r"(?P<plural>s)?"
+HEAD = r"(?P<head>[1-9])?"
+WEIGHT = r"(w|omega|weight|weights|theta|proj|projection)"
+BIAS = r"(b|beta|bias|biases)"
+
+NAME_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (r"x|xs|input|inputs|token|tokens|embedding|embeddings|emb|seq|sequence|hiddenstates?|xin", ("x", "scores")),
+    (r"scores?|logits?|z|a|arr|array|mat|matrix|data|datain|itemsin|s|e|attnscores|attentionscores", ("scores",)),
+    (r"memory|mem|encoderout|encoderoutputs?|enc|encoded|encoder|context|ctx|y|source|src|kv|xkv|crossinput"
+     r"|encoderhiddenstates?", ("memory",)),
+    (WHICH, ("{which}",)),
+    (WEIGHT + WHICH + PLURAL + HEAD, ("w{which}",)),
+    (WHICH + r"(w|weight|weights|proj|projection)" + PLURAL, ("w{which}",)),
+    (BIAS + WHICH + PLURAL + HEAD, ("b{which}",)),
+    (WHICH + r"(b|bias)" + PLURAL, ("b{which}",)),
+    (r"(w|weight|weights|omega)?qkv(w|weight|weights)?|inprojweight|wattn|cattnweight", ("wqkv",)),
+    (BIAS + r"qkv|qkv(b|bias)|inprojbias|cattnbias", ("bqkv",)),
+    (WEIGHT + r"(o|out|output|c)" + HEAD + r"|outproj(weight)?|(o|out)(w|weight|proj)", ("wo",)),
+    (BIAS + r"(o|out|output|c)|outprojbias|(o|out)(b|bias)", ("bo",)),
+    (r"h|nh|nheads?|numheads?|heads|headcount|numattentionheads", ("n_heads",)),
+    # A module's sizes, which only its constructor takes.
+    (r"dmodel|d|dim|embeddim|embedsize|embeddingdim|hiddensize|hiddendim|modeldim|inputdim|din|nembd|nembed",
+     ("d_model",)),
+    (r"dk|headdim|dhead|headsize|dkey|kdim", ("d_k",)),
+    (r"mask|masks|m|attnmask|attentionmask", ("mask",)),
+    (r"keypaddingmask|paddingmask|keymask|srckeypaddingmask", ("key_padding",)),
+    (r"causal|iscausal|usecausal|causalmask|autoregressive", ("causal",)),
+    (r"scale|scaled|usescale|usescaling|scaling|doscale|doscaling", ("scale",)),
+    # A parameter used as a dict: its keys' own names say their roles (see Guess.keys).
+    (r"params|parameters|weights|w|p|theta|state|statedict|paramdict|layer|module|projections", ("dict",)),
+)
+
+ROLE_LETTER = {"query": "q", "queries": "q", "key": "k", "keys": "k", "value": "v", "values": "v"}
+
+
+@dataclass(frozen=True)
+class Guess:
+    role: str
+    plural: bool = False           # one per head, in a list or along a heads axis
+    head: int | None = None        # a fixed head's own matrix
+
+
+def normalised(name: str) -> str:
+    return name.lower().replace("_", "")
+
+
+def guesses(name: str) -> list[Guess]:
+    """The roles `name` proposes, best first; none when no row matches."""
+    found: list[Guess] = []
+    key = normalised(name)
+    for pattern, roles in NAME_ROLES:
+        match = re.fullmatch(pattern, key)
+        if not match:
+            continue
+        groups = match.groupdict()
+        which = groups.get("which")
+        which = ROLE_LETTER.get(which, which) if which is not None else None
+        head = groups.get("head")
+        for role in roles:
+            guess = Guess(role.format(which=which), bool(groups.get("plural")), int(head) if head else None)
+            if guess not in found:
+                found.append(guess)
+    return found

@@ -1,0 +1,147 @@
+"""The functions a solution notebook defines, read from its source without running it: each
+one's parameters, which of them have defaults, and the keys it reads from a parameter used as
+a dict (`params["W_qkv"]`), which is all a signature says about a packed argument."""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from grader.intake.notebook import code_cells
+from grader.intake.source_scan import is_stub, python_source
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    has_default: bool
+    keys: tuple[str, ...] = ()    # the string keys the function reads from it, in first-use order
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str
+    params: tuple[Parameter, ...]
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+
+def _keys_read(function: ast.FunctionDef, name: str) -> tuple[str, ...]:
+    keys: list[str] = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == name \
+                and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            if node.slice.value not in keys:
+                keys.append(node.slice.value)
+    return tuple(keys)
+
+
+def _signature(node: ast.FunctionDef) -> Signature | None:
+    """Positional parameters only: the grader calls functions positionally (or by these names).
+    A function taking *args or required keyword-only arguments cannot be called that way."""
+    args = node.args
+    if args.vararg is not None or any(d is None for d in args.kw_defaults):
+        return None
+    positional = [*args.posonlyargs, *args.args]
+    first_default = len(positional) - len(args.defaults)
+    params = tuple(Parameter(a.arg, i >= first_default, _keys_read(node, a.arg)) for i, a in enumerate(positional))
+    return Signature(node.name, params) if params else None
+
+
+def _top_level(nb, kind) -> list:
+    nodes = []
+    for _, source in code_cells(nb):
+        try:
+            tree = ast.parse(python_source(source))
+        except SyntaxError:
+            continue
+        nodes += [node for node in tree.body if isinstance(node, kind) and not node.name.startswith("_")]
+    return nodes
+
+
+def notebook_functions(nb) -> list[Signature]:
+    """The notebook's top-level functions that take parameters, each as last defined, in the
+    order they are first defined; placeholders (a template's stubs) and private names left out."""
+    found: dict[str, Signature | None] = {}
+    for node in _top_level(nb, ast.FunctionDef):
+        found[node.name] = None if is_stub(node) else _signature(node)
+    return [s for s in found.values() if s is not None]
+
+
+def why_no_function(nb) -> str:
+    """Why the notebook offers no function to propose a convention for, in a clause: what
+    stops its functions being read (a cell that does not parse) or graded (placeholder bodies)."""
+    for index, source in code_cells(nb):
+        try:
+            ast.parse(python_source(source))
+        except SyntaxError as exc:
+            return f"cell {index + 1} does not parse (SyntaxError: {exc.msg}, line {exc.lineno})"
+    stubs = [node.name for node in _top_level(nb, ast.FunctionDef) if is_stub(node)]
+    if stubs:
+        return f"its functions still have the template's placeholder bodies ({', '.join(dict.fromkeys(stubs))})"
+    return "it defines no function that takes parameters"
+
+
+def notebook_classes(nb) -> list[str]:
+    """The names of the notebook's top-level classes."""
+    return list(dict.fromkeys(node.name for node in _top_level(nb, ast.ClassDef)))
+
+
+# The methods a module is called through, in order of preference.
+GRADED_METHODS = ("forward", "__call__")
+
+
+@dataclass(frozen=True)
+class ClassSignature:
+    """What a class's source says about how to make and call it."""
+    name: str
+    method: Signature                     # the method graded (forward, else __call__), without self
+    construct: tuple[Parameter, ...]      # __init__'s parameters, without self
+    attributes: tuple[str, ...]           # what __init__ sets on self, in order
+    methods: tuple[Signature, ...]        # its other public methods (an init method among them)
+
+
+def _self_attributes(init: ast.FunctionDef) -> tuple[str, ...]:
+    found: list[str] = []
+    for node in ast.walk(init):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            for item in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name) and item.value.id == "self" \
+                        and item.attr not in found:
+                    found.append(item.attr)
+    return tuple(found)
+
+
+def _without_self(node: ast.FunctionDef) -> Signature | None:
+    signature = _signature(node)
+    if signature is None or not signature.params or signature.params[0].name != "self":
+        return None
+    return Signature(node.name, signature.params[1:])
+
+
+def notebook_class_signatures(nb) -> tuple[list[ClassSignature], dict[str, str]]:
+    """The notebook's classes that can be graded as modules, and why each other one cannot."""
+    nodes: dict[str, ast.ClassDef] = {}
+    for node in _top_level(nb, ast.ClassDef):
+        nodes[node.name] = node
+    found, why = [], {}
+    for name, node in nodes.items():
+        methods = {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)}
+        graded = next((methods[m] for m in GRADED_METHODS if m in methods and not is_stub(methods[m])), None)
+        method = _without_self(graded) if graded is not None else None
+        if method is None or not method.params:
+            why[name] = "a class with no forward (or __call__) method taking arguments"
+            continue
+        init = methods.get("__init__")
+        construct = _without_self(init) if init is not None else Signature("__init__", ())
+        if construct is None:
+            why[name] = "a class whose __init__ cannot be called with positional arguments"
+            continue
+        others = tuple(s for m in methods.values() if not m.name.startswith("_") and m is not graded
+                       and (s := _without_self(m)) is not None and s.params)
+        found.append(ClassSignature(name, method, construct.params,
+                                    _self_attributes(init) if init is not None else (), others))
+    return found, why

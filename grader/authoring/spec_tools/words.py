@@ -1,0 +1,77 @@
+"""A proposed convention in words, and what sets another fitting one apart from it: what
+`grader spec infer` prints, and the description it writes in the spec."""
+from __future__ import annotations
+
+from grader.authoring.spec_tools.probe import Fit
+
+
+def describe(table: dict) -> str:
+    """A convention table in words: each parameter's role, then what is not the default."""
+    params = []
+    for p in table["params"]:
+        role = p["role"] if p["role"] != "dict" else \
+            "a dict of " + " and ".join(f"{k}={r}" for k, r in p["keys"].items())
+        extra = [f"form {p['form']}" if "form" in p else "", f"head {p['head']}" if "head" in p else "",
+                 f"{p['heads']} heads" if "heads" in p else "", f"shape {p['shape']}" if "shape" in p else ""]
+        extra = [e for e in extra if e]
+        params.append(f"{p['name']}={role}" + (f" ({', '.join(extra)})" if extra else ""))
+    words = [", ".join(params)]
+    made = table.get("class")
+    if made:
+        built = ", ".join(f"{c['name']}={c['role']}" for c in made.get("construct", []))
+        given = f"{made['init']['method']}(...)" if "init" in made else \
+            "attributes " + ", ".join(made["attributes"]) if "attributes" in made else "the constructor"
+        words = [f"an object made as ({built}), the weights through {given}; its {made['method']} takes "
+                 + words[0]]
+    if table.get("batch"):
+        words.append("a leading batch axis")
+    if table.get("tokens") == "columns":
+        words.append("tokens as columns")
+    if table.get("weights") == "out_in":
+        words.append("framework layout x @ W.T")
+    if "axis" in table:
+        words.append(f"softmax over axis {table['axis']}")
+    if table.get("scaled") is False:
+        words.append("unscaled")
+    if table.get("square"):
+        words.append("d_k = D")
+    if table.get("causal"):
+        words.append("causal mask built inside")
+    if "fully_masked" in table:
+        words.append(f"a fully masked row gives {table['fully_masked']}")
+    returns = table["returns"]
+    if isinstance(returns, dict):
+        shown = "a dict: " + ", ".join(f"{k!r} the {part}" for part, k in returns.items())
+    elif isinstance(returns, list):
+        shown = "(" + ", ".join(returns) + ")"
+    else:
+        shown = returns
+    if table.get("per_head_returns") == "axis":
+        shown += ", per head along a heads axis"
+    return "; ".join([*words, f"returns {shown}"])
+
+
+# A choice that only narrows the cases (d_k = D) fits whenever the general one does: never undecided.
+NARROWING = {("square", True)}
+
+
+def _choice_words(dim: str, option) -> str:
+    if dim.startswith("form:"):
+        return f"{dim.split(':', 1)[1]} in form {option}"
+    if dim.startswith("shape:"):
+        return f"{dim.split(':', 1)[1]} of shape {option or 'B x ... (the default)'}"
+    return f"{dim} = {str(option).lower() if isinstance(option, bool) else option}"
+
+
+def differences(chosen: Fit, other: Fit) -> str | None:
+    """What sets another fitting candidate apart from the chosen one, or None when it only
+    narrows the chosen one's cases."""
+    mine, theirs = dict(chosen.choices), dict(other.choices)
+    changed = [(dim, option) for dim, option in theirs.items() if dim != "role" and mine.get(dim) != option]
+    if any(change in NARROWING for change in changed):
+        return None
+    words = [label for dim, label in other.choices if dim == "role" and (dim, label) not in chosen.choices]
+    words += [_choice_words(dim, option) for dim, option in changed]
+    if other.table.get("returns") != chosen.table.get("returns"):
+        words.append(f"returns {other.table['returns']}")
+    return ", ".join(words) or None

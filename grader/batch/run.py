@@ -1,0 +1,125 @@
+"""Grade many submissions into an output folder, in parallel and resumably.
+
+Per submission: OUTDIR/<student>-<hash>/result.json (as `grader check --json`) and report.html,
+written atomically. Over all of them: grades.csv and summary.html. Whatever goes wrong with
+one submission (an unreadable file or archive, an unusable spec, a lost worker, a report that
+cannot be written) becomes that submission's error row, and the batch goes on; a fault of the
+machine (its kernels cannot start, MachineFault) stops the batch instead, with nothing stored
+for the submissions it did not grade. A submission
+whose content, spec, result-shaping settings and grader version are unchanged is skipped
+unless --force, or unless its stored result is an error.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.batch import dask_cluster as cluster
+from grader.batch import staff_overrides
+from grader.batch.class_files import assignment_max, write_class_files
+from grader.batch.pool import graded
+from grader.batch.progress import Progress
+from grader.batch.similarity import fingerprint, similar_pairs
+from grader.batch.stored import Output, planned_key, summary_row
+from grader.batch.tasks import reason, spec_for_task
+from grader.course.spec import staff_assignment
+from grader.intake.discover import Submission, collect
+from grader.intake.notebook import SubmissionError
+from grader.judging.seeds import run_secret, submission_seed
+from grader.kernel import forked as forked_kernels
+from grader.report.printable import printable
+from grader.settings import settings_from
+
+UNPACKED = ".submissions"   # where archives are extracted, inside OUTDIR
+
+
+@dataclass
+class BatchReport:
+    graded: int = 0
+    skipped: int = 0
+    duplicates: list = field(default_factory=list)
+    similar: list = field(default_factory=list)
+    exports: list = field(default_factory=list)   # the gradebook files written for an LMS
+
+
+def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | None = None, force: bool = False,
+              scheduler: str | None = None, stream=sys.stderr) -> BatchReport:
+    if scheduler:   # refused before anything is written or unpacked
+        scheduler = cluster.checked_address(scheduler, settings_from(explicit))
+    outdir.mkdir(parents=True, exist_ok=True)
+    spec = spec_for_task(explicit)
+    support = spec[3] if spec and spec[0] == "toml" else None
+    submissions, duplicates = collect(paths, outdir / UNPACKED, support.file_names() if support else frozenset())
+    if not submissions:
+        raise SubmissionError(f"nothing to grade in {', '.join(str(p) for p in paths)}: no notebook (.ipynb), "
+                              ".py file or zip archive holding one")
+    report = BatchReport(duplicates=duplicates)
+    explicit_for = seeded(explicit, outdir)
+    assignment = staff_assignment(explicit.get("assignment"))   # the same for every submission
+    settings = settings_from(explicit)
+    # Checked whole before any grading, so a typo in the overrides costs no time.
+    overrides = staff_overrides.in_force(outdir, settings.overrides)
+    names = {s.student: s.identity.name if s.identity else "" for s in submissions}
+    overrides = staff_overrides.check(overrides, names, assignment_max(assignment))
+    if settings.overrides is not None:
+        staff_overrides.keep(outdir, overrides)
+    for student, files in duplicates:
+        print(printable(f"duplicate student id {student}: {', '.join(files)} (each graded; the latest counts, "
+                        "see grades.csv)", one_line=True), file=stream)
+    # An error row drew no inputs: it records the staff's seed, if any, else 0.
+    output = Output(outdir, assignment, explicit.get("seed", 0), settings.staff)
+    rows: dict[str, dict] = {}   # folder -> the submission's row in grades.csv and the summary
+    todo = []
+    for s in submissions:
+        try:
+            key = planned_key(s, assignment, explicit_for)
+        except Exception as exc:  # noqa: BLE001 - unreadable or unzippable
+            rows[s.folder] = output.keep(s, output.error_row(s, reason(exc)), "")
+            report.graded += 1
+            continue
+        previous = None if force else output.stored(s, key)
+        if previous:
+            rows[s.folder] = summary_row(previous)
+            report.skipped += 1
+        else:
+            todo.append((s, key))
+    progress = Progress(len(todo), stream)
+    if todo and not scheduler and forked_kernels.worth_starting(settings):
+        forked_kernels.server()   # one for the whole batch: started before the workers, which share it
+    if todo:
+        for s, key, data in graded(todo, spec, explicit_for, output, workers, scheduler, settings):
+            row = rows[s.folder] = output.keep(s, data, key)
+            report.graded += 1
+            progress.step(f"{s.name}: {row['score']:g}/{row['max_score']:g} {row['status']}")
+    progress.close()
+    report.similar = similar_pairs(fingerprints(submissions, rows, output))
+    report.exports = write_class_files(outdir, submissions, rows, assignment, overrides, settings,
+                                      report.similar, explicit.get("seed"), stream)
+    return report
+
+
+def seeded(explicit: dict, outdir: Path):
+    """The settings of a submission given its bytes. A seed the staff give replays a run: every
+    submission gets it. Otherwise the batch's secret (kept in OUTDIR) gives every submission a
+    seed of its own, which other bytes change (grader/judging/seeds.py)."""
+    if "seed" in explicit:
+        return lambda s, content: explicit
+    secret = run_secret(outdir)
+    return lambda s, content: dict(explicit, seed=submission_seed(secret, s.folder, content))
+
+
+def fingerprints(submissions: list[Submission], rows: dict, output: Output) -> list[tuple[str, dict | str]]:
+    """(folder, fingerprint) per submission; one whose source defeats the fingerprint (too
+    deeply nested to parse, say) becomes an error row instead."""
+    found: list[tuple[str, dict | str]] = []
+    for s in submissions:
+        try:
+            found.append((s.folder, fingerprint(s.path, graded_names(rows[s.folder]))))
+        except Exception as exc:  # noqa: BLE001 - one submission's source never stops the batch
+            rows[s.folder] = output.keep(s, output.error_row(s, f"similarity check failed: {reason(exc)}"), "")
+    return found
+
+
+def graded_names(result: dict) -> set[str]:
+    return {info.get("name", fn) for fn, info in result.get("functions", {}).items()} | set(result.get("functions", {}))

@@ -1,0 +1,211 @@
+"""Seeded test inputs for a convention: randomized shapes, integer and large-score cases."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from grader.reference.attention import Case, Head, attention
+
+from grader.calling.conventions import Convention
+
+# (N, D, H): N != D, a single token, a long sequence, several H that divide D.
+RANDOM_SHAPES = ((4, 6, 2), (1, 4, 2), (64, 8, 4), (7, 12, 3), (5, 6, 3))
+# A batched convention's batch size for each random shape, one of them a batch of one (a
+# softmax over the batch axis gives all ones there); the other cases' sizes are their own.
+RANDOM_BATCHES = (3, 2, 2, 1, 3)
+BASE_BATCH = 3
+# Seed 002's largest score is about 756: past exp's float64 range (about 709).
+LARGE_SCORE = 800.0
+# Cross-attention: the memory always has other than N tokens (Lk = N + 2), and a width of its
+# own (D_mem = D + 2) from this many query tokens on. The shorter cases keep D_mem = D, so that
+# a function taking its keys and values from the wrong sequence still runs and is named.
+MEMORY_EXTRA_TOKENS = 2
+WIDE_MEMORY_FROM = 7
+
+
+def memory_shape(n: int, d: int) -> tuple[int, int]:
+    return n + MEMORY_EXTRA_TOKENS, d + 2 if n >= WIDE_MEMORY_FROM else d
+
+
+def head_count(conv: Convention, requested: int) -> int:
+    return conv.head_count(requested)
+
+
+def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: int,
+                label: str = "", integral: bool = False, batch: int = 1) -> Case:
+    """A case fitting the convention. Single-head conventions get d_k = D / h, so per-head
+    dimensions other than D are exercised unless the convention needs square weights. A
+    batched convention's case is a batch of `batch` elements sharing the weights."""
+    n_heads = head_count(conv, h)
+    d_k = d if conv.square else d // h
+    if conv.heads != "one":
+        d_k = d // n_heads
+
+    def matrix(rows, cols):
+        if integral and conv.int_inputs == "qkv":
+            return rng.integers(-1, 2, size=(rows, cols)).astype(np.float64)
+        return rng.normal(size=(rows, cols))
+
+    heads = []
+    for _ in range(n_heads):
+        biases = [rng.normal(size=d_k) if role in conv.bias_roles else None for role in ("bq", "bk", "bv")]
+        heads.append(Head(matrix(d, d_k), matrix(d, d_k), matrix(d, d_k), *biases))
+    x: np.ndarray
+    if integral:
+        x = rng.integers(-2, 3, size=(n, d))
+    else:
+        x = rng.normal(size=(n, d))
+    wo = rng.normal(size=(n_heads * d_k, d)) if conv.projection else None
+    batch = batch if conv.batched else 1
+    label = label or f"random N = {n}, D = {d}, H = {n_heads}"
+    case = Case(x=x, heads=tuple(heads), wo=wo, label=f"{label}, B = {batch}" if conv.batched else label)
+    if conv.cross:
+        rows, width = memory_shape(n, d)
+        case = with_course_features(case, rng, memory_rows=rows, d_memory=width)
+        if integral and case.memory is not None:   # with_course_features gave it one
+            case = replace(case, memory=rng.integers(-2, 3, size=case.memory.shape))
+    case = with_convention_features(conv, case, rng)
+    rest = tuple(_other_element(conv, case, rng, i, integral) for i in range(1, batch))
+    return conv.prepare(replace(case, batch_rest=rest))
+
+
+def _other_element(conv: Convention, first: Case, rng: np.random.Generator, index: int, integral: bool) -> Case:
+    """Element `index` of a batch headed by `first`: new tokens (and memory), its own masks,
+    the same weights. A mask the batch shares (shape Lq x Lk) is the first element's."""
+    def like(a):
+        return None if a is None else rng.integers(-2, 3, size=a.shape) if integral else rng.normal(size=a.shape)
+
+    element = replace(first, x=like(first.x), memory=like(first.memory), mask=None, key_mask=None, causal=False,
+                      label=f"{first.label} [batch element {index}]")
+    element = with_convention_features(conv, element, rng, element=index)
+    if any(p.role == "mask" and conv.mask_shape(p) == "Lq x Lk" for p in conv.flat):
+        element = replace(element, mask=first.mask)
+    return element
+
+
+def with_convention_features(conv: Convention, case: Case, rng: np.random.Generator, element: int = 0) -> Case:
+    """The case with what the convention's roles add: a revealing mask for a function that
+    takes one, key padding (as many padded keys as `element` of a batch says, so that a batch's
+    elements differ), the causal mask for one that builds it, an output projection bias (once, on
+    a batch's first element). No query is left with nothing to attend: under a causal mask each
+    keeps itself, and every query keeps the first key, never padded, when its mask hides the rest."""
+    takes = conv.roles
+    case = with_course_features(case, rng, mask="mask" in takes, causal=conv.causal,
+                                projection_bias=conv.projection_bias and element == 0,
+                                key_padding="key_padding" in takes, padded_from=element)
+    if "mask" in takes and conv.causal and case.mask is not None:   # with_course_features gave it one
+        keep = case.mask.copy()
+        np.fill_diagonal(keep, True)
+        case = replace(case, mask=keep)
+    if case.mask is not None and case.key_mask is not None:
+        keep = case.mask.copy()
+        keep[~(keep & case.key_mask[None, :]).any(axis=1), 0] = True
+        case = replace(case, mask=keep)
+    return case
+
+
+def random_cases(conv: Convention, seed: int, shapes=RANDOM_SHAPES) -> list[Case]:
+    rng = np.random.default_rng(seed)
+    return [random_case(conv, rng, n, d, h, batch=b) for (n, d, h), b in zip(shapes, RANDOM_BATCHES)]
+
+
+def single_head_case(conv: Convention, seed: int) -> Case:
+    return random_case(conv, np.random.default_rng(seed + 1), 5, 6, 1, label="H = 1, N = 5, D = 6", batch=2)
+
+
+def integer_case(conv: Convention, seed: int) -> Case:
+    return random_case(conv, np.random.default_rng(seed + 2), 3, 4, 2, integral=True,
+                       label="integer input, N = 3, D = 4", batch=2)
+
+
+def base_case(conv: Convention, seed: int) -> Case:
+    return random_case(conv, np.random.default_rng(seed + 3), 5, 6, 2, label="N = 5, D = 6", batch=BASE_BATCH)
+
+
+def max_score(case: Case) -> float:
+    """The largest score: exp() overflows on large positive scores, not on negative ones."""
+    return max(float(h["scores"].max()) for h in attention(case)["heads"])
+
+
+def large_score_case(conv: Convention, seed: int) -> Case:
+    """Scale the tokens until some score exceeds LARGE_SCORE, as in seed 002. Scores grow with
+    the square of the scale (without biases), so a positive largest score stays positive."""
+    case = random_case(conv, np.random.default_rng(seed + 4), 4, 6, 2, label="large scores", batch=2)
+    factor = 1.0
+    for _ in range(100):
+        if max_score(replace(case, x=case.x * factor)) >= LARGE_SCORE:
+            break
+        factor *= 1.5
+    case = replace(case, x=case.x * factor)
+    return replace(case, label=f"large scores (largest score {max_score(case):.0f}, as in seed 002)")
+
+
+def shaped_like(sheet_cases: list[Case], seed: int) -> list[Case]:
+    """Random values in exactly the shapes of the sheet's data (tokens, features, heads,
+    biases and output projection), so that only the values are new."""
+    rng = np.random.default_rng(seed + 6)
+
+    def like(a):
+        return None if a is None else rng.normal(size=np.shape(a))
+
+    shaped = []
+    for case in sheet_cases:
+        heads = tuple(Head(like(h.wq), like(h.wk), like(h.wv), like(h.bq), like(h.bk), like(h.bv))
+                      for h in case.heads)
+        shaped.append(replace(case, x=like(case.x), memory=like(case.memory), heads=heads, wo=like(case.wo),
+                              bo=like(case.bo),
+                              label=f"random values in the shapes of the {case.label}"))
+    return shaped
+
+
+def token_permutation(n: int, seed: int, offset: int = 5) -> np.ndarray:
+    rng = np.random.default_rng(seed + offset)
+    order = rng.permutation(n)
+    while n > 1 and np.array_equal(order, np.arange(n)):
+        order = rng.permutation(n)
+    return order
+
+
+def memory_permutation(lk: int, seed: int) -> np.ndarray:
+    """An order of the memory's rows, drawn apart from the query tokens' one."""
+    return token_permutation(lk, seed, offset=9)
+
+
+def revealing_keep(rng: np.random.Generator, lq: int, lk: int) -> np.ndarray:
+    """A random keep-mask (Lq x Lk) in which every query keeps a key and, when there are two
+    or more keys, loses one: a mask that hides nothing, or everything, reveals no mask mistake."""
+    keep = rng.random((lq, lk)) < 0.5
+    keep[np.arange(lq), rng.integers(0, lk, size=lq)] = True
+    if lk > 1:
+        for i in range(lq):
+            if keep[i].all():
+                keep[i, rng.choice(np.flatnonzero(keep[i]))] = False
+    return keep
+
+
+def with_course_features(case: Case, rng: np.random.Generator, *, memory_rows: int | None = None,
+                         d_memory: int | None = None, mask: bool = False, key_padding: bool = False,
+                         causal: bool = False, projection_bias: bool = False, padded_from: int = 0) -> Case:
+    """The case with the features a course's convention adds: a memory of `memory_rows` tokens
+    of width `d_memory` (new key and value weights to match; cross-attention), an attention
+    mask, key padding (the last third of the keys and `padded_from` more, the first key always
+    real), a causal mask, and a
+    bias for the output projection. Each is drawn so that its known mistakes show."""
+    if memory_rows is not None:
+        width = case.d if d_memory is None else d_memory
+        heads = tuple(replace(h, wk=rng.normal(size=(width, h.wk.shape[1])), wv=rng.normal(size=(width, h.wv.shape[1])))
+                      for h in case.heads)
+        case = replace(case, memory=rng.normal(size=(memory_rows, width)), heads=heads)
+    lk = case.lk
+    key_mask = case.key_mask
+    if key_padding:
+        key_mask = np.arange(lk) < lk - (lk // 3 + padded_from) % lk
+    bo = np.asarray(rng.normal(size=case.wo.shape[1])) if projection_bias and case.wo is not None else case.bo
+    # A case is known by its label (the predictions are cached by it): the label says what was added.
+    added = [word for word, on in [(f"a memory of {memory_rows} tokens", memory_rows is not None), ("a mask", mask),
+                                   ("key padding", key_padding), ("a causal mask", causal),
+                                   ("an output bias", bo is not case.bo)] if on]
+    label = f"{case.label} with {', '.join(added)}" if added else case.label
+    return replace(case, mask=revealing_keep(rng, case.n, lk) if mask else case.mask, key_mask=key_mask,
+                   causal=causal or case.causal, bo=bo, label=label)

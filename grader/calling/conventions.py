@@ -1,0 +1,577 @@
+"""Calling conventions: how one canonical case becomes a student function's arguments, and
+which canonical parts its return value holds.
+
+Every check is written once against canonical parts (tokens as rows); a convention is the
+only place that knows about argument order, transposes, fused heads and biases. A convention
+is data: a TOML table, either inline in a course's spec or by name from the built-in ones in
+reference/conventions.toml, read by `parse_convention`. This module is the one home of what
+its roles, layouts and returns mean (docs/specs.md, "Writing an assignment spec", is their
+reference for course staff).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any, Callable
+
+import numpy as np
+
+from grader.reference.attention import Case, attention
+from grader.reference.masks import FORMS, FULLY_MASKED_RULES
+
+from grader.calling.class_table import ClassCall, parse_class
+from grader.calling.params import MASK_ROLES, WEIGHT_ROLES, Param, choice, fail, parse_param
+from grader.toml_text import load_toml
+
+# How tokens index each canonical part, for the permutation property.
+TOKEN_AXES = {"output": (0,), "q": (0,), "k": (0,), "v": (0,), "heads": (0,),
+              "scores": (0, 1), "weights": (0, 1), "weights_per_head": (0, 1), "scores_per_head": (0, 1)}
+# In cross-attention the keys and values come from the memory: permuting the query tokens
+# moves the queries' axis only, and permuting the memory's rows moves the keys' axis only.
+QUERY_AXES = {"output": (0,), "q": (0,), "k": (), "v": (), "heads": (0,),
+              "scores": (0,), "weights": (0,), "weights_per_head": (0,), "scores_per_head": (0,)}
+MEMORY_AXES = {"output": (), "q": (), "k": (0,), "v": (0,), "heads": (),
+               "scores": (1,), "weights": (1,), "weights_per_head": (1,), "scores_per_head": (1,)}
+
+PART_WORDS = {"output": "output", "weights": "attention weights", "scores": "attention scores",
+              "weights_per_head": "per-head attention weights", "scores_per_head": "per-head attention scores",
+              "heads": "heads' outputs (before the output projection)", "q": "Q", "k": "K", "v": "V"}
+
+# Canonical parts that are one array per head.
+PER_HEAD_PARTS = ("weights_per_head", "scores_per_head", "heads")
+
+RETURN_NAMES = ("output", "weights", "scores", "q", "k", "v", "heads")
+
+# The stages of the computation: what an input role starts from and a returned part ends at.
+# Which steps lie in between decides the mistakes a function can make (grader/judging/explain.py).
+INPUT_STAGE = {"x": 0, "q": 1, "k": 1, "v": 1, "scores": 2}
+RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "heads": 4, "output": 4}
+STEPS = ((1, "projections"), (2, "scores"), (3, "softmax"))
+
+CONVENTION_KEYS = ("description", "params", "returns", "weights", "tokens", "scaled", "axis", "square",
+                   "per_head_returns", "batch", "causal", "fully_masked", "class")
+# The shapes a mask may be passed in, unbatched and batched; the first is the default. A mask
+# shared by the whole batch is one Lq x Lk; "B x 1 x ..." broadcasts over a heads axis.
+MASK_SHAPES = {("mask", False): ("Lq x Lk",), ("mask", True): ("B x Lq x Lk", "B x 1 x Lq x Lk", "Lq x Lk"),
+               ("key_padding", False): ("Lk",), ("key_padding", True): ("B x Lk", "B x 1 x 1 x Lk")}
+# The roles whose argument is one per batch element (stacked on a leading batch axis when
+# batched); every other role (weights, biases, flags, the head count) is shared by the batch.
+PER_ELEMENT_ROLES = ("x", "memory", "q", "k", "v", "scores", "mask", "key_padding")
+# What a row with no key left to attend gives when a convention does not say: the rule its
+# mask form implies by arithmetic (an additive -inf mask gives NaN), else all weights zero.
+DEFAULT_FULLY_MASKED = "zeros"
+
+
+@dataclass(frozen=True)
+class Convention:
+    name: str
+    description: str
+    params: tuple[Param, ...]
+    returns: tuple[str, ...]                # canonical parts, in the order they are returned
+    return_keys: tuple[str, ...] | None = None   # a dict return: each part's key
+    weights: str = "in_out"     # in_out: x @ W | out_in: x @ W.T (the framework layout)
+    columns: bool = False       # tokens are columns: every returned matrix comes back transposed
+    scaled: bool = True
+    square: bool = False        # per-head dimension must equal D
+    per_head_returns: str = "list"   # list | axis: how per-head parts are shown (both are read)
+    causal_inside: bool = False      # the function builds a causal mask itself, with no argument
+    fully_masked: str = DEFAULT_FULLY_MASKED   # what a row with every key masked gives
+    batched: bool = False       # a leading batch axis on every per-element argument and return
+    class_call: ClassCall | None = None   # a class: how its object is made; params are its method's
+    flat: tuple[Param, ...] = field(default=(), compare=False)   # every role, dicts' keys included
+
+    # What follows is derived from the declared roles and returns, never declared.
+
+    @property
+    def object_call(self) -> ClassCall:
+        """How a class-based convention's object is made; a function's convention has none."""
+        if self.class_call is None:
+            raise ValueError("the convention calls a function, not a class")
+        return self.class_call
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    @property
+    def roles(self) -> set[str]:
+        return {p.role for p in self.flat}
+
+    @property
+    def input_stage(self) -> int:
+        return min(INPUT_STAGE[r] for r in self.roles if r in INPUT_STAGE)
+
+    @property
+    def fixed_heads(self) -> int | None:
+        """How many heads every case has, or None when any number H may be drawn."""
+        indexed = {p.head for p in self.flat if p.head is not None}
+        if indexed:
+            return len(indexed)
+        if "n_heads" in self.roles or any(p.heads != "fused" for p in self.flat):
+            return None
+        return 1
+
+    @property
+    def heads(self) -> str:
+        """one | fixed (a set number of heads, each passed on its own) | many."""
+        fixed = self.fixed_heads
+        return "many" if fixed is None else "one" if fixed == 1 else "fixed"
+
+    def head_count(self, requested: int) -> int:
+        return self.fixed_heads or requested
+
+    @property
+    def splits_heads(self) -> bool:
+        """The function splits fused matrices into heads itself (so it can split them wrongly)."""
+        return self.heads == "many" and any(p.heads == "fused" and p.role in ("wq", "wk", "wv", "wqkv", "q", "k", "v")
+                                            for p in self.flat)
+
+    @property
+    def bias_roles(self) -> set[str]:
+        found = {p.role for p in self.flat if p.role in ("bq", "bk", "bv")}
+        return found | ({"bq", "bk", "bv"} if "bqkv" in self.roles else set())
+
+    @property
+    def biases(self) -> bool:
+        return bool(self.bias_roles)
+
+    @property
+    def projection(self) -> bool:
+        return "wo" in self.roles
+
+    @property
+    def projection_bias(self) -> bool:
+        return "bo" in self.roles
+
+    @property
+    def cross(self) -> bool:
+        """Keys and values come from a second sequence (the memory), queries from X."""
+        return "memory" in self.roles
+
+    def token_axes(self, part: str) -> tuple:
+        """The axes of a returned part that the query tokens index (for the permutation check)."""
+        return self._shifted((QUERY_AXES if self.cross else TOKEN_AXES)[part])
+
+    def memory_axes(self, part: str) -> tuple:
+        """The axes of a returned part that the memory's rows (the keys) index."""
+        return self._shifted(MEMORY_AXES[part])
+
+    @property
+    def query_axis(self) -> int:
+        """The axis of a returned part (each head's array) that runs over the queries."""
+        return 1 if self.batched else 0
+
+    def _shifted(self, axes: tuple) -> tuple:
+        return tuple(a + 1 for a in axes) if self.batched else axes
+
+    @property
+    def masked(self) -> bool:
+        """The function takes an attention mask or a key-padding mask as an argument."""
+        return bool(self.roles & set(MASK_ROLES))
+
+    @property
+    def key_padding(self) -> bool:
+        return "key_padding" in self.roles
+
+    @property
+    def stacked_heads(self) -> bool:
+        """A batched function that holds its heads on an array axis (B x H x N x d): it splits
+        fused projections into it itself, or is given them split."""
+        return self.batched and self.heads == "many" and (
+            self.splits_heads or any(p.heads == "axis" for p in self.flat))
+
+    def mask_shape(self, param: Param) -> str:
+        return param.shape or MASK_SHAPES[(param.role, self.batched)][0]
+
+    @property
+    def causal(self) -> bool:
+        """Every case is causal: the function builds the mask itself, or is told to by a flag
+        (always set: the grader asks for the causal computation)."""
+        return self.causal_inside or "causal" in self.roles
+
+    @property
+    def steps(self) -> frozenset:
+        """The steps of attention its functions compute themselves: from its inputs to its last return."""
+        last = max(RETURN_STAGE[p] for p in self.return_names)
+        return frozenset(step for stage, step in STEPS if self.input_stage < stage <= last)
+
+    @property
+    def int_inputs(self) -> str:
+        """Which inputs an integer test makes integral: x | qkv | none (scores stay real)."""
+        return {0: "x", 1: "qkv"}.get(self.input_stage, "none")
+
+    @property
+    def return_names(self) -> tuple[str, ...]:
+        return tuple(_RETURN_NAME.get(p, p) for p in self.returns)
+
+    @property
+    def returns_tuple(self) -> bool:
+        return self.return_keys is None and len(self.returns) > 1
+
+    def prepare(self, case: Case) -> Case:
+        """The case as this convention's function computes it. A function that takes a mask is
+        handed one even where the case has none (a sheet's data): all True, which a mistake can
+        still invert."""
+        if "mask" in self.roles and case.mask is None:
+            case = replace(case, mask=np.ones((case.n, case.lk), dtype=bool))
+        return replace(case, scaled=self.scaled, causal=self.causal, fully_masked=self.fully_masked,
+                       batch_rest=tuple(self.prepare(e) for e in case.batch_rest))
+
+    def elements(self, case: Case) -> list[Case]:
+        """The prepared cases a call computes on: the batch's elements, or the one case."""
+        prepared = self.prepare(case)
+        return list(prepared.elements) if self.batched else [prepared]
+
+    def predict(self, case: Case, compute) -> dict:
+        """The canonical parts a computation gives on a case (`compute` maps a batch's elements
+        to attention()-structured results: the reference's or a mistake's); a batched
+        convention's are each element's, stacked on a leading batch axis."""
+        elements = self.elements(case)
+        per_element = [self.expected(r, e) for r, e in zip(compute(elements), elements)]
+        return stack_parts(per_element) if self.batched else per_element[0]
+
+    def expected_parts(self, case: Case) -> dict:
+        return self.predict(case, lambda elements: [attention(e) for e in elements])
+
+    def expected(self, result: dict, case: Case) -> dict:
+        """The canonical parts this convention returns, from a computation's result (the
+        reference's or a mistake's: both have attention.attention's structure)."""
+        heads = result["heads"]
+        parts = {}
+        for part in self.returns:
+            if part == "output":
+                parts[part] = result["output"]
+            elif part in ("weights_per_head", "scores_per_head"):
+                parts[part] = [h[part.removesuffix("_per_head")] for h in heads]
+            elif part == "heads":
+                parts[part] = [h["output"] for h in heads]
+            elif part in ("q", "k", "v") and len(heads) > 1:
+                parts[part] = np.concatenate([h[part] for h in heads], axis=1)
+            else:
+                parts[part] = heads[0][part]
+        return parts
+
+    def call_arguments(self, case: Case) -> list:
+        elements = self.elements(case)
+        computed: dict = {}
+
+        def reference(element: Case) -> dict:
+            key = id(element)
+            if key not in computed:
+                computed[key] = attention(element)
+            return computed[key]
+
+        def argument(param: Param, element: Case):
+            return self._argument(param, element, lambda: reference(element))
+
+        if not self.batched:
+            return [argument(p, elements[0]) for p in self.params]
+        return [self._batched(p, [argument(p, e) for e in elements]) if p.role in PER_ELEMENT_ROLES
+                else argument(p, elements[0]) for p in self.params]
+
+    def _batched(self, param: Param, values: list):
+        """One argument for the whole batch from each element's: stacked on a leading axis
+        (each head's when they come as a list), or in the mask's declared shape."""
+        if isinstance(values[0], list):
+            return [np.stack([v[h] for v in values]) for h in range(len(values[0]))]
+        if param.role in MASK_ROLES:
+            shape = self.mask_shape(param)
+            if shape == "Lq x Lk":
+                return values[0]   # one mask for the whole batch: the cases share it (cases.py)
+            stacked = np.stack(values)
+            extra = shape.count(" 1 ")
+            return stacked.reshape(stacked.shape[0], *(1,) * extra, *stacked.shape[1:])
+        return np.stack(values)
+
+    def _argument(self, param: Param, case: Case, reference):
+        role = param.role
+        if role == "dict":
+            return {key: self._argument(inner, case, reference) for key, inner in param.keys}
+        if role == "n_heads":
+            return len(case.heads)
+        if role == "scale":
+            return self.scaled
+        if role == "causal":
+            return True
+        if role == "mask":
+            return FORMS[param.mask_form].to_course(given_keep(case, with_key_padding=not self.key_padding))
+        if role == "key_padding":
+            real = np.ones(case.lk, dtype=bool) if case.key_mask is None else case.key_mask
+            return FORMS[param.mask_form].to_course(real)
+        if role == "bo":
+            return self._bias(_given(case.bo, "an output projection bias"))
+        if role == "x":
+            return self._tokens(case.x)
+        if role == "memory":
+            return self._tokens(case.keys)
+        if role == "wo":
+            return self._matrix(_given(case.wo, "an output projection"))
+        if role == "wqkv":
+            return self._matrix(np.concatenate([case.fused(name) for name in ("wq", "wk", "wv")], axis=1))
+        if role == "bqkv":
+            return self._bias(np.concatenate([_fused_bias(case, name) for name in ("bq", "bk", "bv")]))
+        shape: Callable[[np.ndarray], np.ndarray]
+        if role in ("q", "k", "v", "scores"):
+            per_head, shape = [h[role] for h in reference()["heads"]], self._tokens
+        else:
+            per_head = [getattr(h, role) for h in case.heads]
+            shape = self._bias if role.startswith("b") else self._matrix
+        if param.head is not None:
+            return shape(per_head[param.head - 1])
+        if param.heads == "per_head":
+            return [shape(m) for m in per_head]
+        if param.heads == "axis":
+            return np.stack([shape(m) for m in per_head])
+        return shape(per_head[0] if len(per_head) == 1 else np.concatenate(per_head, axis=-1))
+
+    def misfit(self, case: Case) -> str | None:
+        """Why this convention cannot be called with a case's inputs (a sheet's data), or None."""
+        heads = len(case.heads)
+        if self.fixed_heads is not None and heads != self.fixed_heads:
+            return f"it has {heads} head{'s' * (heads != 1)}, the convention takes {self.fixed_heads}"
+        if self.input_stage == 0 and (case.heads[0].bq is not None) != self.biases:
+            return "it has biases, the convention none" if self.biases is False else \
+                "the convention takes biases, it has none"
+        if (case.wo is not None) != self.projection:
+            return "it has an output projection, the convention none" if case.wo is not None else \
+                "the convention takes an output projection, it has none"
+        if (case.bo is not None) != self.projection_bias:
+            return "it has an output projection bias, the convention none" if case.bo is not None else \
+                "the convention takes an output projection bias, it has none"
+        if (case.memory is not None) != self.cross:
+            return "it has a second sequence (memory), the convention none" if case.memory is not None else \
+                "the convention takes a second sequence (memory, cross-attention), it has none"
+        if (case.mask is not None or case.key_mask is not None) and not self.masked:
+            return "it has a mask, the convention takes none"
+        return None
+
+    def _tokens(self, value: np.ndarray) -> np.ndarray:
+        return value.T if self.columns else value
+
+    def _matrix(self, w: np.ndarray) -> np.ndarray:
+        return w.T if self.weights == "out_in" else w
+
+    def _bias(self, b: np.ndarray) -> np.ndarray:
+        return b[:, None] if self.columns else b
+
+
+def _given(value: np.ndarray | None, what: str) -> np.ndarray:
+    """A part of the case the convention's params call for; a case made for it has each."""
+    if value is None:
+        raise ValueError(f"the case has no {what}, which the convention passes")
+    return value
+
+
+_RETURN_NAME = {"weights_per_head": "weights", "scores_per_head": "scores"}
+
+
+def given_keep(case: Case, with_key_padding: bool = True) -> np.ndarray:
+    """The mask a function is handed as its argument, canonical (Lq x Lk, True = may attend):
+    the case's attention mask, with its key-padding mask unless the function takes that apart,
+    never the causal one a function builds itself; all True when the case has none (a sheet's
+    data without a mask)."""
+    keep = np.ones((case.n, case.lk), dtype=bool)
+    if case.mask is not None:
+        keep &= case.mask
+    if case.key_mask is not None and with_key_padding:
+        keep &= case.key_mask[None, :]
+    return keep
+
+
+def stack_parts(per_element: list[dict]) -> dict:
+    """Each element's canonical parts stacked on a leading batch axis (each head's array, for
+    a per-head list). A part whose elements differ in shape, as some mistakes' may, is left
+    out: that computation predicts nothing for it."""
+    stacked: dict[str, Any] = {}
+    for part, first in per_element[0].items():
+        try:
+            if isinstance(first, list):
+                stacked[part] = [np.stack([e[part][h] for e in per_element]) for h in range(len(first))]
+            else:
+                stacked[part] = np.stack([e[part] for e in per_element])
+        except (ValueError, IndexError):
+            continue
+    return stacked
+
+
+def _fused_bias(case: Case, name: str) -> np.ndarray:
+    return np.concatenate([getattr(h, name) for h in case.heads])
+
+
+# Reading a convention from TOML. Every error is one line naming where it is and the field.
+
+def _returns(raw, where: str) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+    if isinstance(raw, str):
+        raw = [raw]
+    keys = None
+    if isinstance(raw, dict):
+        keys = tuple(raw.values())
+        if not all(isinstance(k, str) and k for k in keys):
+            fail(where, "returns: each part's dict key must be a non-empty string")
+        raw = list(raw)
+    if not isinstance(raw, list) or not raw:
+        fail(where, "returns must name what the function returns, e.g. [\"output\", \"weights\"]")
+    for name in raw:
+        if name not in RETURN_NAMES:
+            fail(where, f"returns: {name!r} is not a part (parts: {', '.join(RETURN_NAMES)})"[:200])
+    if len(set(raw)) != len(raw):
+        fail(where, "returns: a part is named twice")
+    return tuple(raw), keys
+
+
+def _check_roles(conv: Convention, where: str) -> None:
+    """The roles a convention's returns need are there, once each, and fit together."""
+    flat = conv.flat
+    counted: dict[tuple, str] = {}
+    for p in flat:
+        key = (p.role, p.head)
+        if key in counted:
+            fail(where, f"role {p.role!r} is given twice ({counted[key]} and {p.name})")
+        counted[key] = p.name
+    roles = conv.roles
+    inputs = roles & set(INPUT_STAGE)
+    if not inputs:
+        fail(where, "no param has an input role (x, q/k/v or scores)")
+    if "x" in inputs and len(inputs) > 1:
+        fail(where, f"takes both X and {'/'.join(sorted(inputs - {'x'}))}: give the tokens or Q, K, V, not both")
+    if "scores" in inputs and len(inputs) > 1:
+        fail(where, "a softmax helper takes only the scores")
+    start = conv.input_stage
+    names = conv.return_names
+    for name in names:
+        if RETURN_STAGE[name] <= start:
+            fail(where, f"returns {name!r}, which is computed before its inputs ({', '.join(sorted(inputs))})")
+    last = max(RETURN_STAGE[n] for n in names)
+    needed = set(n for n in names if n in ("q", "k", "v"))
+    if last >= 2:
+        needed |= {"q", "k"}
+    if last >= 4 or "v" in names:
+        needed.add("v")
+    if start == 2:
+        needed = set()
+        if last > 3:
+            fail(where, "a softmax helper (role scores) can only return the weights")
+    indexed = sorted({p.head for p in flat if p.head is not None})
+    for part in needed:
+        if start == 1 and part not in roles:
+            fail(where, f"no param has role {part!r}, which its returns need")
+        if start == 0 and f"w{part}" not in roles and "wqkv" not in roles:
+            fail(where, f"no param has role 'w{part}' (or 'wqkv'), which its returns need")
+        if start == 0 and indexed and any((f"w{part}", h) not in counted for h in indexed):
+            fail(where, f"every head numbered in head = ... needs its own 'w{part}'")
+    if indexed and indexed != list(range(1, len(indexed) + 1)):
+        fail(where, f"heads must be numbered 1 to {len(indexed)} without gaps")
+    if indexed and any(p.role in WEIGHT_ROLES and p.head is None for p in flat):
+        fail(where, "when some weights are one head's (head = ...), every weight and bias must be")
+    if "wqkv" in roles and roles & {"wq", "wk", "wv"}:
+        fail(where, "give the projections packed (wqkv) or one by one (wq, wk, wv), not both")
+    if "bqkv" in roles and roles & {"bq", "bk", "bv"}:
+        fail(where, "give the biases packed (bqkv) or one by one (bq, bk, bv), not both")
+    if start != 0 and roles & {*WEIGHT_ROLES, "wqkv", "bqkv", "wo"}:
+        fail(where, "projection weights and biases need the tokens X as input (role x)")
+    if conv.biases and not {"bq", "bk", "bv"} <= conv.bias_roles:
+        fail(where, "give all three biases (bq, bk, bv) or none")
+    if "wo" in roles and "output" not in names and "heads" not in names:
+        fail(where, "an output projection (wo) needs the output among the returns")
+    if conv.square and (start != 0 or conv.heads != "one"):
+        fail(where, "square applies to single-head conventions on the tokens X only")
+    if "memory" in roles and start != 0:
+        fail(where, "a memory (cross-attention) needs the tokens X as input (role x) and projections from them")
+    if "bo" in roles and "wo" not in roles:
+        fail(where, "an output projection bias (bo) needs the output projection (wo)")
+    if conv.causal_inside and "causal" in roles:
+        fail(where, "causal: give causal = true (built inside) or a param with role causal (a flag), not both")
+    if (conv.masked or conv.causal) and "softmax" not in conv.steps:
+        fail(where, "a mask (or causal) needs a function that computes the softmax itself")
+    if (conv.masked or conv.causal) and conv.columns:
+        fail(where, "a mask (or causal) with tokens as columns is not supported yet")
+    if conv.batched and conv.columns:
+        fail(where, "batch = true takes tokens as rows (B x N x D)")
+    for p in flat:
+        if p.role in MASK_ROLES:
+            allowed = MASK_SHAPES[(p.role, conv.batched)]
+            if conv.mask_shape(p) not in allowed:
+                fail(where, f"param {p.name}: shape {p.shape!r} is not one of {', '.join(map(repr, allowed))}"
+                             + ("" if conv.batched else " (without batch = true)"))
+
+
+def implied_fully_masked(flat: tuple) -> str:
+    """What a row with every key masked gives when a convention does not say: what its mask's
+    form gives by arithmetic, else DEFAULT_FULLY_MASKED."""
+    forms = [p.form for p in flat if p.role in MASK_ROLES]
+    implied = FORMS[forms[0]].fully_masked if forms else None
+    return implied or DEFAULT_FULLY_MASKED
+
+
+def _fully_masked(raw: dict, flat: tuple, where: str) -> str:
+    """The rule for a row with every key masked: as declared, else as the mask's form implies."""
+    if "fully_masked" in raw:
+        masked = any(p.role in MASK_ROLES for p in flat)
+        if not masked and raw.get("causal") is not True and not any(p.role == "causal" for p in flat):
+            fail(where, "fully_masked applies to a convention with a mask or causal only")
+        return choice(raw, "fully_masked", FULLY_MASKED_RULES, None, where)
+    return implied_fully_masked(flat)
+
+
+def with_class(conv: Convention, raw: dict, where: str) -> Convention:
+    """The convention with its `class` table, if it has one: the object's roles join the
+    method's, so that everything derived from the roles (heads, projection, biases, the
+    mistakes that can occur) counts them."""
+    if "class" not in raw:
+        return conv
+    call = parse_class(raw["class"], where)
+    return replace(conv, class_call=call, flat=conv.flat + call.flat)
+
+
+def parse_convention(raw, name: str, where: str) -> Convention:
+    """A convention from its TOML table; a one-line SpecError naming `where` and the field."""
+    if not isinstance(raw, dict):
+        fail(where, "a convention must be a table")
+    unknown = sorted(set(raw) - set(CONVENTION_KEYS))
+    if unknown:
+        fail(where, f"unknown key {unknown[0]!r} in the convention (known: {', '.join(CONVENTION_KEYS)})"[:300])
+    params_raw = raw.get("params")
+    if not isinstance(params_raw, list) or not params_raw:
+        fail(where, "params must list the parameters in order, each { name = ..., role = ... }")
+    params = tuple(parse_param(p, where) for p in params_raw)
+    if len({p.name for p in params}) != len(params):
+        fail(where, "two params have the same name")
+    return_names, keys = _returns(raw.get("returns"), where)
+    for key, kind in (("scaled", bool), ("square", bool), ("description", str)):
+        if key in raw and not isinstance(raw[key], kind):
+            fail(where, f"{key} must be {'true or false' if kind is bool else 'text'}")
+    flat = tuple(inner for p in params for inner in ([i for _, i in p.keys] if p.role == "dict" else [p]))
+    columns = choice(raw, "tokens", ("rows", "columns"), "rows", where) == "columns"
+    if "axis" in raw:
+        if not any(p.role == "scores" for p in flat):
+            fail(where, "axis applies to a softmax helper (a param with role scores) only")
+        if "tokens" in raw:
+            fail(where, "give a softmax helper's axis, not tokens")
+        # A softmax over axis 0 of the matrix it is given is the row-wise softmax of that
+        # matrix's transpose: the helper's matrix is the canonical one with tokens as columns.
+        columns = choice(raw, "axis", (-1, 1, 0), -1, where) == 0
+    conv = Convention(
+        name=name, description=raw.get("description", ""), params=params, returns=return_names, return_keys=keys,
+        weights=choice(raw, "weights", ("in_out", "out_in"), "in_out", where), columns=columns,
+        scaled=raw.get("scaled", True), square=raw.get("square", False),
+        per_head_returns=choice(raw, "per_head_returns", ("list", "axis"), "list", where), flat=flat,
+        causal_inside=choice(raw, "causal", (False, True), False, where),
+        batched=choice(raw, "batch", (False, True), False, where),
+        fully_masked=_fully_masked(raw, flat, where))
+    conv = with_class(conv, raw, where)
+    multi = conv.heads != "one"
+    canonical = tuple(f"{p}_per_head" if multi and p in ("weights", "scores") else p for p in return_names)
+    conv = replace(conv, returns=canonical)
+    _check_roles(conv, where)
+    return conv
+
+
+def builtin_conventions() -> dict[str, Convention]:
+    """The built-in conventions, from the same TOML form a course's spec uses."""
+    text = resources.files("grader.reference").joinpath("conventions.toml").read_text(encoding="utf-8")
+    raw = load_toml(text, "conventions.toml (built-in)")
+    return {name: parse_convention(table, name, f"built-in convention {name}")
+            for name, table in raw.get("conventions", {}).items()}
+
+
+CONVENTIONS: dict[str, Convention] = builtin_conventions()

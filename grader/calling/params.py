@@ -1,0 +1,125 @@
+"""A parameter of a student function as a spec writes it: its name, its role (what the grader
+passes there) and, for some roles, how that value is laid out. Parsed here, on its own, because
+both a function's convention (grader/calling/conventions.py) and a class's constructor and
+attributes (grader/calling/classes.py) are made of them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grader.errors import SpecError
+from grader.reference.masks import FORMS
+
+# The roles a parameter may have, and what it receives.
+ROLES = {
+    "x": "the tokens X",
+    "memory": "the second sequence keys and values are projected from (cross-attention; Lk x D_mem)",
+    "q": "the queries Q", "k": "the keys K", "v": "the values V",
+    "scores": "the attention scores (the input of a softmax helper)",
+    "wq": "the query projection", "wk": "the key projection", "wv": "the value projection",
+    "wqkv": "the query, key and value projections side by side (Q | K | V)",
+    "bq": "the query bias", "bk": "the key bias", "bv": "the value bias",
+    "bqkv": "the query, key and value biases side by side (Q | K | V)",
+    "wo": "the output projection",
+    "bo": "the output projection's bias",
+    "mask": "an attention mask (Lq x Lk), in the form its form = ... names",
+    "key_padding": "a key-padding mask (one flag per key: which keys are real), in the form its form = ... names",
+    "causal": "a flag: whether each query attends only the keys up to itself (a causal mask)",
+    "n_heads": "the number of heads",
+    "scale": "a flag: whether to divide the scores by sqrt(d_k)",
+    "dict": "a dict holding other roles under the keys given",
+}
+# Roles the next steps of the calling conventions will give meaning to. A spec naming one is
+# refused in one line rather than graded as if it were absent.
+NOT_SUPPORTED_YET: dict[str, str] = {}
+
+WEIGHT_ROLES = ("wq", "wk", "wv", "bq", "bk", "bv")
+HEAD_FORMS = ("fused", "per_head", "axis")
+HEAD_FORM_ROLES = (*WEIGHT_ROLES, "q", "k", "v")   # the roles that hold one matrix or vector per head
+PARAM_KEYS = ("name", "role", "heads", "head", "keys", "form", "shape")
+MASK_ROLES = ("mask", "key_padding")
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    role: str
+    heads: str = "fused"        # fused: heads side by side | per_head: a list | axis: one array, heads axis first
+    head: int | None = None     # this one head's matrix (1-based), for conventions with a fixed head count
+    keys: tuple = ()            # role dict: (key, Param) pairs
+    form: str | None = None     # role mask or key_padding: how the course spells it (reference/masks.py FORMS)
+    shape: str | None = None    # role mask or key_padding: MASK_SHAPES; None: the default
+
+    @property
+    def mask_form(self) -> str:
+        """The form of a mask or key-padding param, which parse_param requires of each."""
+        if self.form is None:
+            raise ValueError(f"param {self.name} is not a mask, so it has no form")
+        return self.form
+
+
+def fail(where: str, message: str):
+    raise SpecError(f"{where}: {message}")
+
+
+def choice(raw: dict, key: str, allowed: tuple, default, where: str):
+    value = raw.get(key, default)
+    # Exactly one of the values allowed: neither `true` for 1 nor 1.0 for 1.
+    if not any(type(value) is type(a) and value == a for a in allowed):
+        fail(where, f"{key} must be one of {', '.join(map(repr, allowed))}, not {value!r}"[:200])
+    return value
+
+
+def parse_param(raw, where: str, inside_dict: bool = False) -> Param:
+    if isinstance(raw, str):
+        fail(where, f"param {raw!r} needs a role: write {{ name = {raw!r}, role = \"...\" }}"[:200])
+    if not isinstance(raw, dict):
+        fail(where, "each param must be a table { name = ..., role = ... }")
+    unknown = sorted(set(raw) - set(PARAM_KEYS))
+    if unknown:
+        fail(where, f"unknown key {unknown[0]!r} in a param (known: {', '.join(PARAM_KEYS)})"[:200])
+    name, role = raw.get("name"), raw.get("role")
+    if not isinstance(name, str) or not name.isidentifier():
+        fail(where, f"param name {name!r} is not a Python parameter name"[:200])
+    if not isinstance(role, str):
+        fail(where, f"param {name}: role must be the name of a role, not {role!r}"[:200])
+    if role in NOT_SUPPORTED_YET:
+        fail(where, f"param {name}: role {role!r} ({NOT_SUPPORTED_YET[role]}) is not supported yet")
+    if role not in ROLES:
+        fail(where, f"param {name}: unknown role {role!r} (roles: {', '.join(ROLES)})"[:300])
+    heads = choice(raw, "heads", HEAD_FORMS, "fused", f"{where}: param {name}")
+    head = raw.get("head")
+    if "heads" in raw and role not in HEAD_FORM_ROLES:
+        fail(where, f"param {name}: heads applies to {', '.join(HEAD_FORM_ROLES)} only")
+    if head is not None:
+        if role not in WEIGHT_ROLES:
+            fail(where, f"param {name}: head applies to {', '.join(WEIGHT_ROLES)} only")
+        if isinstance(head, bool) or not isinstance(head, int) or not 1 <= head <= 16:
+            fail(where, f"param {name}: head must be a head number from 1 to 16, not {head!r}"[:200])
+        if "heads" in raw:
+            fail(where, f"param {name}: give either head (one head's matrix) or heads, not both")
+    form = None
+    if role in MASK_ROLES:
+        if inside_dict:
+            fail(where, f"param {name}: a mask is its own param, not a key of a dict")
+        form = choice(raw, "form", tuple(FORMS), None, f"{where}: param {name}")
+    else:
+        for key in ("form", "shape"):
+            if key in raw:
+                fail(where, f"param {name}: {key} applies to roles \"mask\" and \"key_padding\" only")
+    shape = raw.get("shape")
+    if shape is not None and not isinstance(shape, str):
+        fail(where, f"param {name}: shape must be text such as \"B x Lq x Lk\", not {shape!r}"[:200])
+    keys: tuple = ()
+    if role == "dict":
+        if inside_dict:
+            fail(where, f"param {name}: a dict inside a dict is not supported")
+        table = raw.get("keys")
+        if not isinstance(table, dict) or not table:
+            fail(where, f"param {name}: a dict needs keys = {{ <key> = \"<role>\", ... }}")
+        keys = tuple((key, parse_param({"name": f"{name}_{key}" if key.isidentifier() else name, "role": inner},
+                                  f"{where}: param {name} key {key!r}", inside_dict=True))
+                     for key, inner in table.items())
+    elif "keys" in raw:
+        fail(where, f"param {name}: keys applies to role \"dict\" only")
+    return Param(name, role, heads, head, keys, form, shape)

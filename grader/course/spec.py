@@ -1,0 +1,229 @@
+"""Assignment specs: a course's variant of the assignment as a TOML file."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+
+from grader.reference.sheets import FIXED_DATA
+
+from grader.judging.checks import CHECKS
+from grader.errors import SpecError
+from grader.calling.conventions import CONVENTIONS, Convention, parse_convention
+from grader.calling.returns import Tolerance
+from grader.settings import SPEC_SETTINGS, validated_limits
+from grader.course.support_modules import Support, read_support
+from grader.toml_text import load_toml
+
+DEFAULT_FORBIDDEN = ("torch", "tensorflow", "jax", "flax", "keras", "scipy.special", "sklearn",
+                     "mxnet", "paddle", "transformers")
+PENALTIES = ("zero_function", "flag")
+MAX_SPEC_BYTES = 1024 * 2**10
+
+
+# Every key a spec may have, table by table: a misspelt one (`[tolerence]`, `point = 3`)
+# is an error naming it, never silently ignored.
+SCHEMA = {
+    "": ("name", "title", "functions", "tolerance", "policy", "limits", "lms", "support"),
+    "functions": ("name", "convention", "params", "aliases", "fixed_data", "points", "skip", "hidden"),
+    "tolerance": ("rtol", "atol"),
+    "policy": ("forbidden", "penalty"),
+    "lms": ("hidden_visibility",),
+    "limits": SPEC_SETTINGS,
+}
+TABLES = ("tolerance", "policy", "lms", "limits")
+
+
+def _known_keys(table, allowed: tuple, where: str) -> dict:
+    if not isinstance(table, dict):
+        raise SpecError(f"{where}: must be a table")
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise SpecError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(allowed)})")
+    return table
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    convention: Convention
+    params: tuple[str, ...]
+    aliases: tuple[str, ...]
+    fixed_data: str | None
+    points: dict            # check kind -> points, in running order
+    hidden: frozenset
+
+    @property
+    def names(self) -> list[str]:
+        return [self.name, *self.aliases]
+
+
+@dataclass(frozen=True)
+class Assignment:
+    name: str
+    title: str
+    functions: tuple[FunctionSpec, ...]
+    tolerance: Tolerance
+    forbidden: tuple[str, ...] = DEFAULT_FORBIDDEN
+    penalty: str = "zero_function"
+    source: str = ""
+    source_file: str = ""   # the spec's file, when it is not a built-in: kept from the kernel's view
+    limits: dict = field(default_factory=dict)
+    support: Support | None = None   # the course's own modules the submission may import
+    raw: dict = field(default_factory=dict, compare=False)
+
+
+def builtin_dir():
+    return resources.files("grader.reference").joinpath("assignments")
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.name[:-5] for p in builtin_dir().iterdir() if p.name.endswith(".toml"))
+
+
+def _convention(raw: dict, name: str, where: str) -> tuple[Convention, tuple[str, ...]]:
+    """The function's convention, a built-in one by name or a table inline, and the names of
+    its parameters (a built-in one's may be renamed with `params`)."""
+    declared = raw.get("convention")
+    if isinstance(declared, dict):
+        if "params" in raw:
+            raise SpecError(f"{where}: {name}: params go inside its inline convention, each with its role")
+        conv = parse_convention(declared, f"{name} (inline)", f"{where}: {name}: convention")
+        return conv, conv.param_names
+    if declared is None:
+        raise SpecError(f"{where}: {name}: missing convention (a built-in one's name or a table inline)")
+    if not isinstance(declared, str) or declared not in CONVENTIONS:
+        raise SpecError(f"{where}: {name}: convention: unknown {declared!r:.60} "
+                        f"(built-in: {', '.join(CONVENTIONS)}; or a table inline)")
+    conv = CONVENTIONS[declared]
+    params = raw.get("params", conv.param_names)
+    if not isinstance(params, list | tuple) or not all(isinstance(p, str) and p.isidentifier() for p in params):
+        raise SpecError(f"{where}: {name}: params must be a list of parameter names")
+    if len(params) != len(conv.params):
+        raise SpecError(f"{where}: {name} has {len(params)} params, convention {conv.name} takes {len(conv.params)}")
+    return conv, tuple(params)
+
+
+def _function(raw: dict, where: str) -> FunctionSpec:
+    name = raw.get("name") if isinstance(raw, dict) else None
+    named = isinstance(name, str) and name.isidentifier()
+    # A misspelt key is said with the function's name, as every other error of a function is.
+    _known_keys(raw, SCHEMA["functions"], f"{where}: {name}" if named else where)
+    if not named or not isinstance(name, str):
+        raise SpecError(f"{where}: missing or invalid 'name' (a Python function name)")
+    conv, params = _convention(raw, name, where)
+    fixed = raw.get("fixed_data")
+    if fixed is not None and fixed not in FIXED_DATA:
+        raise SpecError(f"{where}: unknown fixed_data {fixed!r} (known: {', '.join(FIXED_DATA)})")
+    for case in FIXED_DATA[fixed]() if fixed is not None else ():
+        misfit = conv.misfit(case)
+        if misfit:
+            raise SpecError(f"{where}: {name}: fixed_data {fixed!r} does not fit its convention: {misfit}")
+    points = {kind: check.default_points for kind, check in CHECKS.items()
+              if check.applies(conv, fixed is not None)}
+    for kind, value in raw.get("points", {}).items():
+        if kind not in CHECKS:
+            raise SpecError(f"{where}: unknown check {kind!r} (checks: {', '.join(CHECKS)})")
+        if not CHECKS[kind].applies(conv, fixed is not None):
+            raise SpecError(f"{where}: check {kind!r} does not apply to {name}")
+        points[kind] = float(value)
+    for kind in raw.get("skip", []):
+        points.pop(kind, None)
+    hidden = frozenset(raw.get("hidden", []))
+    unknown = hidden - set(CHECKS)
+    if unknown:
+        raise SpecError(f"{where}: unknown hidden check {sorted(unknown)[0]!r}")
+    return FunctionSpec(name, conv, params, tuple(raw.get("aliases", [])), fixed, points, hidden)
+
+
+def _tolerance(table: dict, where: str) -> Tolerance:
+    """Tolerance's own defaults, replaced by what the spec gives."""
+    for key, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise SpecError(f"{where}: tolerance.{key} must be a non-negative number, not {value!r}"[:200])
+    return Tolerance(**{key: float(value) for key, value in table.items()})
+
+
+def parse(text: str, source: str, folder: Path | None = None, support: Support | None = None) -> Assignment:
+    """The spec in `text`; `folder` is the spec file's, which its [support] paths are relative to,
+    unless `support` gives its modules as they were read there (a batch's worker has not the folder)."""
+    raw = load_toml(text, source)
+    _known_keys(raw, SCHEMA[""], source)
+    for table in TABLES:
+        _known_keys(raw.get(table, {}), SCHEMA[table], f"{source}: [{table}]")
+    functions = raw.get("functions")
+    if not functions or not isinstance(functions, list):
+        raise SpecError(f"{source}: no [[functions]] to grade")
+    policy = raw.get("policy", {})
+    penalty = policy.get("penalty", "zero_function")
+    if penalty not in PENALTIES:
+        raise SpecError(f"{source}: policy.penalty must be one of {', '.join(PENALTIES)}")
+    tol = raw.get("tolerance", {})
+    try:
+        limits = validated_limits(raw.get("limits", {}), source)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    forbidden = tuple(policy.get("forbidden", DEFAULT_FORBIDDEN))
+    if "support" not in raw:
+        support = None
+    elif support is None:
+        if folder is None:
+            raise SpecError(f"{source}: [support] needs a spec file, whose folder holds the modules")
+        support = read_support(raw["support"], folder, source, forbidden)
+    return Assignment(
+        name=raw.get("name", Path(source).stem), title=raw.get("title", ""),
+        functions=tuple(_function(f, f"{source}: function {i + 1}") for i, f in enumerate(functions)),
+        tolerance=_tolerance(tol, source),
+        forbidden=forbidden, penalty=penalty, source=source, limits=limits, support=support, raw=raw)
+
+
+def load_assignment(name_or_path: str) -> Assignment:
+    if name_or_path in builtin_names():
+        path = builtin_dir().joinpath(f"{name_or_path}.toml")
+        return parse(path.read_text(), f"{name_or_path} (built-in)")
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        return replace(parse(spec_text(path), str(path), path.resolve().parent), source_file=str(path.resolve()))
+    raise SpecError(f"unknown assignment {name_or_path!r}; built-in ones: {', '.join(builtin_names())}")
+
+
+def spec_text(path: Path) -> str:
+    """A spec file's text, or a one-line SpecError: a notebook's metadata may name any file."""
+    if not path.is_file():
+        raise SpecError(f"no such assignment spec file: {path}")
+    try:
+        if path.stat().st_size > MAX_SPEC_BYTES:
+            raise SpecError(f"{path}: larger than {MAX_SPEC_BYTES // 2**10} KiB, not an assignment spec")
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not an assignment spec (not UTF-8 text)") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+
+DEFAULT_ASSIGNMENT = "rows"
+
+
+def metadata_assignment(nb) -> str | None:
+    """What the notebook's metadata `grader.assignment` asks for, as a short string, or None.
+    Only ever a request: see staff_assignment and student_assignment."""
+    metadata = nb.metadata.get("grader")
+    name = metadata.get("assignment") if isinstance(metadata, dict) else None
+    return name[:100] if isinstance(name, str) and name else None
+
+
+def staff_assignment(requested: str | None) -> Assignment:
+    """`grade` and `lms`: the staff's --assignment (or course spec), else rows. A notebook can
+    neither choose nor change what it is graded against; a different request in its metadata
+    is recorded in the result (`metadata_assignment`)."""
+    return load_assignment(requested or DEFAULT_ASSIGNMENT)
+
+
+def student_assignment(nb, requested: str | None) -> Assignment:
+    """`grader check`, run by students on their own notebooks: --assignment, else the metadata
+    when it names a built-in (never a file: a notebook never loads a spec), else rows."""
+    if requested:
+        return load_assignment(requested)
+    name = metadata_assignment(nb)
+    return load_assignment(name if name in builtin_names() else DEFAULT_ASSIGNMENT)

@@ -1,0 +1,651 @@
+"""The checks: which calls each one needs, and how it judges what came back.
+
+A check never talks to the kernel. It names its probes (a canonical case plus a variant);
+the grader runs them once each, and the check judges the canonical parts that came back.
+Checks share cases (the base case serves most of them), except across the line between
+hidden and visible checks: a hidden check draws its own cases (check_context, check_probes),
+so what a visible check shows a student never belongs to a hidden one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Callable
+
+import numpy as np
+
+from grader.reference.attention import Case
+from grader.reference.sheets import FIXED_DATA
+
+from grader.calling import cases as make
+from grader.calling.classes import changed_messages
+from grader.calling.conventions import PART_WORDS, PER_HEAD_PARTS, Convention
+from grader.calling.params import MASK_ROLES
+from grader.judging.explain import CORRECT, Predictions, agrees, differs_from_reference, explanations, harmless
+from grader.calling.returns import Parts, Tolerance, compare
+from grader.judging.seeds import hidden_cases_seed
+from grader.report.view import HIDDEN_CASE_MARK
+from grader.kernel_side.wire import Layout
+
+FLOAT32_LOOSENING = 1e3
+HEATMAP_MAX_TOKENS = 12
+
+
+class InputVariant(Enum):
+    """How a probe's inputs differ from its case's float64 C-ordered arrays: the words its label
+    adds, the memory layout its matrices are sent in, the dtype its float arrays are converted
+    to, and the factor its tolerance is loosened by."""
+
+    PLAIN = ("", Layout.C, None, 1.0)
+    FORTRAN = (", Fortran-ordered inputs", Layout.FORTRAN, None, 1.0)
+    STRIDED = (", non-contiguous inputs", Layout.STRIDED, None, 1.0)
+    # float32 keeps about 7 significant digits, where the reference is computed in float64.
+    FLOAT32 = (", float32 inputs", Layout.C, np.float32, FLOAT32_LOOSENING)
+    INT = (", integer inputs", Layout.C, np.int64, 1.0)
+
+    def __init__(self, words: str, layout: Layout, dtype, loosening: float):
+        self.words, self.layout, self.dtype, self.loosening = words, layout, dtype, loosening
+
+    def convert(self, value):
+        """An argument in this variant's dtype: float arrays only (those in a list or a dict too),
+        and to an integer dtype only when every value is whole, so that the inputs (and the
+        expected values) stay the case's."""
+        if isinstance(value, list):
+            return [self.convert(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.convert(v) for k, v in value.items()}
+        if self.dtype is None or not isinstance(value, np.ndarray) or value.dtype.kind != "f":
+            return value
+        if np.dtype(self.dtype).kind in "iu" and not np.array_equal(value, np.round(value)):
+            return value
+        return value.astype(self.dtype)
+
+
+@dataclass(frozen=True)
+class Probe:
+    case: Case
+    variant: InputVariant = InputVariant.PLAIN
+    return_inputs: bool = False
+
+    @property
+    def key(self) -> tuple:
+        return (self.case.label, self.variant, self.return_inputs)
+
+    @property
+    def label(self) -> str:
+        return self.case.label + self.variant.words
+
+    def arguments(self, conv: Convention) -> list:
+        """The arguments the function is called with: the case's, in the variant's dtype. A
+        mask keeps its course form's dtype (a 0 / -inf mask has no integer form)."""
+        return [a if p.role in MASK_ROLES else self.variant.convert(a)
+                for p, a in zip(conv.params, conv.call_arguments(self.case))]
+
+
+@dataclass
+class Outcome:
+    status: str                   # ok | missing | error | timeout | dead
+    parts: Parts | None = None
+    error: str = ""
+    sent: list = field(default_factory=list)
+    inputs_after: list | None = None
+
+    @property
+    def ok_parts(self) -> Parts:
+        """What a call that ended "ok" returned; a call that ended otherwise returned nothing."""
+        if self.parts is None:
+            raise ValueError(f"a call that ended {self.status!r} returned nothing")
+        return self.parts
+
+
+@dataclass
+class Verdict:
+    status: str                   # passed | failed | error
+    message: str
+    figures: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Context:
+    seed: int
+    tolerance: Tolerance
+    forbidden_uses: dict = field(default_factory=dict)   # function name -> [module, ...]
+    predictions: Predictions = field(default_factory=Predictions, compare=False)
+    hidden: bool = False   # the context of a hidden check (check_context)
+
+
+@dataclass(frozen=True)
+class CheckKind:
+    name: str
+    title: str
+    default_points: float
+    applies: Callable[[Convention, bool], bool]
+    probes: Callable
+    judge: Callable
+    # A policy check reports a rule broken even at 0 points; any other 0-point check is
+    # informational and never shown as a failure.
+    policy: bool = False
+
+
+def _returns_weights(conv: Convention) -> bool:
+    return "weights" in conv.returns or "weights_per_head" in conv.returns
+
+
+def _failed_call(probe: Probe, outcome: Outcome) -> Verdict | None:
+    if outcome.status == "ok":
+        return None
+    return Verdict("error", f"On {probe.label}: {outcome.error}")
+
+
+def finite_rows(matrix: np.ndarray) -> list:
+    """Rows for JSON and HTML: NaN and inf become None."""
+    return [[float(v) if np.isfinite(v) else None for v in row] for row in matrix.astype(np.float64)]
+
+
+def weight_heatmaps(conv: Convention, probe: Probe, parts: Parts) -> list:
+    """The student's and the expected attention weights of one case, for the report (a
+    batch's first element)."""
+    figures = []
+    expected = conv.expected_parts(probe.case)
+    for part in ("weights", "weights_per_head"):
+        if part not in expected or part not in parts.values:
+            continue
+        pairs = [(PART_WORDS[part], parts.values[part], expected[part])]
+        if part == "weights_per_head" and isinstance(parts.values[part], list):
+            pairs = [(f"attention weights, head {i + 1}", a, e)
+                     for i, (a, e) in enumerate(zip(parts.values[part], expected[part]))]
+        if conv.batched:
+            pairs = [(f"{title}, batch element 0", a[0], e[0]) for title, a, e in pairs
+                     if getattr(a, "ndim", 0) == 3 and e.ndim == 3]
+        for title, actual, wanted in pairs:
+            if getattr(actual, "shape", None) == wanted.shape and wanted.ndim == 2 \
+                    and wanted.shape[0] <= HEATMAP_MAX_TOKENS:
+                figures.append({"title": title, "case": probe.label,
+                                "student": finite_rows(actual), "expected": finite_rows(wanted)})
+    return figures
+
+
+def _missing_part(probe: Probe, parts: Parts, part: str) -> Verdict:
+    heads = f" (H = {len(probe.case.heads)} here)" if part in PER_HEAD_PARTS else ""
+    return Verdict("failed", f"On {probe.label}: the {PART_WORDS[part]} {parts.missing(part)}{heads}.")
+
+
+def probe_tolerance(probe: Probe, tol: Tolerance) -> Tolerance:
+    return tol.loosened(probe.variant.loosening)
+
+
+def _only_overflow(conv: Convention, probe: Probe, parts: Parts, tol: Tolerance, ctx: Context) -> bool:
+    """What came back is exactly what a softmax without max-subtraction (or with one maximum for
+    the whole matrix) gives, and that differs from the reference here only because exp() leaves
+    its range: the sheets do not ask for the max-subtraction, so only the numerical_stability
+    check judges it."""
+    observed = [(probe.case, parts.values, tol)]
+    return any(differs_from_reference(conv, e, observed, ctx.predictions) and agrees(conv, e, observed, ctx.predictions)
+               for e in harmless(conv))
+
+
+def _reference_mismatch(conv: Convention, probe: Probe, parts: Parts, ctx: Context,
+                        overflow_allowed: bool) -> Verdict | None:
+    tol = probe_tolerance(probe, ctx.tolerance)
+    expected_parts = ctx.predictions.parts(conv, CORRECT, probe.case)
+    for part, expected in expected_parts.items():
+        if part not in parts.values:
+            return _missing_part(probe, parts, part)
+        problem = compare(parts.values[part], expected, tol, conv.columns)
+        if problem:
+            if overflow_allowed and _only_overflow(conv, probe, parts, tol, ctx):
+                return None
+            return Verdict("failed", f"On {probe.label}: the {PART_WORDS[part]} {problem}.",
+                           weight_heatmaps(conv, probe, parts))
+    return None
+
+
+def _judge_reference(fn, ctx: Context, results, overflow_allowed: bool) -> Verdict:
+    for probe, outcome in results:
+        verdict = _failed_call(probe, outcome) or _reference_mismatch(fn.convention, probe, outcome.parts, ctx,
+                                                                      overflow_allowed)
+        if verdict:
+            return verdict
+    labels = "; ".join(p.label for p, _ in results)
+    return Verdict("passed", f"Matches the reference on {len(results)} case(s): {labels}.")
+
+
+def judge_against_reference(fn, ctx: Context, results) -> Verdict:
+    return _judge_reference(fn, ctx, results, overflow_allowed=True)
+
+
+SHEET_ONLY = ("Returns the answers printed on the assignment sheet for its data, but computes something else "
+              "on new values in the same shapes, so they earn nothing here: the sheet's answers count only "
+              "when the function computes them, not when it recognises the sheet's data.")
+
+
+def judge_sheet(fn, ctx: Context, results) -> Verdict:
+    """The sheet's data, whose answers are printed, then random values in exactly its shapes
+    (see _fixed). The printed answers earn the points only when one computation explains what
+    the function returns on both, inputs it cannot have seen included: the reference, or a known
+    mistake that the sheet's data cannot tell from it (the other checks judge that one). A
+    function that returns the printed answers only for the sheet's data (compared, hashed or
+    told apart by shape) has memorised them."""
+    sheet, twins = results[:len(results) // 2], results[len(results) // 2:]
+    verdict = judge_against_reference(fn, ctx, sheet)
+    if verdict.status != "passed":
+        return verdict
+    for probe, outcome in twins:
+        failed = _failed_call(probe, outcome)
+        if failed:
+            return Verdict("failed", f"{SHEET_ONLY} {failed.message}")
+    conv = fn.convention
+    observed = [(p.case, o.parts.values, probe_tolerance(p, ctx.tolerance)) for p, o in results]
+    if any(agrees(conv, e, observed, ctx.predictions) for e in (CORRECT, *explanations(conv))):
+        return verdict
+    for probe, outcome in twins:
+        mismatch = _reference_mismatch(conv, probe, outcome.parts, ctx, overflow_allowed=True)
+        if mismatch:
+            return Verdict("failed", f"{SHEET_ONLY} {mismatch.message}", mismatch.figures)
+    return verdict
+
+
+def judge_stability(fn, ctx: Context, results) -> Verdict:
+    return _judge_reference(fn, ctx, results, overflow_allowed=False)
+
+
+def _weights_in(parts: Parts) -> list:
+    found = []
+    if "weights" in parts.values:
+        found.append(("attention weights", parts.values["weights"]))
+    for i, w in enumerate(parts.values.get("weights_per_head", [])):
+        found.append((f"attention weights of head {i + 1}", w))
+    return found
+
+
+def _weight_parts(conv: Convention) -> list[str]:
+    return [p for p in ("weights", "weights_per_head") if p in conv.returns]
+
+
+def judge_distribution(fn, ctx: Context, results) -> Verdict:
+    for probe, outcome in results:
+        problem = _unusable([(probe, outcome)], _weight_parts(fn.convention))
+        if problem:
+            return problem
+        weights = _weights_in(outcome.parts)
+        if not weights:
+            return Verdict("failed", f"On {probe.label}: no attention weights were returned.")
+        batched = fn.convention.batched
+        for what, w in weights:
+            w = w.astype(np.float64)
+            if w.ndim != 2 + batched or w.size == 0 or not np.all(np.isfinite(w)):
+                shape = "B x N x N array" if batched else "N x N matrix"
+                return Verdict("failed", f"On {probe.label}: the {what} are not a finite {shape}.")
+            if w.min() < -1e-12:
+                return Verdict("failed", f"On {probe.label}: the {what} contain a negative value ({w.min():.3g}).")
+            sums = w.sum(axis=-1)
+            worst = np.unravel_index(int(np.argmax(np.abs(sums - 1))), sums.shape)
+            if abs(sums[worst] - 1) > 1e-6:
+                # Tokens as columns (a softmax helper over axis 0 included): a query's weights are a column.
+                line, axis = ("column", "axis=0") if fn.convention.columns else ("row", "axis=-1")
+                where = f"{line} {worst[-1]}" + (f" of batch element {worst[0]}" if batched else "")
+                return Verdict("failed", f"On {probe.label}: {where} of the {what} sums to {sums[worst]:.4g}; "
+                                         f"each query's weights must sum to 1 (softmax over the keys, {axis}).",
+                               weight_heatmaps(fn.convention, probe, outcome.parts))
+    return Verdict("passed", f"Weights are non-negative and each row sums to 1 on {len(results)} case(s).")
+
+
+def _permute(value, order: np.ndarray, axes: tuple):
+    if isinstance(value, list):
+        return [_permute(v, order, axes) for v in value]
+    for axis in axes:
+        value = np.take(value, order, axis=axis)
+    return value
+
+
+def _unusable(results, parts) -> Verdict | None:
+    """Why calls cannot be judged on `parts`: one of them failed, or lacks one of the parts
+    (every failure is said before any missing part)."""
+    for p, o in results:
+        failed = _failed_call(p, o)
+        if failed:
+            return failed
+    for part in parts:
+        for p, o in results:
+            if part not in o.parts.values:
+                return _missing_part(p, o.parts, part)
+    return None
+
+
+def judge_permutation(fn, ctx: Context, results) -> Verdict:
+    (base_probe, base), (probe, permuted) = results
+    unusable = _unusable(results, fn.convention.returns)
+    if unusable:
+        return unusable
+    order = make.token_permutation(base_probe.case.n, ctx.seed)
+    for part, value in base.parts.values.items():
+        problem = compare(permuted.parts.values[part], _permute(value, order, fn.convention.token_axes(part)),
+                          ctx.tolerance,
+                          against="the original order's result, permuted")
+        if problem:
+            return Verdict("failed", f"Permuting the tokens (order {order.tolist()}) should permute the "
+                                     f"{PART_WORDS[part]} the same way, but the result {problem}.")
+    return Verdict("passed", f"Permuting the tokens (order {order.tolist()}) permutes the results the same way.")
+
+
+def judge_memory_permutation(fn, ctx: Context, results) -> Verdict:
+    """Cross-attention attends a set of keys with their values: reordering the memory's rows
+    reorders the keys' axis of what is returned and leaves the output as it was."""
+    (base_probe, base), (probe, permuted) = results
+    unusable = _unusable(results, fn.convention.returns)
+    if unusable:
+        return unusable
+    order = make.memory_permutation(base_probe.case.lk, ctx.seed)
+    for part, value in base.parts.values.items():
+        # The returned values are the student's: an axis that does not run over the memory's
+        # rows is a wrong answer, never a permutation the grader cannot make.
+        for array in value if isinstance(value, list) else [value]:
+            shape = np.shape(array)
+            for axis in fn.convention.memory_axes(part):
+                if len(shape) <= axis or shape[axis] != len(order):
+                    return Verdict("failed", f"On {base_probe.label}: the {PART_WORDS[part]} has shape "
+                                             f"{shape}; its axis {axis} should run over the memory's "
+                                             f"{len(order)} rows (keys).")
+        axes = fn.convention.memory_axes(part)
+        problem = compare(permuted.parts.values[part], _permute(value, order, axes), ctx.tolerance,
+                          against="the original order's result" + (", permuted" if axes else ""))
+        if problem:
+            return Verdict("failed", f"Permuting the memory's rows (keys and values together, order "
+                                     f"{order.tolist()}) should leave the {PART_WORDS[part]} "
+                                     f"{'permuted the same way' if axes else 'unchanged'}, "
+                                     f"but the result {problem}.")
+    return Verdict("passed", f"Permuting the memory's rows (order {order.tolist()}) leaves the output unchanged.")
+
+
+def _causal_parts(conv: Convention) -> list[str]:
+    """The returned parts with one row per query: what a later token may not change."""
+    return [p for p in conv.returns if p in ("output", "weights", "weights_per_head", "scores",
+                                              "scores_per_head", "heads")]
+
+
+def _rows(value, last: int, axis: int):
+    """Rows 0 to `last` on the queries' axis (of each head's array); what has no such axis is
+    compared whole."""
+    if isinstance(value, list):
+        return [_rows(v, last, axis) for v in value]
+    value = np.asarray(value)
+    return np.take(value, range(min(last + 1, value.shape[axis])), axis=axis) if value.ndim > axis else value
+
+
+def judge_causal(fn, ctx: Context, results) -> Verdict:
+    """Under a causal mask query i attends only tokens up to i: changing the tokens after
+    `kept` may change no row up to it."""
+    (base_probe, base), (probe, changed) = results
+    unusable = _unusable(results, _causal_parts(fn.convention))
+    if unusable:
+        return unusable
+    kept = future_start(base_probe.case.n) - 1
+    for part in _causal_parts(fn.convention):
+        axis = fn.convention.query_axis
+        problem = compare(_rows(changed.parts.values[part], kept, axis), _rows(base.parts.values[part], kept, axis),
+                          ctx.tolerance, against="the rows computed before the later tokens changed")
+        if problem:
+            return Verdict("failed", f"Changing the tokens after token {kept} changed the {PART_WORDS[part]} "
+                                     f"of tokens 0 to {kept}: {problem}. Under a causal mask token i attends "
+                                     "only tokens 0 to i.")
+    return Verdict("passed", f"Changing the tokens after token {kept} leaves tokens 0 to {kept} unchanged.")
+
+
+def judge_masked_keys(fn, ctx: Context, results) -> Verdict:
+    """Every key the masks hide from a query gets exactly zero weight (up to the tolerance)."""
+    for probe, outcome in results:
+        problem = _unusable([(probe, outcome)], _weight_parts(fn.convention))
+        if problem:
+            return problem
+        conv = fn.convention
+        hidden = ~np.stack([e.keep for e in conv.elements(probe.case)])
+        if not conv.batched:
+            hidden = hidden[0]
+        for what, w in _weights_in(outcome.parts):
+            w = np.asarray(w, dtype=np.float64)
+            if w.shape != hidden.shape:
+                shape = "B x Lq x Lk" if conv.batched else "Lq x Lk"
+                return Verdict("failed", f"On {probe.label}: the {what} are {w.shape}, not {shape} = {hidden.shape}.")
+            leaked = np.where(hidden, np.nan_to_num(np.abs(w), nan=np.inf), 0.0)
+            if leaked.max() > ctx.tolerance.atol:
+                at = np.unravel_index(int(np.argmax(leaked)), leaked.shape)
+                i, j = at[-2:]
+                element = f" of batch element {at[0]}" if conv.batched else ""
+                return Verdict("failed", f"On {probe.label}: query {i}{element} gives masked key {j} weight "
+                                         f"{w[at]:.4g} in the {what}; a masked key gets weight 0.",
+                               weight_heatmaps(fn.convention, probe, outcome.parts))
+    return Verdict("passed", f"Masked keys get zero weight on {len(results)} case(s).")
+
+
+def _element(value, i: int):
+    """Batch element i of a returned part (of each head's array), or None when it has none."""
+    if isinstance(value, list):
+        found = [_element(v, i) for v in value]
+        return None if any(f is None for f in found) else found
+    value = np.asarray(value)
+    return value[i] if value.ndim and value.shape[0] > i else None
+
+
+def judge_batch_elements(fn, ctx: Context, results) -> Verdict:
+    """A batch's elements are independent problems sharing the weights: element i of the
+    batch's result is the function's own result on that element alone (a batch of one)."""
+    unusable = _unusable(results, fn.convention.returns)
+    if unusable:
+        return unusable
+    (base_probe, base), *alone = results
+    for i, (_probe, single) in enumerate(alone):
+        for part, value in base.parts.values.items():
+            mine, own = _element(value, i), _element(single.parts.values[part], 0)
+            if mine is None or own is None:
+                return Verdict("failed", f"On {base_probe.label}: the {PART_WORDS[part]} has no batch axis "
+                                         f"with element {i} (a batch's results are B x ...).")
+            problem = compare(mine, own, ctx.tolerance, against="the result on that element alone")
+            if problem:
+                return Verdict("failed", f"Element {i} of a batch of {len(alone)} should be what the function "
+                                         f"returns for that element alone (a batch of one), but the "
+                                         f"{PART_WORDS[part]} {problem}. A batch's elements are computed apart: "
+                                         "a softmax, a sum or a reshape across the batch axis mixes them.")
+    return Verdict("passed", f"Each of the {len(alone)} elements of a batch is what the function returns for it alone.")
+
+
+def _unchanged(sent, after) -> bool:
+    """An argument is as it was sent: each array of it (those in a list or a dict included)
+    has its shape and values; ints and flags cannot be changed in place."""
+    if isinstance(sent, list):
+        return isinstance(after, list) and len(after) == len(sent) and all(map(_unchanged, sent, after))
+    if isinstance(sent, dict):
+        return isinstance(after, dict) and set(after) == set(sent) and all(_unchanged(v, after[k])
+                                                                           for k, v in sent.items())
+    if isinstance(sent, np.ndarray):
+        return isinstance(after, np.ndarray) and after.shape == sent.shape and np.array_equal(after, sent)
+    return True
+
+
+def judge_unmodified(fn, ctx: Context, results) -> Verdict:
+    (probe, outcome), = results
+    failed = _failed_call(probe, outcome)
+    if failed:
+        return failed
+    after = outcome.inputs_after or []
+    if len(after) != len(outcome.sent):
+        # The harness reports every value it was sent; a reply that leaves some out proves nothing.
+        return Verdict("failed", f"The kernel reported {len(after)} of the {len(outcome.sent)} inputs after the "
+                                 "call, so it cannot be told that they were left unmodified.")
+    for name, sent, changed in zip(fn.params, outcome.sent, after):
+        if not _unchanged(sent, changed):
+            return Verdict("failed", f"The function changed its argument `{name}` in place; "
+                                     "work on a copy (e.g. `x = x - m`, not `x -= m`).")
+    given = len(fn.params)
+    for message, sent, changed in zip(changed_messages(fn.convention), outcome.sent[given:], after[given:]):
+        if not _unchanged(sent, changed):
+            return Verdict("failed", message)
+    return Verdict("passed", "The inputs are left unmodified.")
+
+
+def judge_structure(fn, ctx: Context, results) -> Verdict:
+    (probe, outcome), = results
+    failed = _failed_call(probe, outcome)
+    if failed:
+        return failed
+    conv = fn.convention
+    problems = list(outcome.parts.problems)
+    for part, expected in conv.expected_parts(probe.case).items():
+        actual = outcome.parts.values.get(part)
+        if actual is None:
+            continue
+        if isinstance(expected, list):
+            if not isinstance(actual, list) or len(actual) != len(expected):
+                shape = "N x d_v" if part == "heads" else "N x N"
+                problems.append(f"the {PART_WORDS[part]} should be a list of {len(expected)} {shape} arrays")
+            continue
+        if actual.shape != expected.shape:
+            problem = compare(actual, expected, ctx.tolerance, conv.columns)
+            problems.append(f"the {PART_WORDS[part]} {problem}")
+    if problems:
+        return Verdict("failed", f"Returned {outcome.parts.returned}: " + "; ".join(problems) + ".")
+    return Verdict("passed", f"Returns {outcome.parts.returned}, as expected.")
+
+
+def judge_forbidden(fn, ctx: Context, results) -> Verdict:
+    uses = ctx.forbidden_uses.get(fn.name, [])
+    if uses:
+        return Verdict("failed", f"Uses {', '.join(sorted(uses))}, which this assignment forbids: "
+                                 "implement attention with NumPy operations only.")
+    return Verdict("passed", "Uses no forbidden library.")
+
+
+def _fixed(fn, ctx):
+    """The sheet's data, then its twins: random values in exactly the same shapes, in the same
+    order (judge_sheet pairs them up)."""
+    sheet = FIXED_DATA[fn.fixed_data]()
+    return [Probe(c) for c in sheet] + [Probe(c) for c in make.shaped_like(sheet, ctx.seed)]
+
+
+def _random(fn, ctx):
+    return [Probe(c) for c in make.random_cases(fn.convention, ctx.seed)]
+
+
+def _base(fn, ctx, **kw):
+    return Probe(make.base_case(fn.convention, ctx.seed), **kw)
+
+
+def _permutation(fn, ctx):
+    base = make.base_case(fn.convention, ctx.seed)
+    return [Probe(base), Probe(base.permuted(make.token_permutation(base.n, ctx.seed)))]
+
+
+def _batch_alone(fn, ctx):
+    """The base batch, then each of its elements as a batch of one."""
+    base = make.base_case(fn.convention, ctx.seed)
+    alone = [replace(e, batch_rest=(), label=f"{base.label}: batch element {i} alone")
+             for i, e in enumerate(base.elements)]
+    return [Probe(base), *(Probe(e) for e in alone)]
+
+
+def _memory_permutation(fn, ctx):
+    base = make.base_case(fn.convention, ctx.seed)
+    return [Probe(base), Probe(base.memory_permuted(make.memory_permutation(base.lk, ctx.seed)))]
+
+
+def future_start(n: int) -> int:
+    """The first token the causal check changes: the later half of the sequence."""
+    return max(1, n // 2)
+
+
+def _future_changed(fn, ctx):
+    """The base case, and the same case with every token from future_start on redrawn."""
+    base = make.base_case(fn.convention, ctx.seed)
+    start = future_start(base.n)
+    x = base.x.copy()
+    x[start:] = np.random.default_rng(ctx.seed + 8).normal(size=x[start:].shape)
+    return [Probe(base), Probe(replace(base, x=x, label=f"{base.label} (tokens after {start - 1} changed)"))]
+
+
+def _masked(conv: Convention) -> bool:
+    return conv.masked or conv.causal
+
+
+def _layouts(fn, ctx):
+    return [_base(fn, ctx, variant=InputVariant.FORTRAN), _base(fn, ctx, variant=InputVariant.STRIDED)]
+
+
+def _dtypes(fn, ctx):
+    probes = [_base(fn, ctx, variant=InputVariant.FLOAT32)]
+    if fn.convention.int_inputs != "none":
+        probes.append(Probe(make.integer_case(fn.convention, ctx.seed), variant=InputVariant.INT))
+    return probes
+
+
+def _always(conv, has_fixed):
+    return True
+
+
+CHECKS: dict[str, CheckKind] = {c.name: c for c in [
+    CheckKind("fixed", "Data from the assignment sheet", 3, lambda conv, has_fixed: has_fixed,
+              _fixed, judge_sheet),
+    CheckKind("random_shapes", "Randomized shapes (N != D, N = 1, N = 64, several H)", 3, _always,
+              _random, judge_against_reference),
+    CheckKind("single_head", "H = 1 gives single-head attention", 1, lambda conv, f: conv.heads == "many",
+              lambda fn, ctx: [Probe(make.single_head_case(fn.convention, ctx.seed))], judge_against_reference),
+    CheckKind("weights_distribution", "Attention weights are a distribution", 1,
+              lambda conv, f: _returns_weights(conv),
+              lambda fn, ctx: [_base(fn, ctx), *_random(fn, ctx)], judge_distribution),
+    # Under a causal mask the order of the tokens is the point: no permutation is the same
+    # problem (a fixed mask is permuted with the tokens, rows and columns, by Case.permuted).
+    CheckKind("permutation_equivariance", "Permuting tokens permutes the results", 1,
+              lambda conv, f: not conv.causal, _permutation, judge_permutation),
+    # Keys and values move together, so the memory's order is not the problem's (unless causal).
+    CheckKind("memory_permutation", "Permuting the memory's rows leaves a cross-attention output unchanged", 1,
+              lambda conv, f: conv.cross and not conv.causal, _memory_permutation, judge_memory_permutation),
+    CheckKind("batch_elements", "Each batch element is computed on its own", 1,
+              lambda conv, f: conv.batched, _batch_alone, judge_batch_elements),
+    CheckKind("causal_future", "Under a causal mask, a token ignores the tokens after it", 1,
+              lambda conv, f: conv.causal, _future_changed, judge_causal),
+    CheckKind("masked_keys_zero_weight", "Masked keys get zero weight", 1,
+              lambda conv, f: _masked(conv) and _returns_weights(conv),
+              lambda fn, ctx: [_base(fn, ctx), *_random(fn, ctx)], judge_masked_keys),
+    CheckKind("memory_layout", "Fortran-ordered and non-contiguous inputs", 1, _always,
+              _layouts, judge_against_reference),
+    CheckKind("dtypes", "float32 and integer inputs", 1, _always, _dtypes, judge_against_reference),
+    CheckKind("inputs_unmodified", "Inputs are left unmodified", 1, _always,
+              lambda fn, ctx: [_base(fn, ctx, return_inputs=True)], judge_unmodified),
+    CheckKind("return_structure", "Return type and shapes", 1, _always,
+              lambda fn, ctx: [_base(fn, ctx)], judge_structure),
+    # Informational by default: no sheet asks for the max-subtraction (seed 002 says students are
+    # not expected to do it; seed 003 hands out a softmax without it). A course may give it points.
+    CheckKind("numerical_stability", "Large scores (seed 002's magnitudes) stay finite", 0, _always,
+              lambda fn, ctx: [Probe(make.large_score_case(fn.convention, ctx.seed))], judge_stability),
+    CheckKind("forbidden_libraries", "No neural-network or softmax libraries", 0, _always,
+              lambda fn, ctx: [], judge_forbidden, policy=True),
+]}
+
+
+def check_context(ctx: Context, hidden: bool) -> Context:
+    """The context a check draws its cases from and is judged in. A hidden check's seed is
+    derived apart from the visible checks' one, so no case of a hidden check is ever a visible
+    check's (a visible check that failed on a shared case would show a student that case's
+    expected weights)."""
+    return replace(ctx, seed=hidden_cases_seed(ctx.seed), hidden=True) if hidden else ctx
+
+
+def check_probes(kind: str, fn, ctx: Context) -> list[Probe]:
+    """The calls the check `kind` of `fn` needs. A hidden check's cases carry HIDDEN_CASE_MARK
+    in their label: they are called apart from any visible case (a probe is known by its label),
+    and a rendering for students can tell (grader/report/view.py)."""
+    probes = CHECKS[kind].probes(fn, ctx)
+    if not ctx.hidden:
+        return probes
+    return [replace(p, case=replace(p.case, label=f"{p.case.label} {HIDDEN_CASE_MARK}")) for p in probes]
+
+
+def evidence_probes(fn, ctx: Context) -> list[Probe]:
+    """Inputs a function cannot have seen in advance, with two or more tokens: the randomized
+    cases of the checks, and random values in the shapes of the sheet's own data (so that a
+    function which reads the notebook's sizes from its globals still shows what it computes).
+    The non-answer rule asks whether anything it returns on these is attention."""
+    probes = [*_random(fn, ctx), _base(fn, ctx)]
+    if fn.convention.heads == "many":
+        probes.append(Probe(make.single_head_case(fn.convention, ctx.seed)))
+    if fn.fixed_data:
+        probes += [Probe(c) for c in make.shaped_like(FIXED_DATA[fn.fixed_data](), ctx.seed)]
+    return [p for p in probes if p.case.n >= 2]

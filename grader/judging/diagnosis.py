@@ -1,0 +1,146 @@
+"""Name the mistake behind a failed check, by comparing what the student returned with the
+known mistakes computed on the same inputs; when none matches, say where the result is off.
+
+A mistake (or a pair of them) is named only when its prediction matches everything the
+student returned on the check's inputs and differs from the reference there: a mistake that
+changes nothing on these inputs explains nothing. When none does, what is still known is said
+(which returned parts are right, how the weights are normalised), never only "no match".
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from grader.reference.mistakes import HARMLESS
+
+from grader.judging.checks import Outcome, Probe, probe_tolerance
+from grader.calling.conventions import PART_WORDS, Convention
+from grader.judging.explain import CORRECT, Predictions, agrees, differs_from_reference, explanations
+from grader.calling.returns import largest_difference
+from grader.result import FunctionInfo
+
+NOT_DIAGNOSED = ("inputs_unmodified", "forbidden_libraries")
+
+
+def _weights_only(observed) -> list:
+    """The observations narrowed to the attention weights."""
+    return [(case, {k: v for k, v in values.items() if k in ("weights", "weights_per_head")}, tol)
+            for case, values, tol in observed]
+
+
+def locate(conv: Convention, results, tol, message: str = "") -> str:
+    """Where the first failing case's output is furthest off: row, column and head. A message
+    that already gives the index gets only what it lacks, the head."""
+    for probe, outcome in results:
+        actual = outcome.parts.values.get("output")
+        wanted = conv.expected_parts(probe.case).get("output")
+        if actual is None or wanted is None or actual.shape != wanted.shape:
+            continue
+        largest = largest_difference(actual, wanted, probe_tolerance(probe, tol))
+        if largest is None:
+            continue
+        index, _ = largest
+        (row, col), element = index[-2:], index[:-2]   # a batch's element comes first
+        heads = len(probe.case.heads)
+        head = col // (wanted.shape[1] // heads) + 1 if heads > 1 and probe.case.wo is None else None
+        if "at index" in message:
+            return f" It is in head {head}." if head else ""
+        where = (f"batch element {element[0]}, " if element else "") + f"token {row}, feature {col}" + (
+            f" (head {head})" if head else "")
+        return f" The largest difference is at {where}."
+    return ""
+
+
+def _finite_evidence(conv: Convention, explanation, observed, predictions: Predictions) -> bool:
+    """The explanation differs from the reference at some entry where both are finite, unless it
+    names the overflow itself. Where exp() overflows, a softmax saturates and many mistakes leave
+    NaN in the same places: those places alone tell an overflow, not which other mistake it is."""
+    if any(m.id in HARMLESS for m in explanation.mistakes):
+        return True
+    for case, values, tol in observed:
+        wanted, reference = predictions.parts(conv, explanation, case), predictions.parts(conv, CORRECT, case)
+        for part in values:
+            if part not in wanted:
+                continue
+            pairs = zip(*(v if isinstance(v, list) else [v] for v in (wanted[part], reference[part])))
+            for w, r in pairs:
+                w, r = np.asarray(w, dtype=np.float64), np.asarray(r, dtype=np.float64)
+                if w.shape != r.shape:
+                    return True
+                both = np.isfinite(w) & np.isfinite(r)
+                if np.any(np.abs(w - r)[both] > tol.atol + tol.rtol * np.abs(r)[both]):
+                    return True
+    return False
+
+
+def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: FunctionInfo,
+             predictions: Predictions, message: str = "") -> tuple[str | None, str]:
+    """(diagnosis and what it means, or None and a sentence to add to the check's `message`)
+    for a failed check."""
+    if kind in NOT_DIAGNOSED:
+        return None, ""
+    usable = [(p, o) for p, o in results if o.status == "ok" and o.parts is not None and o.parts.values]
+    if not usable:
+        return None, ""
+    conv = fn.convention
+    observed = [(p.case, o.parts.values, probe_tolerance(p, tol)) for p, o in usable if o.parts is not None]
+    if agrees(conv, CORRECT, observed, predictions):
+        return None, ""   # what came back is right: the failure is a missing or unreadable part
+    for explanation in explanations(conv):
+        if agrees(conv, explanation, observed, predictions) and \
+                differs_from_reference(conv, explanation, observed, predictions) and \
+                _finite_evidence(conv, explanation, observed, predictions):
+            return explanation.title, f" {explanation.advice}"
+    if info.get("globals"):
+        shown = ", ".join(f"{k} = {v}" for k, v in info["globals"].items())
+        title = f"reads notebook globals ({', '.join(info['globals'])})"
+        return title, (f" The function reads the notebook's globals ({shown}) instead of taking "
+                       "sizes from its arguments, so it only works for the notebook's own shapes. Derive sizes "
+                       "from the arguments (for example their .shape).")
+    if "output" in conv.returns and agrees(conv, CORRECT, _weights_only(observed), predictions):
+        title = "weights right but combined wrongly with V"
+        return title, (" Your attention weights match the reference, so the error "
+                       "comes after the softmax: look at how the weights multiply V (output = weights @ V) "
+                       "and how the heads are put together.")
+    return None, " " + what_is_known(conv, observed, predictions) + locate(conv, usable, tol, message)
+
+
+def _weight_matrices(values: dict) -> list:
+    """Every returned weight matrix of one call (each head's, each batch element's)."""
+    found = []
+    for part in ("weights", "weights_per_head"):
+        for value in (values[part] if isinstance(values.get(part), list) else [values.get(part)]):
+            if value is not None and getattr(value, "ndim", 0) >= 2:
+                found += list(np.asarray(value, dtype=np.float64).reshape(-1, *value.shape[-2:]))
+    return found
+
+
+def _sums_to_one(matrices: list, axis) -> bool:
+    return bool(matrices) and all(np.allclose(np.nansum(m, axis=axis), 1.0, atol=1e-6) for m in matrices)
+
+
+def what_is_known(conv: Convention, observed, predictions: Predictions) -> str:
+    """When no known mistake (or pair) explains a failure: what the grader can still tell from
+    the returned values, said in the student's own layout (rows are queries unless the tokens
+    are columns): which returned parts are right, and how the weights are normalised."""
+    facts = []
+    right = [PART_WORDS[part] for part in ("q", "k", "v", "scores", "scores_per_head")
+             if any(part in values for _, values, _ in observed)
+             and agrees(conv, CORRECT, [(c, {part: v[part]}, t) for c, v, t in observed if part in v], predictions)]
+    if right:
+        facts.append(f"Your {' and '.join(right)} match the reference, so the mistake comes after them.")
+    matrices = [m for _, values, _ in observed for m in _weight_matrices(values)]
+    if matrices:
+        row, column = ("column", "row") if conv.columns else ("row", "column")
+        by_query, by_key = _sums_to_one(matrices, -1), _sums_to_one(matrices, -2)
+        negative = any(np.nanmin(m) < -1e-12 for m in matrices)
+        if by_query:
+            facts.append(f"Your weights sum to 1 along each {row}, as a softmax over the keys gives.")
+        elif by_key:
+            facts.append(f"Your weights do not sum to 1 along each {row}; they do along each {column}.")
+        elif _sums_to_one([m[None] for m in matrices], (-2, -1)):
+            facts.append(f"Your weights do not sum to 1 along each {row}; each matrix sums to 1 as a whole.")
+        else:
+            facts.append(f"Your weights do not sum to 1 along each {row}, nor along each {column}.")
+        if negative:
+            facts.append("Some of your weights are negative, which no softmax gives.")
+    return " ".join(facts) or "No known mistake matches."

@@ -1,0 +1,200 @@
+"""What explains a value a student function returned: the reference, one known mistake, or
+two known mistakes made together, each computed on the very inputs it was called with.
+
+The diagnosis and the non-answer rule both ask this question, so it is answered here once;
+every computation is cached per (convention, explanation, case) for one notebook.
+"""
+from __future__ import annotations
+
+import itertools
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from grader.reference.mistakes import HARMLESS, MISTAKES, REFERENCE, Mistake, Variant, combined, mistaken_elements
+
+from grader.calling.conventions import Convention
+from grader.calling.returns import Tolerance, same
+
+# A returned value this close to one of the function's arguments is that argument.
+ARGUMENT_TOLERANCE = Tolerance()
+
+
+@dataclass(frozen=True)
+class Explanation:
+    mistakes: tuple[Mistake, ...] = ()   # none: the reference itself
+    variant: Variant = REFERENCE
+
+    @property
+    def is_reference(self) -> bool:
+        return not self.mistakes
+
+    @property
+    def title(self) -> str:
+        return " and ".join(m.title for m in self.mistakes)
+
+    @property
+    def advice(self) -> str:
+        return " ".join(f"{m.explanation} {m.hint}" for m in self.mistakes)
+
+
+CORRECT = Explanation()
+
+
+def features(conv: Convention) -> set[str]:
+    """What a convention's functions compute, which decides the mistakes they can make: the
+    steps it declares, and what its shapes and returns say."""
+    found = set(conv.steps)
+    if "scores" in conv.steps and conv.scaled:
+        found.add("scaled")
+    # Whether D (the width of X, or of Q when it holds every head) differs from d_k.
+    if conv.input_stage <= 1 and conv.heads != "one" or conv.input_stage == 0 and not conv.square:
+        found.add("model_dim")
+    if conv.splits_heads:
+        found.add("fused_heads")
+    if conv.heads != "one":
+        found.add("heads")
+    if conv.projection:
+        found.add("projection")
+    if conv.biases:
+        found.add("biases")
+    if conv.square:
+        found.add("square")
+    if not conv.columns:
+        found.add("tokens_as_rows")
+    if "output" in conv.returns:
+        found.add("output")
+    if conv.masked:
+        found.add("mask")
+    if conv.causal:
+        found.add("causal")
+    if conv.projection_bias:
+        found.add("projection_bias")
+    if conv.cross:
+        found.add("cross")
+    if conv.batched:
+        found.add("batch")
+    if conv.stacked_heads:
+        found.add("stacked_heads")
+    # The framework layout x @ W.T on tokens as rows (tokens as columns compute W @ X, where
+    # the transpose is the layout itself).
+    if conv.weights == "out_in" and not conv.columns and conv.input_stage == 0:
+        found.add("framework_layout")
+    return found
+
+
+def applicable(conv: Convention) -> list[Mistake]:
+    have = features(conv)
+    return [m for m in MISTAKES if m.needs <= have]
+
+
+@lru_cache(maxsize=None)
+def explanations(conv: Convention) -> tuple[Explanation, ...]:
+    """Every known mistake the convention can make, then every pair of them that change
+    different steps, in the order they are tried: a single mistake is named before a pair."""
+    singles = applicable(conv)
+    pairs = []
+    for a, b in itertools.combinations(singles, 2):
+        both = combined(a.variant, b.variant)
+        if both is not None:
+            pairs.append(Explanation((a, b), both))
+    return tuple(Explanation((m,), m.variant) for m in singles) + tuple(pairs)
+
+
+def harmless(conv: Convention) -> tuple[Explanation, ...]:
+    """The softmaxes that differ from the reference only where exp() leaves its range: without
+    max-subtraction, which the sheets do not ask for, or with one maximum for the whole matrix."""
+    return tuple(e for e in explanations(conv) if len(e.mistakes) == 1 and e.mistakes[0].id in HARMLESS)
+
+
+class Predictions:
+    """The parts an explanation predicts for a case, each computed once per notebook."""
+
+    def __init__(self):
+        self._cache: dict[tuple, dict] = {}
+
+    def parts(self, conv: Convention, explanation: Explanation, case) -> dict:
+        key = (conv, explanation.variant, case.label)
+        if key not in self._cache:
+            if explanation.is_reference:
+                self._cache[key] = conv.expected_parts(case)
+            else:
+                with np.errstate(all="ignore"):
+                    self._cache[key] = conv.predict(
+                        case, lambda elements: mistaken_elements(elements, explanation.variant))
+        return self._cache[key]
+
+
+def agrees(conv: Convention, explanation: Explanation, observed, predictions: Predictions) -> bool:
+    """The explanation predicts every part returned, on every case. `observed` holds
+    (case, returned parts, tolerance) for each call."""
+    compared = False
+    for case, values, tol in observed:
+        wanted = predictions.parts(conv, explanation, case)
+        for part, value in values.items():
+            if part in wanted:
+                if not same(value, wanted[part], tol):
+                    return False
+                compared = True
+    return compared
+
+
+def differs_from_reference(conv: Convention, explanation: Explanation, observed, predictions: Predictions) -> bool:
+    """On some case, the explanation predicts a returned part other than the reference does:
+    a mistake that changes nothing on these inputs explains nothing."""
+    for case, values, tol in observed:
+        wanted = predictions.parts(conv, explanation, case)
+        reference = predictions.parts(conv, CORRECT, case)
+        if any(part in wanted and not same(wanted[part], reference[part], tol) for part in values):
+            return True
+    return False
+
+
+def _arrays(arguments) -> list:
+    """The arrays among the arguments, those in a list or a dict (per-head or packed weights) too."""
+    found = []
+    for arg in arguments:
+        if isinstance(arg, (list, tuple)):
+            found += _arrays(arg)
+        elif isinstance(arg, dict):
+            found += _arrays(list(arg.values()))
+        elif isinstance(arg, np.ndarray):
+            found.append(arg)
+    return found
+
+
+def trivial(value, arguments: list) -> str | None:
+    """Why a value could be produced without computing attention, or None when it could not:
+    it is constant, every token gets the same row, every row is uniform, or it is one of the
+    function's own arguments (or its transpose). A batched value (B x N x ...) is judged matrix
+    by matrix. Non-finite entries where a mask leaves a row nothing to attend (NaN, as -inf
+    fills give) are left out of the tests, but a value with no finite entry is trivial."""
+    arrays = value if isinstance(value, list) else [value]
+    if not arrays:
+        return "empty"
+    for array in arrays:
+        a = np.asarray(array, dtype=np.float64)
+        finite = a[np.isfinite(a)]
+        if finite.size == 0:
+            return "empty or not finite"
+        if not np.any(finite):
+            return "all zeros"
+        scale = 1e-9 * max(1.0, float(np.abs(finite).max()))
+        if np.ptp(finite) <= scale:
+            return "constant"
+        if a.ndim >= 2:
+            matrices = a.reshape(-1, *a.shape[-2:])
+            with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)   # an all-NaN column or row
+                across_tokens = np.nanmax(matrices, axis=1) - np.nanmin(matrices, axis=1)
+                along_rows = np.nanmax(matrices, axis=2) - np.nanmin(matrices, axis=2)
+            if a.shape[-2] > 1 and np.all(np.nan_to_num(across_tokens) <= scale):
+                return "the same row for every token"
+            if a.shape[-1] > 1 and np.all(np.nan_to_num(along_rows) <= scale):
+                return "uniform along each row"
+        for arg in _arrays(arguments):
+            if arg.ndim == a.ndim and (same(arg, a, ARGUMENT_TOLERANCE) or same(arg.T, a, ARGUMENT_TOLERANCE)):
+                return "one of its own arguments, unchanged"
+    return None

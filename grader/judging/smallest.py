@@ -1,0 +1,180 @@
+"""The smallest failing case: for a function that failed a check a student may see, the
+smallest input on which it still differs from the reference (fewest tokens, smallest D,
+fewest heads, small integers), written as a cell the student can paste and run.
+
+The inputs are new ones, drawn from the grading seed, never a hidden check's. A function
+whose only failures are hidden checks gets none, since its existence would tell.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from grader.reference.attention import Case, Head
+
+from grader.calling.cases import head_count, with_convention_features
+from grader.judging.checks import Outcome, Probe, probe_tolerance
+from grader.calling.classes import sent_arguments
+from grader.calling.conventions import Convention
+from grader.judging.explain import CORRECT, agrees
+from grader.result import CheckResult, SmallestCase
+
+# (tokens, features, heads), smallest first; each shape is tried with DRAWS sets of values.
+SHAPES = ((1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 2, 2), (2, 2, 2), (3, 2, 1), (3, 2, 2),
+          (2, 4, 2), (3, 4, 2), (3, 6, 3))
+DRAWS = 2
+LABEL = "smallest case"
+FIRST = 6   # candidates in the first request; most mistakes show on one of them
+OBJECT = "layer"   # the name a class's case gives its object
+
+
+def wanted(checks: list[CheckResult]) -> bool:
+    """Whether to look: some check the student may see lost points."""
+    return any(c.lost_points and not c.hidden for c in checks)
+
+
+def candidates(conv: Convention, seed: int) -> list[Case]:
+    """Small integer cases the convention accepts, smallest first."""
+    rng = np.random.default_rng(seed + 7)
+    found, seen = [], set()
+    for n, d, h in SHAPES:
+        heads = head_count(conv, h)
+        if d % heads or (conv.heads == "one" and h > 1):
+            continue
+        d_k = d if conv.square else d // heads
+        if (n, d, heads) in seen:
+            continue
+        seen.add((n, d, heads))
+        for draw in range(DRAWS):
+            def small(*shape):
+                return rng.integers(-1, 2, size=shape).astype(np.float64)
+            head_list = tuple(Head(small(d, d_k), small(d, d_k), small(d, d_k),
+                                   *[small(d_k) if role in conv.bias_roles else None for role in ("bq", "bk", "bv")])
+                              for _ in range(heads))
+            x = rng.integers(-2, 3, size=(n, d))
+            wo = small(heads * d_k, d) if conv.projection else None
+            label = f"{LABEL} N = {n}, D = {d}, H = {heads}" + (f" #{draw + 1}" if draw else "")
+            # Cross-attention: one key more than queries, of X's width, so that taking the
+            # keys and values from the wrong sequence still runs and shows.
+            memory = rng.integers(-2, 3, size=(n + 1, d)) if conv.cross else None
+            if memory is not None:
+                label += f", memory of {n + 1} tokens"
+            case = Case(x=x, heads=head_list, wo=wo, label=label, memory=memory)
+            found.append(conv.prepare(with_convention_features(conv, case, rng)))
+    return found
+
+
+def fails(conv: Convention, probe: Probe, outcome: Outcome, ctx) -> bool:
+    if outcome.status != "ok" or outcome.parts is None:
+        return outcome.status in ("error", "missing")   # a call cut short by time says nothing
+    parts = outcome.parts
+    if parts.problems or not parts.values:
+        return True
+    return not agrees(conv, CORRECT, [(probe.case, parts.values, probe_tolerance(probe, ctx.tolerance))],
+                      ctx.predictions)
+
+
+def _literal(value, prefix: str = "") -> str:
+    """Python source for a value, on one line: the arrays are this small."""
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v, prefix) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_literal(v, prefix)}" for k, v in value.items()) + "}"
+    if isinstance(value, np.ndarray):
+        if value.dtype == bool:
+            return f"np.array({value.tolist()!r})"
+        # A mask's -inf (and a broken function's NaN) spelled so that the cell runs as printed.
+        return "np.array(" + re.sub(r"\b(inf|nan)\b", r"np.\1", repr(np.round(value, 4).tolist())) + ")"
+    return repr(value)
+
+
+def _shown(parts: dict, conv: Convention) -> list[str]:
+    """One `name = value` per part, as lines, oriented as the function returns it (the grader
+    compares a tokens-as-columns output transposed), per-head parts as the convention returns
+    them: a list, or one array with the heads axis first."""
+    lines = []
+    # A dict return: each part under its key; otherwise the part's own name (weights, not
+    # weights_per_head: the student returns "the weights").
+    keys = dict(zip(conv.returns, conv.return_keys or conv.return_names))
+    for part, value in parts.items():
+        name = keys.get(part, part)
+        value = value if isinstance(value, list) else np.asarray(value)
+        if conv.columns:
+            value = [v.T for v in value] if isinstance(value, list) else value.T
+        if isinstance(value, list) and conv.per_head_returns == "axis" and len({v.shape for v in value}) == 1:
+            value = np.stack(value)
+        lines.extend(f"{name} = {_literal(value, ' ' * len(name + ' = '))}".splitlines())
+    return lines
+
+
+def _comment(title: str, lines: list[str]) -> list[str]:
+    pad = " " * len(title)
+    return [f"# {title if i == 0 else pad}{line}" for i, line in enumerate(lines)]
+
+
+def _arguments(names, values, by_keyword: bool, lines: list[str]) -> str:
+    """A call's arguments: each array, list or dict becomes a line `name = ...` of its own
+    (appended to `lines`) and is passed by its name; anything else is written as it is."""
+    shown = []
+    for name, value in zip(names, values):
+        if isinstance(value, (np.ndarray, list, dict)):
+            lines.extend(f"{name} = {_literal(value, ' ' * len(name + ' = '))}".splitlines())
+            shown.append(name)
+        else:
+            shown.append(repr(value))
+    return ", ".join(f"{p}={a}" for p, a in zip(names, shown)) if by_keyword else ", ".join(shown)
+
+
+def _object_lines(class_name: str, params, args: list, conv: Convention, by_keyword: bool, lines: list[str]) -> None:
+    """A class's case: the object made as the grader made it (constructor, attributes, init
+    method), then its method called."""
+    call = conv.object_call
+    given = iter(args[len(params):])
+    construct, attributes, init = ([next(given) for _ in part] for part in
+                                   (call.construct, call.attributes, call.init_params))
+    names = [p.name for p in call.construct]
+    lines.append(f"{OBJECT} = {class_name}({_arguments(names, construct, by_keyword, lines)})")
+    for p, value in zip(call.attributes, attributes):
+        lines.extend(f"{OBJECT}.{p.name} = {_literal(value)}".splitlines())
+    if call.init:
+        names = [p.name for p in call.init_params]
+        lines.append(f"{OBJECT}.{call.init}({_arguments(names, init, by_keyword, lines)})")
+    method = OBJECT if call.method == "__call__" else f"{OBJECT}.{call.method}"
+    lines.append(f"{method}({_arguments(params, args[:len(params)], by_keyword, lines)})")
+
+
+def cell(fn_name: str, params: tuple[str, ...], probe: Probe, outcome: Outcome, conv: Convention,
+         by_keyword: bool) -> SmallestCase:
+    """The case as a cell: the inputs spelled out, the call, what came back and what was expected."""
+    args = outcome.sent or sent_arguments(probe, conv)
+    lines = ["import numpy as np", ""]
+    if conv.class_call is None:
+        lines.append(f"{fn_name}({_arguments(params, args, by_keyword, lines)})")
+    else:
+        _object_lines(fn_name, params, args, conv, by_keyword, lines)
+    if outcome.status != "ok" or outcome.parts is None:
+        returned = [outcome.error or outcome.status]
+    elif outcome.parts.problems:
+        returned = ["; ".join(outcome.parts.problems)]
+    else:
+        returned = _shown(outcome.parts.values, conv)
+    expected = _shown(conv.expected_parts(probe.case), conv)
+    lines += _comment("returned: ", returned) + _comment("expected: ", expected)
+    return {"case": probe.case.label.removeprefix(LABEL).strip(), "code": "\n".join(lines)[:8000]}
+
+
+async def find(prober, fn, ctx, checks: list[CheckResult], name: str) -> SmallestCase | None:
+    """Call the function on the candidates (one request) and describe the smallest it fails on."""
+    if not wanted(checks) or any(o.status in ("timeout", "dead") for o in prober.outcomes.values()):
+        return None   # a function that hangs or kills its kernel would only spend more time doing so
+    conv = fn.convention
+    probes = [Probe(case) for case in candidates(conv, ctx.seed)]
+    for batch in (probes[:FIRST], probes[FIRST:]):
+        await prober.run(batch)
+        for probe in batch:
+            outcome = prober.outcomes.get(probe.key)
+            if outcome is not None and fails(conv, probe, outcome, ctx):
+                return cell(name, fn.params, probe, outcome, conv, prober.by_keyword)
+    return None
+

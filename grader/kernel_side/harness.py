@@ -1,0 +1,375 @@
+"""Runs inside the student's kernel, never in the grader process.
+
+The grader sends this file's text to the kernel before the notebook runs, after the wire
+format's (grader/kernel_side/wire.py). It knows nothing of the reference, the expected values or the
+comparison: it decodes plain arrays, calls a student function on each set of them in turn,
+and publishes what came back from each call, in the wire format, as soon as the call returns.
+Everything it publishes is re-validated by the grader, which also times the calls itself, so
+a student who tampers with it can only break their own probes.
+"""
+import inspect
+import signal
+import sys
+import traceback
+import types
+
+from IPython import get_ipython
+from IPython.display import publish_display_data
+
+try:
+    import _attention_grader_wire as wire   # in the kernel, loaded just before this file
+except ImportError:
+    from grader.kernel_side import wire   # in the grader, for its tests
+
+MIME = wire.MIME
+_publish = publish_display_data
+_FunctionType = types.FunctionType
+_IGNORED = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}
+
+_defined: dict = {}  # name -> (function object, data globals it read when its cell ran)
+
+
+def _code_names(code):
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _is_data(value):
+    return not (isinstance(value, (types.ModuleType, type)) or callable(value))
+
+
+def _data_globals(fn):
+    return {n: fn.__globals__[n] for n in _code_names(fn.__code__)
+            if n in fn.__globals__ and n not in _IGNORED and not n.startswith("_")
+            and _is_data(fn.__globals__[n])}
+
+
+def _snapshot_definitions(*_args):
+    """After each cell: remember the data globals of functions that cell (re)defined, so a
+    function is called with the notebook state it was written and tried against."""
+    ns = get_ipython().user_ns
+    for name, value in list(ns.items()):
+        if isinstance(value, _FunctionType) and getattr(value, "__module__", None) == "__main__":
+            if _defined.get(name, (None,))[0] is not value:
+                _defined[name] = (value, _data_globals(value))
+
+
+_output = {"cell": 0, "notebook": 0, "cell_budget": 0, "notebook_budget": 0, "told": False}
+
+
+def _limit_writes(stream_class):
+    """Cap what the notebook prints, at the class so that IPython's per-cell wrapping of
+    `stream.write` still ends here, and so do threads that print after their cell ended."""
+    original = stream_class.write
+    if getattr(original, "_grader_capped", False):
+        return
+
+    def write(self, text):
+        allowed = min(_output["cell_budget"] - _output["cell"], _output["notebook_budget"] - _output["notebook"])
+        if allowed <= 0:
+            if not _output["told"]:
+                _output["told"] = True
+                original(self, "\n[output limit reached: further output is discarded]\n")
+            return len(text)
+        _output["cell"] += len(text)
+        _output["notebook"] += len(text)
+        return original(self, text[:allowed])
+
+    write._grader_capped = True  # type: ignore[attr-defined]  # a function takes attributes: the mark install() reads
+    stream_class.write = write
+
+
+def _new_cell(*_args):
+    _output["cell"] = 0
+    _output["told"] = False
+
+
+def install(cell_budget, notebook_budget):
+    _output.update(cell_budget=cell_budget, notebook_budget=notebook_budget)
+    for stream in {type(sys.stdout), type(sys.stderr)}:
+        _limit_writes(stream)
+    get_ipython().events.register("pre_run_cell", _new_cell)
+    get_ipython().events.register("post_run_cell", _snapshot_definitions)
+
+
+class _Unavailable:
+    """Names why an import fails. Under Landlock (no namespaces) a forbidden library and the
+    grader are unreadable rather than replaced by stubs, and importing one would fail with a
+    PermissionError naming a file. Only the message comes from here: what stops the import is
+    the kernel's filesystem view, which nothing in the kernel can change."""
+
+    def __init__(self, messages):
+        self.messages = dict(messages)
+
+    def find_spec(self, name, path=None, target=None):
+        for module, message in self.messages.items():
+            if name == module or name.startswith(module + "."):
+                raise ImportError(message, name=name)
+        return None
+
+
+def explain_unavailable(messages):
+    """`messages`: module -> why it is not available (the stubs' messages under namespaces)."""
+    sys.meta_path.insert(0, _Unavailable(messages))
+
+
+_course: dict = {"modules": ()}   # the top-level names of the course's support modules
+
+
+def use_course(folder, package, modules):
+    """The course's support modules (read-only in `folder`) come first on the import path, before
+    the notebook's folder; with a package, the notebook's code is a module of it, so that its
+    relative imports (`from .activation import Softmax`) resolve there."""
+    sys.path.insert(0, folder)
+    _course["modules"] = tuple(modules)
+    if package:
+        get_ipython().user_ns["__package__"] = package
+
+
+def _from_course(value):
+    """Whether a callable is the course's (defined in a support module), never the student's."""
+    module = getattr(value, "__module__", None)
+    return isinstance(module, str) and any(module == m or module.startswith(m + ".") for m in _course["modules"])
+
+
+def reap():
+    """Collect the notebook's finished child processes: until reaped, they hold process slots."""
+    import os
+    reaped = 0
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        reaped += 1
+    _publish_result({"reaped": reaped})
+
+
+def ready():
+    _publish_result({"ready": True})
+
+
+def _publish_result(payload):
+    _publish({MIME: payload})
+
+
+def _find(names):
+    ns = get_ipython().user_ns
+    for name in names:
+        if name in ns and callable(ns[name]) and not _from_course(ns[name]):
+            return name, ns[name]
+    return None, None
+
+
+def _as_defined(name, fn):
+    record = _defined.get(name)
+    if record is None or record[0] is not fn or not record[1] or not isinstance(fn, _FunctionType):
+        return fn
+    scope = dict(fn.__globals__)
+    scope.update(record[1])
+    clone = _FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    clone.__kwdefaults__ = fn.__kwdefaults__
+    return clone
+
+
+def _error(exc):
+    frames = traceback.extract_tb(exc.__traceback__)[1:]
+    where = [f"line {f.lineno} in {f.name}: {f.line}" for f in frames[-3:] if f.filename.startswith("<ipython")
+             or f.filename.startswith("/tmp")]
+    return {"type": type(exc).__name__, "message": str(exc)[:500], "where": where}
+
+
+def _by_keyword(fn, params):
+    """Call by keyword only when the student reordered the parameters but kept their names."""
+    try:
+        declared = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    return set(params) <= set(declared) and declared[: len(params)] != list(params)
+
+
+def _invoke(fn, params, args, by_keyword):
+    return fn(**dict(zip(params, args))) if by_keyword else fn(*args)
+
+
+def _read_back(instance, name):
+    try:
+        return getattr(instance, name)
+    except Exception:  # noqa: BLE001 - a property may raise: the value is then lost, as a change
+        return None
+
+
+def _method_of(cls, spec, step):
+    """A new object of the student's class, made from the grader's values (constructor, then
+    the attributes, then the init method), and its graded method. `step` says how far it got,
+    for a step that raises. Returns (method, whether a call went by keyword, a function that
+    gives every value the object was handed as it is after the call, in the wire's order)."""
+    step["at"] = "construct"
+    construct = [wire.decode_argument(a) for a in spec["construct"]["args"]]
+    if not isinstance(cls, type):
+        raise TypeError(f"{getattr(cls, '__name__', 'it')} is not a class")
+    keyword = _by_keyword(cls, spec["construct"]["params"])
+    instance = _invoke(cls, spec["construct"]["params"], construct, keyword)
+    step["at"] = "attributes"
+    attributes = [(str(n), wire.decode_argument(a)) for n, a in spec["attributes"]]
+    for name, value in attributes:
+        setattr(instance, name, value)
+    init, init_args = spec.get("init"), []
+    if init:
+        step["at"] = "init"
+        init_args = [wire.decode_argument(a) for a in init["args"]]
+        initialise = getattr(instance, init["method"])
+        by_keyword = _by_keyword(initialise, init["params"])
+        keyword = keyword or by_keyword
+        _invoke(initialise, init["params"], init_args, by_keyword)
+    step["at"] = "method"
+    method = getattr(instance, spec["method"])
+
+    def given_after():
+        return construct + [_read_back(instance, name) for name, _ in attributes] + init_args
+
+    return method, keyword, given_after
+
+
+def _call(request):
+    """Call one student function (or a method of a new object of a student's class) on decoded
+    arrays; returns the reply to publish."""
+    name, fn = _find(request["names"])
+    if fn is None:
+        return {"found": False}
+    args = [wire.decode_argument(a) for a in request["args"]]
+    params = request["params"]
+    spec, step, given_after, by_keyword = request.get("object"), {"at": "method"}, None, False
+    try:
+        if spec is None:
+            fn = _as_defined(name, fn)
+        else:
+            fn, by_keyword, given_after = _method_of(fn, spec, step)
+        method_keyword = _by_keyword(fn, params)
+        by_keyword = by_keyword or method_keyword
+        value = _invoke(fn, params, args, method_keyword)
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - student code may raise anything
+        if _calls["interrupted"]:
+            raise   # the grader's interrupt, at this call's timeout: it ends the run
+        error = _error(exc)
+        if spec is not None:
+            error["step"] = step["at"]
+        return {"found": True, "name": name, "by_keyword": by_keyword, "error": error}
+    reply = {"found": True, "name": name, "by_keyword": by_keyword, "value": wire.encode_value(value)}
+    if request.get("return_inputs"):
+        given = given_after() if given_after else []
+        reply["inputs_after"] = [wire.encode_value(a) for a in args + given]
+    return reply
+
+
+_calls = {"interrupted": False}
+
+
+def _interrupt(signum, frame):
+    _calls["interrupted"] = True
+    raise KeyboardInterrupt
+
+
+def call_many(requests):
+    """Make the calls in turn, publishing each one's reply, tagged with its index, as soon as
+    it returns: the grader times every call by when its reply arrives, and interrupts the
+    kernel when one is late. That interrupt ends the run, even when the student's function
+    swallows it (then as soon as the function returns); a KeyboardInterrupt the function
+    raises itself is only that call's error, as any other exception."""
+    _calls["interrupted"] = False
+    previous = signal.signal(signal.SIGINT, _interrupt)
+    try:
+        for index, request in enumerate(requests):
+            reply = _call(request)
+            if _calls["interrupted"]:
+                raise KeyboardInterrupt
+            _publish_result({"index": index, "reply": reply})
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def call_sent():
+    """call_many on the requests that came with this execute request, in its metadata
+    (wire.CALLS_KEY): the grader sends them as data, not as code for IPython to parse."""
+    call_many(get_ipython().kernel.get_parent("shell")["metadata"][wire.CALLS_KEY])
+
+
+def _module_of(value):
+    if isinstance(value, types.ModuleType):
+        return value.__name__
+    return getattr(value, "__module__", None) or getattr(type(value), "__module__", None)
+
+
+def _references(fn, seen):
+    """Data globals and modules a function reaches, following the notebook's own helpers."""
+    data, modules = {}, set()
+    if isinstance(fn, type) and fn not in seen and getattr(fn, "__module__", None) == "__main__":
+        # A notebook's class: what its methods (and properties) reach is the student's code too.
+        seen.add(fn)
+        for member in list(vars(fn).values()):
+            for inner in (getattr(member, "__func__", member), getattr(member, "fget", None),
+                          getattr(member, "fset", None)):
+                inner_data, inner_modules = _references(inner, seen)
+                data.update(inner_data)
+                modules |= inner_modules
+        return data, modules
+    if not isinstance(fn, _FunctionType) or fn in seen:
+        return data, modules
+    seen.add(fn)
+    for n in _code_names(fn.__code__):
+        if n not in fn.__globals__ or n in _IGNORED:
+            continue
+        value = fn.__globals__[n]
+        if _is_data(value):
+            if not n.startswith("_"):
+                data[n] = value
+            continue
+        module = _module_of(value)
+        if module == "__main__":
+            inner_data, inner_modules = _references(value, seen)
+            data.update(inner_data)
+            modules |= inner_modules
+        elif module:
+            modules.add(module)
+    return data, modules
+
+
+def _summary(value):
+    if isinstance(value, (bool, int, float, str)) and len(repr(value)) <= 40:
+        return repr(value)
+    shape = getattr(value, "shape", None)
+    return f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None else type(value).__name__
+
+
+def describe(functions, watched, methods=None):
+    """For each graded function: whether it exists, its parameters, the globals it reads (as
+    they were when it was defined) and the modules it reaches; and which watched modules the
+    kernel imported. A graded class (`methods`: its key -> the method graded) is described by
+    that method's parameters, and by what all its methods reach."""
+    found: dict[str, dict] = {}
+    for key, names in functions.items():
+        name, fn = _find(names)
+        if fn is None:
+            found[key] = {"found": False}
+            continue
+        method = (methods or {}).get(key)
+        try:
+            if method and isinstance(fn, type):
+                params = list(inspect.signature(getattr(fn, method)).parameters)
+                params = params[1:] if isinstance(inspect.getattr_static(fn, method), _FunctionType) else params
+            else:
+                params = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError, AttributeError):
+            params = []
+        data, modules = _references(_as_defined(name, fn), set())
+        found[key] = {"found": True, "name": name, "params": params,
+                      "globals": {n: _summary(v) for n, v in sorted(data.items())},
+                      "modules": sorted(modules)}
+    loaded = list(sys.modules)
+    _publish_result({"functions": found,
+                     "imported": sorted({w for w in watched for m in loaded if m == w or m.startswith(w + ".")})})

@@ -1,0 +1,174 @@
+"""The wire format between the grader and the student's kernel, both ways.
+
+Arguments go in as plain ints and as arrays, each array as its raw bytes in base64 with its
+dtype and shape (an .npy header would be larger than most arguments, and slow to parse), and
+the memory layout the student function is to receive it in; return values come back as
+arrays, None, sequences of those (two levels at most), or the type name of anything else.
+Returned arrays travel as np.save bytes in base64 and are read with allow_pickle=False and a
+bound on their size, so nothing is ever unpickled and a decoded array is always a plain
+numeric ndarray.
+
+The grader imports this module; the kernel, which cannot import the grader, gets its source
+text and loads it before the harness (see `_write_startup_file` in execution.py). So it
+depends on the standard library and NumPy only, and takes the functions it uses when it
+loads, before any notebook code has run: a notebook that replaces np.save or np.load cannot
+change how its values are sent.
+"""
+import base64
+import io
+import math
+from enum import Enum
+
+import numpy as np
+
+KERNEL_MODULE = "_attention_grader_wire"   # this module's name in the kernel
+MIME = "application/vnd.attention-grader+json"   # the harness publishes its replies under it
+# The key of a run of calls' requests in its execute request's metadata: the requests travel
+# as data beside a one-line call, so IPython never tokenizes them as code (or echoes them).
+CALLS_KEY = "attention_grader_calls"
+MAX_ARRAY_BYTES = 4 * 2**20   # a 64-token attention matrix is 32 KiB
+MAX_ITEMS = 64                # items of a returned sequence that are sent
+MAX_DEPTH = 2                 # sequences within sequences; deeper values are sent as arrays
+VALUE_KINDS = ("array", "none", "other", "sequence", "mapping")
+NUMERIC_KINDS = "biuf"        # the dtype kinds of a decoded array: complex numbers are refused
+TOO_LARGE = f"array larger than {MAX_ARRAY_BYTES // 2**20} MiB"
+
+_b64encode, _b64decode = base64.b64encode, base64.b64decode
+_save, _array, _ndarray = np.save, np.array, np.ndarray
+_asfortranarray, _zeros, _frombuffer, _dtype = np.asfortranarray, np.zeros, np.frombuffer, np.dtype
+_dict_items = dict.items   # the items a dict holds, whatever its subclass says they are
+_read_magic, _read_array = np.lib.format.read_magic, np.lib.format.read_array
+# np.save writes version 1.0, and 2.0 only for headers too long for 1.0.
+_READ_HEADER = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+class BadValue(Exception):
+    """What was sent is not a plain numeric array."""
+
+
+class Layout(str, Enum):
+    """How an argument matrix is laid out in memory when the student function receives it."""
+
+    C = "C"
+    FORTRAN = "F"
+    STRIDED = "strided"   # every other column of an array twice as wide: neither C- nor Fortran-contiguous
+
+
+def _npy(array) -> str:
+    buffer = io.BytesIO()
+    _save(buffer, array, allow_pickle=False)
+    return _b64encode(buffer.getvalue()).decode("ascii")
+
+
+def decode_array(encoded: dict) -> np.ndarray:
+    """The real numeric array in `encoded["npy"]`. Raises BadValue for anything else: text that
+    is not base64 of an .npy file, more than MAX_ARRAY_BYTES sent or declared by its header,
+    pickled objects, and non-numeric or complex dtypes."""
+    try:
+        raw = _b64decode(encoded["npy"], validate=True)
+    except (KeyError, TypeError, ValueError):
+        raise BadValue("unreadable array data") from None
+    if len(raw) > MAX_ARRAY_BYTES:
+        raise BadValue(TOO_LARGE)
+    stream = io.BytesIO(raw)
+    try:
+        shape, _, dtype = _READ_HEADER[_read_magic(stream)](stream)
+    except Exception as exc:  # noqa: BLE001 - any malformed payload is just a bad value
+        raise BadValue(f"unreadable array data ({type(exc).__name__})") from None
+    if dtype.itemsize * math.prod(shape) > MAX_ARRAY_BYTES:   # reading allocates the declared shape at once
+        raise BadValue(TOO_LARGE)
+    stream.seek(0)
+    try:
+        array = _read_array(stream, allow_pickle=False)
+    except Exception as exc:  # noqa: BLE001 - the header may not match the data
+        raise BadValue(f"unreadable array data ({type(exc).__name__})") from None
+    if type(array) is not _ndarray or array.dtype.kind not in NUMERIC_KINDS + "c":
+        raise BadValue(f"not a real numeric array (dtype {array.dtype})")
+    if array.dtype.kind == "c":
+        raise BadValue("complex numbers")
+    return array
+
+
+# Grader -> kernel: the arguments of a call.
+
+def encode_argument(value, layout: Layout = Layout.C) -> dict:
+    """A bool or an int as itself; an array as its bytes and the layout it is to be received
+    in (the layouts are those of a matrix: an array of any other number of dimensions goes in
+    C order); a list (one matrix per head) or a dict of string keys (packed weights) of those."""
+    if isinstance(value, (bool, np.bool_)):
+        return {"bool": bool(value)}
+    if isinstance(value, (int, np.integer)):
+        return {"int": int(value)}
+    if isinstance(value, list):
+        return {"list": [encode_argument(v, layout) for v in value]}
+    if isinstance(value, dict):
+        return {"dict": [[str(k), encode_argument(v, layout)] for k, v in value.items()]}
+    layout = layout if value.ndim == 2 else Layout.C
+    return {"raw": _b64encode(np.ascontiguousarray(value).tobytes()).decode("ascii"), "dtype": value.dtype.str,
+            "shape": list(value.shape), "layout": layout.value}
+
+
+def _raw_array(encoded: dict) -> np.ndarray:
+    """A fresh, writable array from an argument's raw bytes, dtype and shape. Raises BadValue
+    unless the dtype is a real numeric one and the bytes are exactly what the shape holds."""
+    try:
+        raw = _b64decode(encoded["raw"], validate=True)
+        dtype, shape = _dtype(str(encoded["dtype"])), tuple(int(n) for n in encoded["shape"])
+    except (KeyError, TypeError, ValueError):
+        raise BadValue("unreadable array data") from None
+    if len(raw) > MAX_ARRAY_BYTES:
+        raise BadValue(TOO_LARGE)
+    if dtype.kind not in NUMERIC_KINDS or dtype.hasobject or min(shape, default=0) < 0 \
+            or dtype.itemsize * math.prod(shape) != len(raw):
+        raise BadValue(f"not a real numeric array of that shape (dtype {dtype})")
+    return _frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
+
+
+def decode_argument(encoded: dict):
+    """The argument as the student function receives it: a bool, an int, an array in its
+    layout, or a fresh list or dict of those."""
+    if "bool" in encoded:
+        return bool(encoded["bool"])
+    if "int" in encoded:
+        return int(encoded["int"])
+    if "list" in encoded:
+        return [decode_argument(v) for v in encoded["list"]]
+    if "dict" in encoded:
+        return {str(k): decode_argument(v) for k, v in encoded["dict"]}
+    array = _raw_array(encoded) if "raw" in encoded else decode_array(encoded)
+    layout = Layout(encoded.get("layout", Layout.C.value))
+    if layout is Layout.FORTRAN:
+        return _asfortranarray(array)
+    if layout is Layout.STRIDED and array.ndim >= 1:
+        wide = _zeros(array.shape[:-1] + (array.shape[-1] * 2,), dtype=array.dtype)
+        wide[..., ::2] = array
+        return wide[..., ::2]
+    return array
+
+
+# Kernel -> grader: what a call returned.
+
+def encode_value(value, depth: int = 0) -> dict:
+    """What the student function returned, as the kernel sends it: a tuple or list as a
+    sequence of at most MAX_ITEMS items (with its full length), None, a numeric array (anything
+    NumPy turns into one, copied into a plain ndarray), or else only its type name and why it
+    is not an array. A sequence nested MAX_DEPTH deep is sent as an array. A dict (a course may
+    ask for one) as its first MAX_ITEMS string keys and their values, with its full length."""
+    type_name = type(value).__name__
+    if isinstance(value, (tuple, list)) and depth < MAX_DEPTH:
+        return {"kind": "sequence", "type": type_name,
+                "items": [encode_value(v, depth + 1) for v in list(value)[:MAX_ITEMS]], "length": len(value)}
+    if isinstance(value, dict) and depth < MAX_DEPTH:
+        pairs = [(k, v) for k, v in list(_dict_items(value)) if type(k) is str][:MAX_ITEMS]
+        return {"kind": "mapping", "type": type_name, "keys": [k[:200] for k, _ in pairs],
+                "items": [encode_value(v, depth + 1) for _, v in pairs], "length": len(pairs)}
+    if value is None:
+        return {"kind": "none", "type": "NoneType"}
+    try:
+        array = _array(value, copy=True, subok=False)
+        if not isinstance(array, _ndarray) or array.dtype.kind not in NUMERIC_KINDS + "c":
+            return {"kind": "other", "type": type_name,
+                    "detail": f"not numeric (dtype {getattr(array, 'dtype', '?')})"}
+        return {"kind": "array", "type": type_name, "npy": _npy(array)}
+    except BaseException as exc:  # noqa: BLE001 - a hostile __array__ may raise anything
+        return {"kind": "other", "type": type_name, "detail": f"{type(exc).__name__}: {exc}"[:300]}
