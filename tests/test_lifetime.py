@@ -2,7 +2,6 @@
 batch worker killed with SIGKILL leaves no process, folder, mount or cgroup of its
 submission behind."""
 import csv
-import json
 import os
 import signal
 import subprocess
@@ -66,14 +65,14 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
-def owned_by(pid: int) -> dict:
-    """What the kernel started by `pid` (a grader process) owns: its marker, folder and cgroups.
-    A fresh kernel's processes descend from `pid`; a forked kernel's from the fork server. The
-    kernel is found by the marker its watchdog, a child of `pid`, was given, then read from
+def markers_of(grader_pid: int) -> set[str]:
+    """The sandbox markers of the kernels graded in the run of the grader process `grader_pid`."""
+    return {marker_of(p) for p in sandbox_processes(grader_pid=grader_pid)}
+
+
+def owned_by(marker: str) -> dict:
+    """What the kernel with this sandbox marker owns: its marker, folder and cgroups, read from
     the kernel's own processes."""
-    markers = [json.loads(Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[-2]).get("marker")
-               for p in children(pid) if b"grader.sandbox.reaper" in Path(f"/proc/{p}/cmdline").read_bytes()]
-    (marker,) = [m for m in markers if m]
     launched = processes_with(marker)[0]
     cgroups = []
     for line in Path(f"/proc/{launched}/cgroup").read_text().splitlines():
@@ -86,7 +85,12 @@ def owned_by(pid: int) -> dict:
     # The kernel's HOME is its folder (its working directory is not: it lies in the kernel's
     # own filesystem, which the grader's cannot name).
     home = environment_of(launched)["HOME"]
-    return {"marker": marker_of(launched), "workdir": home, "cgroups": cgroups}
+    return {"marker": marker, "workdir": home, "cgroups": cgroups}
+
+
+def gone(owned: dict) -> bool:
+    return (not processes_with(owned["marker"]) and not os.path.exists(owned["workdir"])
+            and not mounted(owned["workdir"]) and not any(c.exists() for c in owned["cgroups"]))
 
 
 def mounted(folder: str) -> bool:
@@ -116,11 +120,8 @@ def sleeping_child(marker_prefix: str) -> list[int]:
 
 
 def assert_gone_soon(owned: dict, seconds: float = 5.0):
-    def gone():
-        return (not processes_with(owned["marker"]) and not os.path.exists(owned["workdir"])
-                and not mounted(owned["workdir"]) and not any(c.exists() for c in owned["cgroups"]))
     try:
-        wait_for(gone, seconds, "everything of the killed grader's submission removed")
+        wait_for(lambda: gone(owned), seconds, "everything of the killed grader's submission removed")
     except AssertionError:
         raise AssertionError({"processes": processes_with(owned["marker"]), "workdir": os.path.exists(owned["workdir"]),
                               "mounted": mounted(owned["workdir"]),
@@ -136,7 +137,8 @@ def test_killed_check_leaves_nothing(tmp_path):
     grader = start_grader(["check", SLEEPER, "--cell-timeout", "60"])
     try:
         wait_for(lambda: sleeping_child(str(grader.pid)), 30, "the notebook's child process started")
-        owned = owned_by(grader.pid)
+        (marker,) = markers_of(grader.pid)
+        owned = owned_by(marker)
         assert len(processes_with(owned["marker"])) >= 3   # at least the launcher, the kernel and its child
     finally:
         grader.kill()
@@ -147,6 +149,8 @@ def test_killed_check_leaves_nothing(tmp_path):
 
 
 def test_killed_batch_worker_leaves_nothing_and_the_batch_completes(tmp_path):
+    """The killed worker's watchdog removes its kernel; the pool, broken by the kill, stops the
+    other worker, whose kernel goes as well; the batch grades both again."""
     batch = tmp_path / "batch"
     batch.mkdir()
     for name in ("first.ipynb", "second.ipynb"):
@@ -155,11 +159,13 @@ def test_killed_batch_worker_leaves_nothing_and_the_batch_completes(tmp_path):
     grader = start_grader(["grade", batch, "-o", out, "--workers", "2", "--cell-timeout", "8", "--call-timeout", "2"])
     try:
         wait_for(lambda: len(sleeping_child(str(grader.pid))) == 2, 60, "both notebooks' child processes started")
+        kernels = [owned_by(marker) for marker in markers_of(grader.pid)]
+        assert len(kernels) == 2
         worker = next(p for p in children(grader.pid) if children(p) and b"fork_server" not in
                       Path(f"/proc/{p}/cmdline").read_bytes())
-        owned = owned_by(worker)
         os.kill(worker, signal.SIGKILL)
-        assert_gone_soon(owned)
+        for kernel in kernels:
+            assert_gone_soon(kernel)
         _, err = grader.communicate(timeout=120)
     finally:
         grader.kill()

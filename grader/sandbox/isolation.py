@@ -32,7 +32,7 @@ from grader.kernel_side import keyrings
 from grader.kernel_side import landlock
 from grader.sandbox.leftovers import (MARKER, cgroup_pids, kill, marked_processes, parent_of, remove_leftovers,
                                       remove_quietly, start_time_of)
-from grader.sandbox.reaper import Watchdog
+from grader.sandbox.reaper import watchdog
 
 PR_SET_PDEATHSIG = 1
 # A kernel maps about 1 GiB of address space (libraries, thread stacks) before it holds any
@@ -284,7 +284,7 @@ class Sandbox:
         self.active: list[str] = ["scrubbed environment"]
         self.cgroup: Cgroup | None = None
         self.folder_mounted = False
-        self.watchdog: Watchdog | None = None
+        self.watched: str | None = None   # the key this process's watchdog knows the leftovers by
         # How the kernel was started: "forked" from the warm parent, or "fresh", and why.
         self.kernel_start = ("fresh", "")
         self.namespaces = self.enabled and namespaces_available()
@@ -301,7 +301,7 @@ class Sandbox:
         process die without cleanup() (SIGKILL, out of memory)."""
         if self.enabled:
             self._limit()
-        self.watchdog = Watchdog(self.leftovers())
+        self.watched = watchdog().watch(self.leftovers())
 
     def _limit(self) -> None:
         # Named after the run as well, so that what a run leaves behind can be told apart.
@@ -472,8 +472,9 @@ class Sandbox:
         # The watchdog, should the grader be killed, also looks for the marker: it runs once.
         leftovers = remove_leftovers(**{**self.leftovers(),
                                         **({"marker": None} if self.cgroup_holds_everything() else {})})
-        if self.watchdog:
-            self.watchdog.release()
+        if self.watched:
+            watchdog().release(self.watched)
+            self.watched = None
         return sorted(leftovers)
 
     def report(self) -> dict:
