@@ -41,7 +41,9 @@ import types
 WARM = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel.comm", "debugpy",
         "IPython.core.completer", "jedi", "ipykernel.debugger", "debugpy.server",
         "numpy", "numpy.random", "matplotlib", "matplotlib.pyplot",
-        "matplotlib_inline.backend_inline")
+        "matplotlib_inline.backend_inline",
+        # What ipykernel's application and shell import while they start, after the fork.
+        "psutil", "tornado.platform.asyncio", "IPython.core.completerlib", "faulthandler")
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = \
     0x00020000, 0x04000000, 0x08000000, 0x20000000, 0x40000000
 MS_REC, MS_PRIVATE = 16384, 1 << 18
