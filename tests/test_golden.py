@@ -15,7 +15,9 @@ ENTRIES = load()
 
 # Error kinds that depend on the machine, not the notebook: on a busy machine the kernel's own
 # output queue may drop the flood's oversized message before the grader could see it, and
-# then there is no output_flood to record. Either way the grade must be the same.
+# then there is no output_flood to record. Either way the grade must be the same. (Its flooding
+# cell does seconds of work, 800 MB through the kernel's serializer: its entry gives it a cell
+# timeout of a minute, so that a busy machine cannot turn that work into a timeout.)
 MACHINE_DEPENDENT_KINDS = {"hostile_message_flood.ipynb": {"output_flood"}}
 
 

@@ -15,6 +15,7 @@ from grader.kernel_side.wire import MAX_DEPTH, MAX_ITEMS, VALUE_KINDS
 
 MAX_TEXT = 500
 MAX_GLOBALS = 50
+MAX_DIMENSIONS = 64   # NumPy's own limit: an honest kernel never sends more
 
 
 class BadReply(Exception):
@@ -70,7 +71,11 @@ def encoded_value(value, depth: int = 0) -> dict:
     kind = value["kind"]
     clean = {"kind": kind, "type": _text(value.get("type", "?"), "a type name", 100)}
     if kind == "array":
-        clean["npy"] = _text(value.get("npy"), "an array", 2**31)
+        shape = value.get("shape")
+        if not isinstance(shape, list) or len(shape) > MAX_DIMENSIONS or not all(type(n) is int for n in shape):
+            raise BadReply("a returned array's shape is malformed")
+        clean.update(raw=_text(value.get("raw"), "an array", 2**31), dtype=_text(value.get("dtype"), "a dtype", 20),
+                     shape=shape)
     elif kind == "other":
         clean["detail"] = _text(value.get("detail", ""), "a detail", 300)
     elif kind == "sequence":

@@ -14,7 +14,7 @@ import time
 from contextlib import asynccontextmanager
 from typing import Callable, Protocol
 
-import nbformat
+from grader.kernel.cells import code_cell
 
 from grader.errors import MachineFault
 from grader.kernel.run_record import ExecutionLog
@@ -133,7 +133,7 @@ class NotebookRunner:
             source = rest
             # The rest takes the cell's place in the notebook, so a run in a new kernel after a
             # fatal cell runs only the rest of this one.
-            nb.cells[index] = nbformat.v4.new_code_cell(rest)
+            nb.cells[index] = code_cell(rest)
 
 
 # Said after the error of a statement whose cell went on running: only for the cell's errors.

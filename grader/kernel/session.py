@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, cast
 
-import nbformat
+from grader.kernel.cells import code_cell, notebook
 from nbclient.exceptions import DeadKernelError
 
 from grader import kernel_side
@@ -198,7 +198,7 @@ class Kernel:
         # The kernel's own stderr goes to a file outside its reach, for when it fails to start.
         self.kernel_log = tempfile.TemporaryFile()
         self.km = self.kernel_manager_factory(self.workdir, self.sandbox)
-        self.client = CappedClient(nbformat.v4.new_notebook(), km=self.km, kernel_name="python3", allow_errors=True,
+        self.client = CappedClient(notebook(), km=self.km, kernel_name="python3", allow_errors=True,
                                    interrupt_on_timeout=True, iopub_timeout=IOPUB_TIMEOUT, shutdown_kernel="immediate",
                                    # nbclient takes whole seconds only
                                    startup_timeout=math.ceil(self.limits.startup_timeout),
@@ -318,7 +318,7 @@ class Kernel:
             return CallsEnd(0, self._gone())
         started = time.monotonic()
         arrivals = Arrivals(count, on_payload, started)
-        cell = nbformat.v4.new_code_cell(code)
+        cell = code_cell(code)
         self._client().on_payload = arrivals
         cast(BoundedKernelClient, self._client().kc).next_request_metadata = metadata
         try:
@@ -398,7 +398,7 @@ class Kernel:
         `wait` seconds (None: as long as it takes) for the kernel's reply. nbclient interrupts
         the kernel after `timeout` (None: never); a probe keeps the harness's payloads, a
         notebook cell's are only counted as output."""
-        self._client().nb = nbformat.v4.new_notebook(cells=[cell])
+        self._client().nb = notebook([cell])
         self._client().timeout = None if timeout is None else max(1, int(round(timeout)))
         self._client().iopub_timeout = IOPUB_TIMEOUT
         if timeout is not None:
@@ -422,7 +422,7 @@ class Kernel:
         that ignores SIGINT (or a long BLAS call) keeps the kernel busy, and every later cell
         would time out behind it."""
         # No nbclient timeout: the grace decides (see _within_grace).
-        answered = asyncio.ensure_future(self._send(nbformat.v4.new_code_cell("pass"), None, None, history=False,
+        answered = asyncio.ensure_future(self._send(code_cell("pass"), None, None, history=False,
                                                     probe=False))
         if not await self._within_grace(answered, grace):
             answered.cancel()
@@ -462,7 +462,7 @@ class Kernel:
         A payload that arrived before the kernel died or hung is still returned."""
         if not self.alive:
             return self._gone(), None
-        cell = nbformat.v4.new_code_cell(source)
+        cell = code_cell(source)
         error = await self._run(cell, timeout, probe)
         payloads = [o["data"][MIME] for o in cell.outputs
                     if o.get("output_type") == "display_data" and MIME in o.get("data", {})]

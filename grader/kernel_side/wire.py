@@ -4,9 +4,9 @@ Arguments go in as plain ints and as arrays, each array as its raw bytes in base
 dtype and shape (an .npy header would be larger than most arguments, and slow to parse), and
 the memory layout the student function is to receive it in; return values come back as
 arrays, None, sequences of those (two levels at most), or the type name of anything else.
-Returned arrays travel as np.save bytes in base64 and are read with allow_pickle=False and a
-bound on their size, so nothing is ever unpickled and a decoded array is always a plain
-numeric ndarray.
+Returned arrays travel the same way (raw bytes, dtype and shape): the grader accepts only a
+real numeric dtype and exactly the bytes the shape holds, within a bound on their size, so
+nothing is ever unpickled and a decoded array is always a plain numeric ndarray.
 
 The grader imports this module; the kernel, which cannot import the grader, gets its source
 text and loads it before the harness (see `_write_startup_file` in execution.py). So it
@@ -15,7 +15,6 @@ loads, before any notebook code has run: a notebook that replaces np.save or np.
 change how its values are sent.
 """
 import base64
-import io
 import math
 from enum import Enum
 
@@ -34,12 +33,9 @@ NUMERIC_KINDS = "biuf"        # the dtype kinds of a decoded array: complex numb
 TOO_LARGE = f"array larger than {MAX_ARRAY_BYTES // 2**20} MiB"
 
 _b64encode, _b64decode = base64.b64encode, base64.b64decode
-_save, _array, _ndarray = np.save, np.array, np.ndarray
+_array, _ndarray = np.array, np.ndarray
 _asfortranarray, _zeros, _frombuffer, _dtype = np.asfortranarray, np.zeros, np.frombuffer, np.dtype
 _dict_items = dict.items   # the items a dict holds, whatever its subclass says they are
-_read_magic, _read_array = np.lib.format.read_magic, np.lib.format.read_array
-# np.save writes version 1.0, and 2.0 only for headers too long for 1.0.
-_READ_HEADER = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
 class BadValue(Exception):
@@ -54,39 +50,18 @@ class Layout(str, Enum):
     STRIDED = "strided"   # every other column of an array twice as wide: neither C- nor Fortran-contiguous
 
 
-def _npy(array) -> str:
-    buffer = io.BytesIO()
-    _save(buffer, array, allow_pickle=False)
-    return _b64encode(buffer.getvalue()).decode("ascii")
-
-
 def decode_array(encoded: dict) -> np.ndarray:
-    """The real numeric array in `encoded["npy"]`. Raises BadValue for anything else: text that
-    is not base64 of an .npy file, more than MAX_ARRAY_BYTES sent or declared by its header,
-    pickled objects, and non-numeric or complex dtypes."""
+    """A returned array from its raw bytes, dtype and shape (as encode_value sends it). Raises
+    BadValue for anything else: text that is not base64, more than MAX_ARRAY_BYTES, a dtype
+    that is not a real numeric one (objects, structured records, text, complex numbers: said
+    as such), or bytes that are not exactly what the shape holds."""
     try:
-        raw = _b64decode(encoded["npy"], validate=True)
+        kind = _dtype(str(encoded["dtype"])).kind
     except (KeyError, TypeError, ValueError):
         raise BadValue("unreadable array data") from None
-    if len(raw) > MAX_ARRAY_BYTES:
-        raise BadValue(TOO_LARGE)
-    stream = io.BytesIO(raw)
-    try:
-        shape, _, dtype = _READ_HEADER[_read_magic(stream)](stream)
-    except Exception as exc:  # noqa: BLE001 - any malformed payload is just a bad value
-        raise BadValue(f"unreadable array data ({type(exc).__name__})") from None
-    if dtype.itemsize * math.prod(shape) > MAX_ARRAY_BYTES:   # reading allocates the declared shape at once
-        raise BadValue(TOO_LARGE)
-    stream.seek(0)
-    try:
-        array = _read_array(stream, allow_pickle=False)
-    except Exception as exc:  # noqa: BLE001 - the header may not match the data
-        raise BadValue(f"unreadable array data ({type(exc).__name__})") from None
-    if type(array) is not _ndarray or array.dtype.kind not in NUMERIC_KINDS + "c":
-        raise BadValue(f"not a real numeric array (dtype {array.dtype})")
-    if array.dtype.kind == "c":
+    if kind == "c":
         raise BadValue("complex numbers")
-    return array
+    return _raw_array(encoded)
 
 
 # Grader -> kernel: the arguments of a call.
@@ -135,7 +110,7 @@ def decode_argument(encoded: dict):
         return [decode_argument(v) for v in encoded["list"]]
     if "dict" in encoded:
         return {str(k): decode_argument(v) for k, v in encoded["dict"]}
-    array = _raw_array(encoded) if "raw" in encoded else decode_array(encoded)
+    array = _raw_array(encoded)
     layout = Layout(encoded.get("layout", Layout.C.value))
     if layout is Layout.FORTRAN:
         return _asfortranarray(array)
@@ -169,6 +144,7 @@ def encode_value(value, depth: int = 0) -> dict:
         if not isinstance(array, _ndarray) or array.dtype.kind not in NUMERIC_KINDS + "c":
             return {"kind": "other", "type": type_name,
                     "detail": f"not numeric (dtype {getattr(array, 'dtype', '?')})"}
-        return {"kind": "array", "type": type_name, "npy": _npy(array)}
+        return {"kind": "array", "type": type_name, "raw": _b64encode(array.tobytes()).decode("ascii"),
+                "dtype": array.dtype.str, "shape": list(array.shape)}
     except BaseException as exc:  # noqa: BLE001 - a hostile __array__ may raise anything
         return {"kind": "other", "type": type_name, "detail": f"{type(exc).__name__}: {exc}"[:300]}
