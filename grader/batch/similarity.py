@@ -106,16 +106,27 @@ def similar_pairs(items: list[tuple[str, dict | str]], threshold: float = THRESH
     for a, b in within_character_counts(texts, candidate_pairs(texts), threshold):
         partners.setdefault(a, []).append(b)
     scored = []
+    groups = character_groups(texts, GROUPS)
+    projected = [projections(text, groups) for text in texts]
     for a, others in sorted(partners.items()):
         # difflib's matching blocks are a common subsequence: the ratio is at most 2 * LCS / T.
-        # That bound, for all of a text's candidates in one pass, rules out nearly every pair
-        # below the threshold at a small part of difflib's cost; the rest are measured.
-        longest = common_subsequences(texts[a], [texts[b] for b in others])
-        for b, common in zip(others, longest):
-            if 2 * common / (len(texts[a]) + len(texts[b])) >= threshold \
-                    and (ratio := ratio_at_threshold(texts[a], texts[b], threshold)) is not None:
+        # The LCS is at most the sum of the LCS of the texts' characters of each group, which
+        # costs about 1/GROUPS of it and rules out most pairs; the LCS itself, for all of a
+        # text's remaining candidates in one pass, rules out nearly all the rest. Those are
+        # measured.
+        bound = grouped_common_subsequences(projected[a], [projected[b] for b in others])
+        others = _reaching(texts, a, others, bound, threshold)
+        others = _reaching(texts, a, others, common_subsequences(texts[a], [texts[b] for b in others]), threshold)
+        for b in others:
+            if (ratio := ratio_at_threshold(texts[a], texts[b], threshold)) is not None:
                 scored.append((a, b, ratio))
     return _groups(texts, labels, parts, scored)
+
+
+def _reaching(texts: list[str], a: int, others: list[int], common: list[int], threshold: float) -> list[int]:
+    """The others whose ratio with text a may reach the threshold, given a bound on the
+    characters they have in common."""
+    return [b for b, most in zip(others, common) if 2 * most / (len(texts[a]) + len(texts[b])) >= threshold]
 
 
 def distinct_fingerprints(items) -> tuple[list[str], dict[str, list[str]], dict[str, dict]]:
@@ -133,10 +144,13 @@ def distinct_fingerprints(items) -> tuple[list[str], dict[str, list[str]], dict[
 
 
 def ratio_at_threshold(fa: str, fb: str, threshold: float) -> float | None:
-    """The measure itself: difflib's ratio of the two texts, if at or above the threshold."""
+    """The measure itself: difflib's ratio of the two texts (SequenceMatcher with no junk and
+    autojunk off), if at or above the threshold; its matching characters are counted by
+    matched_characters, difflib's own method done faster."""
     matcher = difflib.SequenceMatcher(None, fa, fb, autojunk=False)
     if matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold:
-        ratio = matcher.ratio()
+        # difflib's _calculate_ratio, so that the float is the very one ratio() returns.
+        ratio = 2.0 * matched_characters(fa, fb) / (len(fa) + len(fb))
         if ratio >= threshold:
             return ratio
     return None
@@ -275,3 +289,134 @@ def common_subsequences(text: str, others: list[str]) -> list[int]:
                               bitorder="little")[:len(laid)]
     remaining = np.add.reduceat(unmatched, np.r_[0, ends[:-1] + 1])
     return [len(other) - int(left) for other, left in zip(others, remaining)]
+
+
+# The LCS bound's cheaper first step: the alphabet split into GROUPS groups of about the same
+# number of characters in the class's texts. A common subsequence of two texts, kept to one
+# group's characters, is one of the two texts kept to that group's characters; so the sum over
+# the groups of those LCS is at least the LCS, and each costs about 1/GROUPS**2 of it. A
+# character group of its own (the space, a quarter of the text) costs nothing: its LCS is
+# the lesser count.
+GROUPS = 8
+
+
+def character_groups(texts: list[str], count: int) -> list[str]:
+    """The characters of the texts in `count` groups: each character, most frequent first, to
+    the group with the fewest occurrences so far (ties to the first), so two runs agree."""
+    frequency: dict[str, int] = {}
+    for text in texts:
+        for char in set(text):
+            frequency[char] = frequency.get(char, 0) + text.count(char)
+    groups: list[list[str]] = [[] for _ in range(count)]
+    mass = [0] * count
+    for char in sorted(frequency, key=lambda c: (-frequency[c], c)):
+        smallest = mass.index(min(mass))
+        groups[smallest].append(char)
+        mass[smallest] += frequency[char]
+    return ["".join(group) for group in groups if group]
+
+
+def projections(text: str, groups: list[str]) -> list[str]:
+    """The text kept to each group's characters, in order."""
+    return [text.translate({ord(c): None for c in set(text) - set(group)}) for group in groups]
+
+
+def grouped_common_subsequences(text: list[str], others: list[list[str]]) -> list[int]:
+    """For each of `others`, the sum over the character groups of the LCS of the two texts'
+    projections (projections()): at least their LCS, at a small part of its cost."""
+    total = np.zeros(len(others), np.int64)
+    for group, part in enumerate(text):
+        parts = [other[group] for other in others]
+        if len(set(part)) <= 1:
+            total += [min(len(part), len(other)) for other in parts]
+        else:
+            total += common_subsequences(part, parts)
+    return total.tolist()
+
+
+# The exact ratio. With no junk, difflib's find_longest_match(alo, ahi, blo, bhi) is the
+# longest common substring of a[alo:ahi] and b[blo:bhi], the smallest i then the smallest j
+# of those as long; get_matching_blocks takes it and does the same left and right of it, and
+# ratio() is 2 * (the characters in those blocks) / T. Every maximal run a[i:i+L] == b[j:j+L]
+# with L >= a gram's length is found at once, from the texts' grams; a range's longest common
+# substring is then the longest of those runs cut to the range, if that is a gram or longer
+# (a shorter run is shorter still). A range where it is not is left to difflib itself, which
+# is cheap there: such ranges are the few characters between two blocks.
+LONGEST_GRAM = 8
+# Above this many pairs of equal grams (a text of one repeated character), difflib does it all.
+MOST_GRAM_PAIRS = 1_000_000
+
+
+def _difflib_matched(a: str, b: str) -> int:
+    return sum(block.size for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks())
+
+
+def common_runs(a: str, b: str, gram: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Every maximal run a[i:i+L] == b[j:j+L] with L >= gram, as arrays of i, j and L; None
+    above MOST_GRAM_PAIRS pairs of equal grams. A gram is its characters' numbers in the two
+    texts' alphabet packed into one uint64, so equal grams are equal keys and nothing else is."""
+    alphabet = {char: n for n, char in enumerate(sorted(set(a) | set(b)))}
+    bits = np.uint64(max(1, (len(alphabet) - 1).bit_length()))
+
+    def keys(text: str) -> np.ndarray:
+        codes = np.fromiter((alphabet[c] for c in text), np.uint64, len(text))
+        width = len(text) - gram + 1
+        packed = np.zeros(width, np.uint64)
+        for offset in range(gram):
+            packed |= codes[offset:offset + width] << (bits * np.uint64(offset))
+        return packed
+
+    keys_a, keys_b = keys(a), keys(b)
+    order = np.argsort(keys_b, kind="stable")
+    low = np.searchsorted(keys_b[order], keys_a, "left")
+    count = np.searchsorted(keys_b[order], keys_a, "right") - low
+    total = int(count.sum())
+    if total > MOST_GRAM_PAIRS:
+        return None
+    if not total:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    i = np.repeat(np.arange(len(keys_a)), count)
+    j = order[np.repeat(low - (np.cumsum(count) - count), count) + np.arange(total)]
+    # The pairs of equal grams on one diagonal at consecutive i are one run.
+    diagonal = j - i
+    by = np.lexsort((i, diagonal))
+    i, diagonal = i[by], diagonal[by]
+    first = np.flatnonzero(np.r_[True, (diagonal[1:] != diagonal[:-1]) | (i[1:] != i[:-1] + 1)])
+    last = np.r_[first[1:], total] - 1
+    return i[first], i[first] + diagonal[first], i[last] - i[first] + gram
+
+
+def matched_characters(a: str, b: str, gram: int | None = None) -> int:
+    """The characters in difflib's matching blocks of a and b (no junk, autojunk off): the
+    same number, found from the runs of common_runs instead of difflib's search of every
+    range, which dominates its time."""
+    if gram is None:
+        # As many characters as fit in 64 bits, at most LONGEST_GRAM.
+        bits = max(1, (len(set(a) | set(b)) - 1).bit_length())
+        gram = min(LONGEST_GRAM, 64 // bits)
+    runs = common_runs(a, b, gram) if gram and min(len(a), len(b)) >= gram else None
+    if runs is None:
+        return _difflib_matched(a, b)
+    width = len(b) + 1
+    matched = 0
+    ranges = [(0, len(a), 0, len(b), *runs)]
+    while ranges:
+        alo, ahi, blo, bhi, si, sj, sl = ranges.pop()
+        # Each run cut to the range: it starts `cut` characters later and is `length` long.
+        cut = np.maximum(np.maximum(alo - si, blo - sj), 0)
+        length = np.minimum(np.minimum(sl, ahi - si), bhi - sj) - cut
+        longest = int(length.max()) if len(length) else 0
+        if longest < gram:
+            matched += _difflib_matched(a[alo:ahi], b[blo:bhi])
+            continue
+        tied = np.flatnonzero(length == longest)
+        pick = tied[np.argmin((si[tied] + cut[tied]) * width + sj[tied] + cut[tied])]
+        i, j = int(si[pick] + cut[pick]), int(sj[pick] + cut[pick])
+        matched += longest
+        inside = length > 0
+        si, sj, sl = si[inside], sj[inside], sl[inside]
+        if alo < i and blo < j:
+            ranges.append((alo, i, blo, j, si, sj, sl))
+        if i + longest < ahi and j + longest < bhi:
+            ranges.append((i + longest, ahi, j + longest, bhi, si, sj, sl))
+    return matched
