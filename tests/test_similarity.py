@@ -197,6 +197,7 @@ def test_the_matched_characters_are_difflib_s(pair, gram):
     a, b = pair
     assert similarity.matched_characters(a, b, gram) == difflib_matched(a, b)
     assert similarity.matched_characters(b, a, gram) == difflib_matched(b, a)
+    assert similarity.ratio(a, b) == difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
 def test_the_ratio_is_difflib_s_on_the_golden_batch_and_near_copies_of_it(golden_batch):

@@ -117,9 +117,8 @@ def similar_pairs(items: list[tuple[str, dict | str]], threshold: float = THRESH
         bound = grouped_common_subsequences(projected[a], [projected[b] for b in others])
         others = _reaching(texts, a, others, bound, threshold)
         others = _reaching(texts, a, others, common_subsequences(texts[a], [texts[b] for b in others]), threshold)
-        for b in others:
-            if (ratio := ratio_at_threshold(texts[a], texts[b], threshold)) is not None:
-                scored.append((a, b, ratio))
+        # quick_ratio, which ratio_at_threshold asks first, is the character count bound above.
+        scored.extend((a, b, measured) for b in others if (measured := ratio(texts[a], texts[b])) >= threshold)
     return _groups(texts, labels, parts, scored)
 
 
@@ -144,16 +143,19 @@ def distinct_fingerprints(items) -> tuple[list[str], dict[str, list[str]], dict[
 
 
 def ratio_at_threshold(fa: str, fb: str, threshold: float) -> float | None:
-    """The measure itself: difflib's ratio of the two texts (SequenceMatcher with no junk and
-    autojunk off), if at or above the threshold; its matching characters are counted by
-    matched_characters, difflib's own method done faster."""
+    """The measure itself, difflib's ratio of the two texts, if at or above the threshold."""
     matcher = difflib.SequenceMatcher(None, fa, fb, autojunk=False)
     if matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold:
-        # difflib's _calculate_ratio, so that the float is the very one ratio() returns.
-        ratio = 2.0 * matched_characters(fa, fb) / (len(fa) + len(fb))
-        if ratio >= threshold:
-            return ratio
+        if (measured := ratio(fa, fb)) >= threshold:
+            return measured
     return None
+
+
+def ratio(fa: str, fb: str) -> float:
+    """difflib's SequenceMatcher(None, fa, fb, autojunk=False).ratio(), the very float: its
+    matching characters counted by matched_characters, difflib's own method done faster."""
+    # difflib's _calculate_ratio.
+    return 2.0 * matched_characters(fa, fb) / (len(fa) + len(fb)) if fa or fb else 1.0
 
 
 def _groups(texts: list[str], labels: dict, parts: dict, scored) -> list[dict]:
@@ -217,8 +219,10 @@ def signatures(texts: list[str]) -> np.ndarray:
     b = rng.integers(0, 2**63, ROWS * BANDS, dtype=np.uint64)
     out = np.empty((len(texts), ROWS * BANDS), np.uint32)
     for i, text in enumerate(texts):
-        hashed = (a[:, None] * shingles(text)[None, :] + b[:, None]) >> np.uint64(32)
-        out[i] = hashed.min(axis=1)
+        hashed = np.multiply(a[:, None], shingles(text)[None, :])
+        hashed += b[:, None]
+        # The top 32 bits of the least is the least of the top 32 bits: one shift, not one each.
+        out[i] = hashed.min(axis=1) >> np.uint64(32)
     return out
 
 
@@ -276,10 +280,11 @@ def common_subsequences(text: str, others: list[str]) -> list[int]:
     guard = np.zeros(len(laid), bool)
     ends = np.cumsum([len(other) + 1 for other in others]) - 1
     guard[ends] = True
-    masks = {}
-    for char in set(text):
-        hits = (codes == ord(char)) & ~guard
-        masks[char] = int.from_bytes(np.packbits(hits, bitorder="little").tobytes(), "little")
+    chars = sorted(set(text))
+    # Each character's positions, all in one comparison: a row of bits for each.
+    hits = (codes[None, :] == np.array([ord(c) for c in chars], "<u4")[:, None]) & ~guard
+    rows = np.packbits(hits, axis=1, bitorder="little")
+    masks = {char: int.from_bytes(row.tobytes(), "little") for char, row in zip(chars, rows)}
     keep = int.from_bytes(np.packbits(~guard, bitorder="little").tobytes(), "little")
     v = keep
     for char in text:
