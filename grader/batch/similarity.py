@@ -7,6 +7,7 @@ import difflib
 import itertools
 import re
 import sys
+from operator import itemgetter
 
 import numpy as np
 
@@ -283,7 +284,7 @@ def common_subsequences(text: str, others: list[str]) -> list[int]:
     that takes the carry leaving its segment and is then cleared, so one pass serves them all."""
     if not others:
         return []
-    laid = "".join(other + "\0" for other in others)
+    laid = "\0".join(others) + "\0"
     codes = np.frombuffer(laid.encode("utf-32-le"), dtype="<u4")
     guard = np.zeros(len(laid), bool)
     ends = np.cumsum([len(other) + 1 for other in others]) - 1
@@ -339,7 +340,7 @@ def grouped_common_subsequences(text: list[str], others: list[list[str]]) -> lis
     projections (projections()): at least their LCS, at a small part of its cost."""
     total = np.zeros(len(others), np.int64)
     for group, part in enumerate(text):
-        parts = [other[group] for other in others]
+        parts = [*map(itemgetter(group), others)]
         if len(set(part)) <= 1:
             total += [min(len(part), len(other)) for other in parts]
         else:
@@ -368,18 +369,19 @@ def common_runs(a: str, b: str, gram: int) -> tuple[np.ndarray, np.ndarray, np.n
     """Every maximal run a[i:i+L] == b[j:j+L] with L >= gram, as arrays of i, j and L; None
     above MOST_GRAM_PAIRS pairs of equal grams. A gram is its characters' numbers in the two
     texts' alphabet packed into one uint64, so equal grams are equal keys and nothing else is."""
-    alphabet = {char: n for n, char in enumerate(sorted(set(a) | set(b)))}
+    raw_a, raw_b = (np.frombuffer(text.encode("utf-32-le"), "<u4") for text in (a, b))
+    alphabet = np.unique(np.concatenate([raw_a, raw_b]))
     bits = np.uint64(max(1, (len(alphabet) - 1).bit_length()))
 
-    def keys(text: str) -> np.ndarray:
-        codes = np.fromiter((alphabet[c] for c in text), np.uint64, len(text))
-        width = len(text) - gram + 1
+    def keys(raw: np.ndarray) -> np.ndarray:
+        codes = np.searchsorted(alphabet, raw).astype(np.uint64)
+        width = len(raw) - gram + 1
         packed = np.zeros(width, np.uint64)
         for offset in range(gram):
             packed |= codes[offset:offset + width] << (bits * np.uint64(offset))
         return packed
 
-    keys_a, keys_b = keys(a), keys(b)
+    keys_a, keys_b = keys(raw_a), keys(raw_b)
     order = np.argsort(keys_b, kind="stable")
     low = np.searchsorted(keys_b[order], keys_a, "left")
     count = np.searchsorted(keys_b[order], keys_a, "right") - low
