@@ -342,9 +342,9 @@ def grouped_common_subsequences(text: list[str], others: list[list[str]]) -> lis
     for group, part in enumerate(text):
         parts = [*map(itemgetter(group), others)]
         if len(set(part)) <= 1:
-            total += [min(len(part), len(other)) for other in parts]
+            total += np.minimum(len(part), np.array([len(other) for other in parts], np.int64))
         else:
-            total += common_subsequences(part, parts)
+            total += np.array(common_subsequences(part, parts), np.int64)
     return total.tolist()
 
 
