@@ -238,3 +238,14 @@ def test_the_grouped_bound_is_at_least_the_longest_common_subsequence(text, othe
                                                    [similarity.projections(o, groups) for o in others])
     assert len(bound) == len(others)
     assert all(most >= longest_common_subsequence(text, o) for most, o in zip(bound, others))
+
+
+def test_the_candidates_are_the_pairs_whose_signatures_agree_on_a_whole_band(golden_batch):
+    texts, _, _ = similarity.distinct_fingerprints(golden_batch)
+    texts = texts + [texts[0] + "\n", texts[1] + " "]      # near-copies: more than one in a bucket
+    signature = similarity.signatures(texts)
+    bands = signature.reshape(len(texts), similarity.BANDS, similarity.ROWS)
+    expected = [(i, j) for i in range(len(texts)) for j in range(i + 1, len(texts))
+                if (bands[i] == bands[j]).all(axis=1).any()]
+    assert len(expected) > len(texts)
+    assert [tuple(pair) for pair in similarity.candidate_pairs(texts).tolist()] == expected
