@@ -230,6 +230,14 @@ def test_a_text_of_one_repeated_character_is_left_to_difflib(monkeypatch):
     assert similarity.matched_characters(a, b) == difflib_matched(a, b)
 
 
+def test_grams_too_long_for_64_bits_and_lone_surrogates_are_still_difflib_s():
+    a, b = "abcdefghijklmnop" * 5, "abcdefghXjklmnop" * 5
+    assert similarity.common_runs(a, b, 17) is None                     # 16 letters: 4 bits each
+    assert similarity.matched_characters(a, b, 17) == difflib_matched(a, b)
+    a, b = "x = '\ud800\udfff' + y" * 3, "x = '\ud800' + y" * 3
+    assert similarity.matched_characters(a, b, 2) == difflib_matched(a, b)
+
+
 @settings(max_examples=300, deadline=None)
 @given(short_texts.filter(bool), st.lists(short_texts, max_size=6), st.integers(1, 5))
 def test_the_grouped_bound_is_at_least_the_longest_common_subsequence(text, others, count):

@@ -373,11 +373,14 @@ def _difflib_matched(a: str, b: str) -> int:
 
 def common_runs(a: str, b: str, gram: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Every maximal run a[i:i+L] == b[j:j+L] with L >= gram, as arrays of i, j and L; None
-    above MOST_GRAM_PAIRS pairs of equal grams. A gram is its characters' numbers in the two
-    texts' alphabet packed into one uint64, so equal grams are equal keys and nothing else is."""
-    raw_a, raw_b = (np.frombuffer(text.encode("utf-32-le"), "<u4") for text in (a, b))
+    above MOST_GRAM_PAIRS pairs of equal grams, or where a gram does not fit in 64 bits. A gram
+    is its characters' numbers in the two texts' alphabet packed into one uint64, so equal
+    grams are equal keys and nothing else is."""
+    raw_a, raw_b = (np.frombuffer(text.encode("utf-32-le", "surrogatepass"), "<u4") for text in (a, b))
     alphabet = np.unique(np.concatenate([raw_a, raw_b]))
     bits = np.uint64(max(1, (len(alphabet) - 1).bit_length()))
+    if int(bits) * gram > 64:
+        return None
 
     def keys(raw: np.ndarray) -> np.ndarray:
         codes = np.searchsorted(alphabet, raw).astype(np.uint64)
