@@ -3,6 +3,7 @@ exact_pairs (every pair measured): the same groups, pairs and scores."""
 import difflib
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -158,3 +159,101 @@ def test_the_character_count_bound_passes_the_pairs_difflib_s_quick_ratio_passes
     expected = [(a, b) for a, b in pairs
                 if difflib.SequenceMatcher(None, texts[a], texts[b], autojunk=False).quick_ratio() >= threshold]
     assert similarity.within_character_counts(texts, pairs, threshold) == expected
+
+
+def difflib_matched(a: str, b: str) -> int:
+    return sum(m.size for m in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks())
+
+
+@st.composite
+def text_pairs(draw):
+    """Two texts over a small alphabet (many ties and repeats), often one a near-copy of the
+    other: a few characters inserted, deleted or replaced, or a stretch moved."""
+    alphabet = draw(st.sampled_from(["a", "ab", "ab \n", "abc(v1)= ", "abcdefghijklmnop"]))
+    a = draw(st.text(alphabet=alphabet, max_size=80))
+    if draw(st.booleans()):
+        return a, draw(st.text(alphabet=alphabet, max_size=80))
+    b = list(a)
+    for _ in range(draw(st.integers(0, 6))):
+        where = draw(st.integers(0, len(b)))
+        kind = draw(st.sampled_from(["insert", "delete", "replace", "move"]))
+        if kind == "insert":
+            b.insert(where, draw(st.sampled_from(alphabet)))
+        elif where < len(b) and kind == "delete":
+            del b[where]
+        elif where < len(b) and kind == "replace":
+            b[where] = draw(st.sampled_from(alphabet))
+        elif where < len(b):
+            stretch, b = b[where:where + 5], b[:where] + b[where + 5:]
+            b[draw(st.integers(0, len(b))):0] = stretch
+    return a, "".join(b)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text_pairs(), st.sampled_from([None, 1, 2, 3, 5]))
+def test_the_matched_characters_are_difflib_s(pair, gram):
+    """Each range's longest run, its ties (smallest i, then j) and the ranges left to difflib
+    give difflib's count, with the gram length at which runs are found or any shorter one."""
+    a, b = pair
+    assert similarity.matched_characters(a, b, gram) == difflib_matched(a, b)
+    assert similarity.matched_characters(b, a, gram) == difflib_matched(b, a)
+    assert similarity.ratio(a, b) == difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def test_the_ratio_is_difflib_s_on_the_golden_batch_and_near_copies_of_it(golden_batch):
+    texts, _, _ = similarity.distinct_fingerprints(golden_batch)
+    pairs = list(zip(texts, texts[1:])) + [(t, t[:len(t) // 3] + "#" + t[len(t) // 3:].replace("v1", "v2", 3))
+                                          for t in texts]
+    for a, b in pairs:
+        expected = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+        assert similarity.ratio_at_threshold(a, b, 0.0) == expected
+        assert similarity.ratio_at_threshold(a, b, THRESHOLD) == (expected if expected >= THRESHOLD else None)
+
+
+def test_the_matched_characters_are_difflib_s_on_many_short_random_pairs():
+    """Where a range's longest listed run, cut to it, is shorter than a gram, a run too short to
+    be listed may be longer: such ranges are difflib's. Short texts over two to four letters
+    meet that often."""
+    rng = random.Random(7)
+    for _ in range(4000):
+        alphabet = rng.choice(["ab", "abc", "abcd"])
+        a, b = ("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16))) for _ in range(2))
+        for gram in (2, 3, 4):
+            assert similarity.matched_characters(a, b, gram) == difflib_matched(a, b), (a, b, gram)
+
+
+def test_a_text_of_one_repeated_character_is_left_to_difflib(monkeypatch):
+    a, b = "x" * 300 + "y" + "x" * 200, "x" * 450 + "yx"
+    assert similarity.common_runs(a, b, 8) is not None
+    monkeypatch.setattr(similarity, "MOST_GRAM_PAIRS", 1000)
+    assert similarity.common_runs(a, b, 8) is None
+    assert similarity.matched_characters(a, b) == difflib_matched(a, b)
+
+
+def test_grams_too_long_for_64_bits_and_lone_surrogates_are_still_difflib_s():
+    a, b = "abcdefghijklmnop" * 5, "abcdefghXjklmnop" * 5
+    assert similarity.common_runs(a, b, 17) is None                     # 16 letters: 4 bits each
+    assert similarity.matched_characters(a, b, 17) == difflib_matched(a, b)
+    a, b = "x = '\ud800\udfff' + y" * 3, "x = '\ud800' + y" * 3
+    assert similarity.matched_characters(a, b, 2) == difflib_matched(a, b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(short_texts.filter(bool), st.lists(short_texts, max_size=6), st.integers(1, 5))
+def test_the_grouped_bound_is_at_least_the_longest_common_subsequence(text, others, count):
+    groups = similarity.character_groups([text, *others], count)
+    bound = similarity.grouped_common_subsequences(similarity.projections(text, groups),
+                                                   [similarity.projections(o, groups) for o in others])
+    assert len(bound) == len(others)
+    assert all(most >= longest_common_subsequence(text, o) for most, o in zip(bound, others))
+
+
+def test_the_candidates_are_the_pairs_whose_signatures_agree_on_a_whole_band(golden_batch):
+    texts, _, _ = similarity.distinct_fingerprints(golden_batch)
+    texts = texts + [texts[0] + "\n", texts[1] + " "]      # near-copies: more than one in a bucket
+    signature = similarity.signatures(texts)
+    bands = signature.reshape(len(texts), similarity.BANDS, similarity.ROWS)
+    expected = [(i, j) for i in range(len(texts)) for j in range(i + 1, len(texts))
+                if (bands[i] == bands[j]).all(axis=1).any()]
+    assert len(expected) > len(texts)
+    assert [tuple(pair) for pair in similarity.candidate_pairs(texts).tolist()] == expected
