@@ -25,7 +25,8 @@ MACHINE_DEPENDENT_KINDS = {"hostile_message_flood.ipynb": {"output_flood"}}
 def test_golden_verdict(entry, golden_graded):
     result = grade(ROOT / entry["path"], entry["assignment"], **entry.get("settings", {}))
     checks = {c.name: c for c in result.checks}
-    assert result.status == entry["status"]
+    # On a failure, what went wrong in the grading: the status alone does not say.
+    assert result.status == entry["status"], [(e.kind, e.cell, e.evalue) for e in result.errors]
     assert result.score == pytest.approx(entry["score"])
     assert result.max_score == pytest.approx(entry["max_score"])
     optional = MACHINE_DEPENDENT_KINDS.get(entry["path"].split("/")[-1], set())

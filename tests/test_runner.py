@@ -190,8 +190,15 @@ def test_no_new_kernel_once_the_notebooks_time_is_used_up():
     nb = notebook("fatal", "later")
     kernels, _, log = graded(nb, [{"fatal": dies(seconds=90.0)}], notebook_timeout=90.0)
     assert len(kernels) == 1
-    (error,) = log.errors
-    assert error.kind == "kernel_died" and "run again" not in error.evalue
+    died, deadline = log.errors
+    assert died.kind == "kernel_died" and "run again" not in died.evalue
+    # The later cells did not run for want of time: said so, so the result is a timeout.
+    assert (deadline.cell, deadline.kind) == (1, "deadline") and "could be run again" in deadline.evalue
+
+
+def test_a_fatal_last_cell_with_no_time_left_adds_no_deadline():
+    kernels, _, log = graded(notebook("fine", "fatal"), [{"fatal": dies(seconds=90.0)}], notebook_timeout=90.0)
+    assert [e.kind for e in log.errors] == ["kernel_died"]
 
 
 @pytest.mark.parametrize("source, line, rest", [

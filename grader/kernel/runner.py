@@ -162,6 +162,8 @@ async def run_with_restarts(nb, cell_timeout: float, notebook_timeout: float,
                 fatal[-1].evalue += "; the notebook was run again in a new kernel without this cell"
                 skipped.add(fatal[-1].cell)
             else:
+                if fatal and len(skipped) < MAX_RESTARTS:
+                    _no_time_to_run_again(nb, fatal[-1], notebook_timeout, log)
                 # Of the earlier attempts, only the cells that lost their kernels: every other
                 # error was met again in this attempt.
                 lost = [e for old in earlier for e in old.errors if e.kernel_lost and e.cell in skipped]
@@ -173,6 +175,19 @@ async def run_with_restarts(nb, cell_timeout: float, notebook_timeout: float,
             log.leftover_processes += sum(old.leftover_processes for old in earlier)
             return
         earlier.append(log)
+
+
+def _no_time_to_run_again(nb, fatal: ErrorRecord, notebook_timeout: float, log: ExecutionLog) -> None:
+    """A cell lost the kernel when the notebook's time was used up, so it is not run again
+    without that cell: the cells after it did not run for want of time (a deadline, as when
+    the time runs out between cells), not because of the lost kernel alone."""
+    later = [i for i, cell in enumerate(nb.cells) if i > fatal.cell and cell.cell_type == "code"]
+    if later and not any(e.kind == "deadline" for e in log.errors):
+        log.errors.append(ErrorRecord(later[0], "deadline", "Deadline",
+                                      f"the notebook's {notebook_timeout:.0f} s were used up before it could be "
+                                      "run again without the cell that stopped its kernel; this and later cells "
+                                      "did not run",
+                                      source=nb.cells[later[0]].source))
 
 
 @asynccontextmanager
