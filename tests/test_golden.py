@@ -17,7 +17,9 @@ ENTRIES = load()
 # output queue may drop the flood's oversized message before the grader could see it, and
 # then there is no output_flood to record. Either way the grade must be the same. (Its flooding
 # cell does seconds of work, 800 MB through the kernel's serializer: its entry gives it a cell
-# timeout of a minute, so that a busy machine cannot turn that work into a timeout.)
+# timeout of a minute, so that a busy machine cannot turn that work into a timeout. Likewise the
+# notebooks whose cell ignores its interrupt: the kernel is stopped after a grace and the
+# notebook run again, all within the notebook's time, which their entries make five minutes.)
 MACHINE_DEPENDENT_KINDS = {"hostile_message_flood.ipynb": {"output_flood"}}
 
 
