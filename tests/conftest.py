@@ -89,14 +89,13 @@ def planted_mistakes_named(path: Path, assignment: str, planted: dict) -> tuple:
     return result, smallest
 
 
-def grade_many(requests: list[tuple], workers: int = 1) -> None:
+def grade_many(requests: list[tuple]) -> None:
     """Grade (path, assignment, settings) requests into the cache. One at a time: gradings in
     threads of one process can fail in CPython 3.11 (seen on 3.11.7) with "SystemError: AST
     constructor recursion depth mismatch" (gh-106905: the AST constructor's recursion counter
     is shared between threads), and a failed grading cached here fails every test reading it."""
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(lambda r: grade(r[0], r[1], **r[2]), requests))
+    for path, assignment, settings in requests:
+        grade(path, assignment, **settings)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from conftest import ROOT
+from grader.sandbox.leftovers import parent_of
 
 # The grader's side: watch each folder of argv[2:] (released if its name ends in "released"),
 # print the watchdog's PID, then wait to be killed.
@@ -63,7 +64,7 @@ def test_one_watchdog_removes_what_was_not_released_when_its_process_is_killed(t
     first, second, released = folders(tmp_path, "first", "second", "released")
     owner, watchdog_pid = start_owner(first, second, released)
     # One process for everything watched: no interpreter per folder.
-    assert [p for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == owner.pid] == [str(watchdog_pid)]
+    assert [p for p in os.listdir("/proc") if p.isdigit() and parent_of(int(p)) == owner.pid] == [str(watchdog_pid)]
     assert first.exists() and second.exists()
     owner.kill()
     owner.wait()
@@ -132,9 +133,3 @@ def test_a_forked_child_has_its_own_watchdog_and_the_parents_still_hears_the_par
         except ProcessLookupError:
             pass
 
-
-def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None

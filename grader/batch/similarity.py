@@ -7,6 +7,7 @@ import difflib
 import itertools
 import re
 import sys
+from collections import Counter
 from operator import itemgetter
 
 import numpy as np
@@ -323,10 +324,9 @@ GROUPS = 8
 def character_groups(texts: list[str], count: int) -> list[str]:
     """The characters of the texts in `count` groups: each character, most frequent first, to
     the group with the fewest occurrences so far (ties to the first), so two runs agree."""
-    frequency: dict[str, int] = {}
+    frequency: Counter[str] = Counter()
     for text in texts:
-        for char in set(text):
-            frequency[char] = frequency.get(char, 0) + text.count(char)
+        frequency.update(text)
     groups: list[list[str]] = [[] for _ in range(count)]
     mass = [0] * count
     for char in sorted(frequency, key=lambda c: (-frequency[c], c)):
@@ -338,7 +338,8 @@ def character_groups(texts: list[str], count: int) -> list[str]:
 
 def projections(text: str, groups: list[str]) -> list[str]:
     """The text kept to each group's characters, in order."""
-    return [text.translate({ord(c): None for c in set(text) - set(group)}) for group in groups]
+    present = set(text)
+    return [text.translate({ord(c): None for c in present.difference(group)}) for group in groups]
 
 
 def grouped_common_subsequences(text: list[str], others: list[list[str]]) -> list[int]:

@@ -157,12 +157,13 @@ async def run_with_restarts(nb, cell_timeout: float, notebook_timeout: float,
         async with started_kernel(start_kernel) as kernel:
             log = await NotebookRunner(kernel, cell_timeout, remaining, clock).run(nb, frozenset(skipped))
             fatal = [e for e in log.errors if e.kernel_lost and e.cell >= 0]
-            again = bool(fatal) and len(skipped) < MAX_RESTARTS and clock() - started < notebook_timeout
+            may_run_again = bool(fatal) and len(skipped) < MAX_RESTARTS
+            again = may_run_again and clock() - started < notebook_timeout
             if again:
                 fatal[-1].evalue += "; the notebook was run again in a new kernel without this cell"
                 skipped.add(fatal[-1].cell)
             else:
-                if fatal and len(skipped) < MAX_RESTARTS:
+                if may_run_again:   # only the notebook's time stood in the way
                     _no_time_to_run_again(nb, fatal[-1], notebook_timeout, log)
                 # Of the earlier attempts, only the cells that lost their kernels: every other
                 # error was met again in this attempt.

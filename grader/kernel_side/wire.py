@@ -11,8 +11,8 @@ nothing is ever unpickled and a decoded array is always a plain numeric ndarray.
 The grader imports this module; the kernel, which cannot import the grader, gets its source
 text and loads it before the harness (see `_write_startup_file` in execution.py). So it
 depends on the standard library and NumPy only, and takes the functions it uses when it
-loads, before any notebook code has run: a notebook that replaces np.save or np.load cannot
-change how its values are sent.
+loads, before any notebook code has run: a notebook that replaces np.array or base64's
+functions cannot change how its values are sent.
 """
 import base64
 import math

@@ -57,10 +57,9 @@ class Watchdog:
                 self._send({"release": key})
 
     def _send(self, message: dict) -> None:
-        line = json.dumps(message).encode() + b"\n"
         if self._pipe is not None:
             try:
-                _write_all(self._pipe, line)
+                _write_all(self._pipe, _line(message))
                 return
             except BrokenPipeError:   # the watchdog itself was killed: a new one is told everything
                 self._close()
@@ -80,7 +79,7 @@ class Watchdog:
         finally:
             os.close(read)
         self._pipe = write
-        _write_all(write, b"".join(json.dumps({"watch": key, "leftovers": leftovers}).encode() + b"\n"
+        _write_all(write, b"".join(_line({"watch": key, "leftovers": leftovers})
                                    for key, leftovers in self._owned.items()))
 
     def _close(self) -> None:
@@ -99,6 +98,11 @@ class Watchdog:
             os.close(self._pipe)
             self._pipe = None
         self._process = None
+
+
+def _line(message: dict) -> bytes:
+    """A message to the watchdog: one line of JSON (json.dumps writes no newline inside)."""
+    return json.dumps(message).encode() + b"\n"
 
 
 def _write_all(fd: int, data: bytes) -> None:
