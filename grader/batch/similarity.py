@@ -14,6 +14,7 @@ import numpy as np
 
 from grader.intake.notebook import SubmissionError, code_cells, load_submission
 from grader.intake.source_scan import is_stub, python_source
+from grader import syntax_tree
 
 THRESHOLD = 0.92
 
@@ -66,7 +67,7 @@ def fingerprint(path, names: set[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for _, source in cells:
         try:
-            tree = ast.parse(python_source(source))
+            tree = syntax_tree.parse(python_source(source))
         except SyntaxError:
             continue
         found.update(normalised_source(tree, names))

@@ -9,7 +9,6 @@ student's code: they are not in the notebook, and the harness skips a function t
 """
 from __future__ import annotations
 
-import ast
 import importlib.machinery
 import keyword
 import os
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from grader.errors import SpecError
 from grader.intake.source_scan import imported_modules, matches
+from grader import syntax_tree
 
 MAX_SUPPORT_BYTES = 1024 * 2**10
 MAX_SUPPORT_FILES = 200
@@ -121,7 +121,7 @@ def _check_name(name: str, where: str, forbidden: tuple[str, ...]) -> None:
 
 def _check_source(file: SupportFile, where: str, forbidden: tuple[str, ...]) -> None:
     try:
-        tree = ast.parse(file.data.decode("utf-8"), file.shipped_as)
+        tree = syntax_tree.parse(file.data.decode("utf-8"), file.shipped_as)
     except UnicodeDecodeError:
         raise SpecError(f"{where}: {file.shipped_as} is not UTF-8 text") from None
     except SyntaxError as exc:

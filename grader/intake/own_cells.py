@@ -16,6 +16,7 @@ import ast
 import re
 
 from grader.intake.source_scan import python_source
+from grader import syntax_tree
 
 # %grade's arguments are a notebook's name and --assignment NAME: no braces, dollars or quotes,
 # so nothing in them is Python that IPython would evaluate before calling the magic.
@@ -59,7 +60,7 @@ def grader_lines(source: str) -> list[int]:
     if len(python.splitlines()) != len(lines):
         return []   # IPython rewrote the cell beyond one line for one line
     try:
-        tree = ast.parse(python)
+        tree = syntax_tree.parse(python)
     except SyntaxError:
         return []
     imported: set = set()

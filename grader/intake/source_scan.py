@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from functools import cache
+from grader import syntax_tree
 
 
 @dataclass
@@ -35,7 +36,7 @@ def python_source(cell_source: str) -> str:
     A cell that already parses as Python is left as it is: IPython changes only what is not
     Python (magics, shell escapes, help, prompts, indented first lines)."""
     try:
-        ast.parse(cell_source)
+        syntax_tree.parse(cell_source)
         return cell_source
     except (SyntaxError, ValueError):
         pass
@@ -148,7 +149,7 @@ def scan(cells: list[tuple[int, str]], graded_names: set[str], methods: dict | N
     bound: dict[str, str] = {}
     for index, source in cells:
         try:
-            tree = ast.parse(python_source(source))
+            tree = syntax_tree.parse(python_source(source))
         except SyntaxError as exc:
             result.unparsable[index] = (exc.lineno, type(exc).__name__, exc.msg)
             _add_definers(result, index, sorted(defined_textually(source, graded_names)))

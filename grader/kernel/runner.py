@@ -24,6 +24,7 @@ from grader.kernel.client import default_kernel_manager
 from grader.intake.own_cells import is_grader_cell, without_grader_lines
 from grader.settings import Limits
 from grader.intake.source_scan import python_source
+from grader import syntax_tree
 
 MAX_RESTARTS = 2
 # A kernel that does not start is the machine's doing (no code of the submission has run in
@@ -63,7 +64,7 @@ def remaining_statements(source: str, error: ErrorRecord) -> str | None:
         return None
     line = int(match.group(1))
     try:
-        tree = ast.parse(python_source(source))
+        tree = syntax_tree.parse(python_source(source))
     except SyntaxError:
         return None
     later = [stmt for stmt in tree.body if stmt.lineno > line]

@@ -24,6 +24,7 @@ import tokenize
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
+from grader import syntax_tree
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def normalised_source(function) -> str:
             row, column = token.start
             lines[row - 1] = lines[row - 1][:column]
     dropped: set[int] = set()
-    definition = ast.parse(text).body[0]
+    definition = syntax_tree.parse(text).body[0]
     body = getattr(definition, "body", [])
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
             and isinstance(body[0].value.value, str):

@@ -19,6 +19,7 @@ import re
 import site
 import sys
 from importlib.machinery import all_suffixes
+from grader import syntax_tree
 
 # Prefixes of the installations the kernel sees besides its own interpreter's: the system's
 # (launcher.SYSTEM binds all of /usr).
@@ -61,7 +62,7 @@ def _editable_mapping(finder_file: str) -> dict[str, str]:
     """The MAPPING (top-level name -> folder or file) of a setuptools editable finder, read
     from its source: importing it would run the installation's code in the grader."""
     try:
-        tree = ast.parse(open(finder_file, encoding="utf-8").read())
+        tree = syntax_tree.parse(open(finder_file, encoding="utf-8").read())
     except (OSError, SyntaxError, ValueError):
         return {}
     for node in tree.body:

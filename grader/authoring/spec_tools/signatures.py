@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from grader.intake.notebook import code_cells
 from grader.intake.source_scan import is_stub, python_source
+from grader import syntax_tree
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def _top_level(nb, kind) -> list:
     nodes = []
     for _, source in code_cells(nb):
         try:
-            tree = ast.parse(python_source(source))
+            tree = syntax_tree.parse(python_source(source))
         except SyntaxError:
             continue
         nodes += [node for node in tree.body if isinstance(node, kind) and not node.name.startswith("_")]
@@ -74,7 +75,7 @@ def why_no_function(nb) -> str:
     stops its functions being read (a cell that does not parse) or graded (placeholder bodies)."""
     for index, source in code_cells(nb):
         try:
-            ast.parse(python_source(source))
+            syntax_tree.parse(python_source(source))
         except SyntaxError as exc:
             return f"cell {index + 1} does not parse (SyntaxError: {exc.msg}, line {exc.lineno})"
     stubs = [node.name for node in _top_level(nb, ast.FunctionDef) if is_stub(node)]
