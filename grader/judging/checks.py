@@ -312,6 +312,19 @@ def _unusable(results, parts) -> Verdict | None:
     return None
 
 
+def _axes_not_over(probe, part: str, value, axes: tuple, length: int, what: str) -> Verdict | None:
+    """A permutation check moves `axes` of a returned part. The returned values are the
+    student's: an axis that does not run over the permuted `length` things is a wrong answer,
+    never a permutation the grader cannot make."""
+    for array in value if isinstance(value, list) else [value]:
+        shape = np.shape(array)
+        for axis in axes:
+            if len(shape) <= axis or shape[axis] != length:
+                return Verdict("failed", f"On {probe.label}: the {PART_WORDS[part]} has shape {shape}; "
+                                         f"its axis {axis} should run over the {what}.")
+    return None
+
+
 def judge_permutation(fn, ctx: Context, results) -> Verdict:
     (base_probe, base), (probe, permuted) = results
     unusable = _unusable(results, fn.convention.returns)
@@ -319,6 +332,10 @@ def judge_permutation(fn, ctx: Context, results) -> Verdict:
         return unusable
     order = make.token_permutation(base_probe.case.n, ctx.seed)
     for part, value in base.parts.values.items():
+        off_axis = _axes_not_over(base_probe, part, value, fn.convention.token_axes(part), len(order),
+                                  f"{len(order)} tokens")
+        if off_axis:
+            return off_axis
         problem = compare(permuted.parts.values[part], _permute(value, order, fn.convention.token_axes(part)),
                           ctx.tolerance,
                           against="the original order's result, permuted")
@@ -337,16 +354,10 @@ def judge_memory_permutation(fn, ctx: Context, results) -> Verdict:
         return unusable
     order = make.memory_permutation(base_probe.case.lk, ctx.seed)
     for part, value in base.parts.values.items():
-        # The returned values are the student's: an axis that does not run over the memory's
-        # rows is a wrong answer, never a permutation the grader cannot make.
-        for array in value if isinstance(value, list) else [value]:
-            shape = np.shape(array)
-            for axis in fn.convention.memory_axes(part):
-                if len(shape) <= axis or shape[axis] != len(order):
-                    return Verdict("failed", f"On {base_probe.label}: the {PART_WORDS[part]} has shape "
-                                             f"{shape}; its axis {axis} should run over the memory's "
-                                             f"{len(order)} rows (keys).")
         axes = fn.convention.memory_axes(part)
+        off_axis = _axes_not_over(base_probe, part, value, axes, len(order), f"memory's {len(order)} rows (keys)")
+        if off_axis:
+            return off_axis
         problem = compare(permuted.parts.values[part], _permute(value, order, axes), ctx.tolerance,
                           against="the original order's result" + (", permuted" if axes else ""))
         if problem:
