@@ -3,6 +3,9 @@ sandbox. Where this machine lacks a mechanism, the result must say so instead.""
 import csv
 import os
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -10,6 +13,7 @@ import pytest
 
 from conftest import FIXTURES, SUBMISSIONS, grade, run_grader, sandbox_processes
 from grader.sandbox import isolation as sandbox
+from grader.settings import Settings
 
 pytestmark = pytest.mark.slow
 
@@ -197,3 +201,31 @@ def test_spinning_neighbour_cannot_starve_a_correct_notebook(tmp_path):
     correct = rows["correct.ipynb"]
     assert correct["score"] == correct["max_score"] and correct["status"] == "graded", correct
     assert sandbox_processes(grader_pid=pid) == []
+
+
+@pytest.mark.sandbox
+def test_the_cpu_a_submission_used_counts_a_process_outside_its_cgroup():
+    """The interrupt's grace is the CPU the submission's processes use (Sandbox.cpu_used).
+    Where the kernel does not run as the unprivileged user it can move a process out of its
+    cgroup; that process still carries the marker and its CPU still counts."""
+    workdir = tempfile.mkdtemp(prefix=f"grader-kernel-{sandbox.run_id()}-")
+    box = sandbox.Sandbox(Settings(), workdir)
+    box.ids = None   # as on a machine without the unprivileged user
+    box.prepare()
+    spinner = None
+    try:
+        if box.cgroup is None or not box.cgroup.dirs:
+            pytest.skip("no cgroups here")
+        assert not box.cgroup_holds_everything()
+        spin = ("import sys, time\nstart = time.process_time()\nwhile time.process_time() - start < 0.5: pass\n"
+                "sys.stdout.write('spun'); sys.stdout.flush(); time.sleep(60)\n")
+        spinner = subprocess.Popen([sys.executable, "-c", spin], env=box.environment(dict(os.environ)),
+                                   stdout=subprocess.PIPE)
+        assert spinner.stdout is not None and spinner.stdout.read(4) == b"spun"
+        assert spinner.pid not in box.cgroup.pids()
+        assert box.cpu_used() >= 0.5
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
+        box.cleanup()

@@ -448,16 +448,16 @@ class Sandbox:
         return len(stray)
 
     def _running(self) -> set[int]:
+        """The submission's processes: its cgroups' where they alone hold them all
+        (cgroup_holds_everything), otherwise also every process carrying its marker."""
         if self.cgroup is not None and self.cgroup_holds_everything():
             return self.cgroup.pids()
         return (self.cgroup.pids() if self.cgroup else set()) | set(marked_processes(self.marker))
 
     def cpu_used(self) -> float:
         """The CPU seconds the submission's running processes have used, read from /proc by
-        the grader (never from the kernel); found by their cgroup where there is one, which is
-        quicker than searching every process's environment for the marker."""
-        pids = self.cgroup.pids() if self.cgroup and self.cgroup.dirs else set(marked_processes(self.marker))
-        return sum(map(_cpu_ticks, pids)) / os.sysconf("SC_CLK_TCK")
+        the grader (never from the kernel), the processes found as everything else finds them."""
+        return sum(map(_cpu_ticks, self._running())) / os.sysconf("SC_CLK_TCK")
 
     def cleanup(self) -> list[int]:
         """Kill whatever the submission left running, then remove its cgroups and folder;
