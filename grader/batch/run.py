@@ -87,13 +87,20 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     progress = Progress(len(todo), stream)
     if todo and not scheduler and forked_kernels.worth_starting(settings):
         forked_kernels.server()   # one for the whole batch: started before the workers, which share it
+    found: dict[str, dict | str] = {}   # folder -> fingerprint
     if todo:
         for s, key, data in graded(todo, spec, explicit_for, output, workers, scheduler, settings):
             row = rows[s.folder] = output.keep(s, data, key)
             report.graded += 1
             progress.step(f"{s.name}: {row['score']:g}/{row['max_score']:g} {row['status']}")
+            # Taken while the workers grade the rest: after the last result it would be the
+            # batch's tail, with one core idle.
+            add_fingerprint(found, s, rows, output)
     progress.close()
-    report.similar = similar_pairs(fingerprints(submissions, rows, output))
+    for s in submissions:
+        if s.folder not in found:
+            add_fingerprint(found, s, rows, output)
+    report.similar = similar_pairs([(s.folder, found[s.folder]) for s in submissions if s.folder in found])
     report.exports = write_class_files(outdir, submissions, rows, assignment, overrides, settings,
                                       report.similar, explicit.get("seed"), stream)
     return report
@@ -109,16 +116,13 @@ def seeded(explicit: dict, outdir: Path):
     return lambda s, content: dict(explicit, seed=submission_seed(secret, s.folder, content))
 
 
-def fingerprints(submissions: list[Submission], rows: dict, output: Output) -> list[tuple[str, dict | str]]:
-    """(folder, fingerprint) per submission; one whose source defeats the fingerprint (too
+def add_fingerprint(found: dict[str, dict | str], s: Submission, rows: dict, output: Output) -> None:
+    """The submission's fingerprint into `found`; one whose source defeats the fingerprint (too
     deeply nested to parse, say) becomes an error row instead."""
-    found: list[tuple[str, dict | str]] = []
-    for s in submissions:
-        try:
-            found.append((s.folder, fingerprint(s.path, graded_names(rows[s.folder]))))
-        except Exception as exc:  # noqa: BLE001 - one submission's source never stops the batch
-            rows[s.folder] = output.keep(s, output.error_row(s, f"similarity check failed: {reason(exc)}"), "")
-    return found
+    try:
+        found[s.folder] = fingerprint(s.path, graded_names(rows[s.folder]))
+    except Exception as exc:  # noqa: BLE001 - one submission's source never stops the batch
+        rows[s.folder] = output.keep(s, output.error_row(s, f"similarity check failed: {reason(exc)}"), "")
 
 
 def graded_names(result: dict) -> set[str]:
