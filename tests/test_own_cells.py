@@ -119,3 +119,10 @@ def test_the_readmes_python_form_is_left_out_and_never_a_finding(tmp_path):
     assert not [f for f in result.policy["findings"] if f.get("kind") == "grader_import"]
     other = with_cells(tmp_path, "import grader\nprint(grader.__file__)", name="other.ipynb")
     assert [f for f in grade(other, "rows").policy["findings"] if f.get("kind") == "grader_import"]
+
+
+def test_the_graders_lines_in_letters_python_reads_as_the_same_are_still_the_graders():
+    """Python reads an identifier in its NFKC form: `import ｇrader` imports grader, so a cell
+    without the letters "grade" is not thereby free of the grader's lines."""
+    source = "import \uff47rader; \uff47rader.check()"
+    assert grader_lines(source) == grader_lines("import grader; grader.check()") == [0]

@@ -55,6 +55,10 @@ def _is_check_call(stmt: ast.stmt, imported: set) -> bool:
 def grader_lines(source: str) -> list[int]:
     """The indices of the cell's lines that hold only the grader's own statements: its magics,
     or its import and check call."""
+    # Every form above has "grade" in its text, so most cells need no parse here; not so where
+    # Python reads other letters as these (NFKC: `import ｇrader` imports grader).
+    if "grade" not in source and source.isascii():
+        return []
     python = python_source(source)
     lines = source.splitlines()
     if len(python.splitlines()) != len(lines):
