@@ -87,7 +87,7 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     progress = Progress(len(todo), stream)
     if todo and not scheduler and forked_kernels.worth_starting(settings):
         forked_kernels.server()   # one for the whole batch: started before the workers, which share it
-    found: dict[str, dict | str] = {}   # folder -> fingerprint
+    found: dict[str, dict | str | None] = {}   # folder -> fingerprint; None: it failed, an error row says why
     if todo:
         for s, key, data in graded(todo, spec, explicit_for, output, workers, scheduler, settings):
             row = rows[s.folder] = output.keep(s, data, key)
@@ -100,7 +100,7 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     for s in submissions:
         if s.folder not in found:
             add_fingerprint(found, s, rows, output)
-    report.similar = similar_pairs([(s.folder, found[s.folder]) for s in submissions if s.folder in found])
+    report.similar = similar_pairs([(s.folder, fp) for s in submissions if (fp := found[s.folder]) is not None])
     report.exports = write_class_files(outdir, submissions, rows, assignment, overrides, settings,
                                       report.similar, explicit.get("seed"), stream)
     return report
@@ -116,12 +116,14 @@ def seeded(explicit: dict, outdir: Path):
     return lambda s, content: dict(explicit, seed=submission_seed(secret, s.folder, content))
 
 
-def add_fingerprint(found: dict[str, dict | str], s: Submission, rows: dict, output: Output) -> None:
+def add_fingerprint(found: dict[str, dict | str | None], s: Submission, rows: dict, output: Output) -> None:
     """The submission's fingerprint into `found`; one whose source defeats the fingerprint (too
-    deeply nested to parse, say) becomes an error row instead."""
+    deeply nested to parse, say) becomes an error row instead, and None in `found`, so that it
+    is neither tried again nor compared."""
     try:
         found[s.folder] = fingerprint(s.path, graded_names(rows[s.folder]))
     except Exception as exc:  # noqa: BLE001 - one submission's source never stops the batch
+        found[s.folder] = None
         rows[s.folder] = output.keep(s, output.error_row(s, f"similarity check failed: {reason(exc)}"), "")
 
 
