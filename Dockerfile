@@ -25,8 +25,8 @@ ENV PIP_NO_CACHE_DIR=1 \
 COPY --from=wheel /wheel /opt/attention-grader-source
 COPY lms/setup.sh constraints.txt /opt/attention-grader-source/
 # setup.sh makes the grader's package readable by root only: the kernel runs student code as "nobody".
-# Its pip installs the dependencies at the versions CI tested (constraints.txt).
-RUN PIP_CONSTRAINT=/opt/attention-grader-source/constraints.txt bash /opt/attention-grader-source/setup.sh \
+# It installs the dependencies at the versions CI tested (constraints.txt, beside it).
+RUN bash /opt/attention-grader-source/setup.sh \
     && rm -rf /opt/attention-grader-source
 COPY lms/prairielearn_entrypoint /usr/local/bin/prairielearn-grade
 RUN chmod 755 /usr/local/bin/prairielearn-grade && mkdir -p /grade/student /grade/results
@@ -43,7 +43,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 COPY --from=wheel /wheel /autograder/source
 COPY lms/setup.sh lms/run_autograder constraints.txt /autograder/source/
 # As Gradescope does with the zip: setup.sh in /autograder/source, run_autograder copied to /autograder;
-# the dependencies at the versions CI tested.
-RUN PIP_CONSTRAINT=/autograder/source/constraints.txt bash /autograder/source/setup.sh \
+# the dependencies at the versions CI tested (constraints.txt, beside setup.sh).
+RUN bash /autograder/source/setup.sh \
     && install -m 755 /autograder/source/run_autograder /autograder/run_autograder \
     && apt-get clean && rm -rf /var/lib/apt/lists/*

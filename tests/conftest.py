@@ -1,3 +1,4 @@
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -31,15 +32,26 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture(autouse=True)
 def _kernels_only_in_slow_tests(request, monkeypatch):
-    """A test that starts a kernel or a grader process must be marked `slow`, so that
-    `pytest -m "not slow"` is the quick subset it claims to be: elsewhere, doing so fails."""
+    """A test that starts a kernel or any other process must be marked `slow`, so that
+    `pytest -m "not slow"` is the quick subset it claims to be (no kernel, no process, nothing
+    left running): elsewhere, doing so fails."""
     _current["slow"] = request.node.get_closest_marker("slow") is not None
     if not _current["slow"]:
+        import subprocess
+
         from grader.kernel.session import Kernel
 
         async def refuse(self):
             pytest.fail("this test starts a Jupyter kernel: mark it @pytest.mark.slow")
+
+        def refuse_process(self, args, *more, **options):
+            pytest.fail(f"this test starts a process ({args!r:.80}): mark it @pytest.mark.slow")
+
+        def refuse_fork():
+            pytest.fail("this test forks a process: mark it @pytest.mark.slow")
         monkeypatch.setattr(Kernel, "__aenter__", refuse)
+        monkeypatch.setattr(subprocess.Popen, "__init__", refuse_process)
+        monkeypatch.setattr(os, "fork", refuse_fork)
 
 
 def expect_slow() -> None:
@@ -160,9 +172,12 @@ def run_grader(args: list, cwd=None, timeout=600):
 
 def own_run_environment() -> dict:
     """The environment for a `grader` subprocess that starts a grading run of its own, so its
-    submissions' processes are marked with its own PID."""
+    submissions' processes are marked with its own PID, and that runs this checkout's grader
+    (not a copy installed in the environment) from whatever folder it starts in."""
     import os
-    return {k: v for k, v in os.environ.items() if k != "GRADER_RUN_ID"}
+    env = {k: v for k, v in os.environ.items() if k != "GRADER_RUN_ID"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
 
 
 @pytest.fixture

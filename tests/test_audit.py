@@ -32,6 +32,7 @@ def mistake(fn: FunctionAudit, mistake_id: str) -> Graded:
     return next(m for m in fn.mistakes if m.ids == (mistake_id,))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", builtin_names())
 def test_every_builtin_reference_earns_every_point_and_no_mistake_slips_through(spec):
     assignment = load_assignment(spec)
@@ -42,6 +43,7 @@ def test_every_builtin_reference_earns_every_point_and_no_mistake_slips_through(
     assert found.sound and found.slipping_through == []
 
 
+@pytest.mark.slow
 def test_known_mistakes_are_caught_by_the_checks_made_for_them():
     rows, masks, batched = audited("rows"), audited("masks"), audited("batched")
     axis = mistake(rows["self_attention"], "softmax_wrong_axis")
@@ -117,6 +119,7 @@ def _compared_with_golden() -> tuple[dict, int]:
     return compared, scores
 
 
+@pytest.mark.slow
 def test_the_audit_scores_a_mistake_as_a_real_kernel_graded_the_golden_notebook_making_it():
     """The golden fixtures were graded in real kernels; for each one whose functions each make
     one known mistake (or none), the audit's score and failing checks are the grading's, among
@@ -135,6 +138,7 @@ def test_an_inverted_mask_on_the_sheets_data_is_seen_as_a_kernel_sees_it():
     assert "fixed" in kernel_failed and audit_failed == kernel_failed
 
 
+@pytest.mark.slow
 def test_pairs_are_graded_when_asked():
     single = audited("rows")["self_attention"]
     paired = audited("rows", pairs=True)["self_attention"]
@@ -152,6 +156,7 @@ skip = ["fixed", "random_shapes", "memory_layout", "dtypes"]
 """
 
 
+@pytest.mark.slow
 def test_a_spec_that_skips_the_checks_a_mistake_fails_is_reported_as_letting_it_through(tmp_path):
     spec = tmp_path / "lenient.toml"
     spec.write_text(SKIPPING)
@@ -172,6 +177,7 @@ def test_a_spec_that_skips_the_checks_a_mistake_fails_is_reported_as_letting_it_
     assert page.is_file() and "scaled by sqrt(D) instead of sqrt(d_k)" in page.read_text()
 
 
+@pytest.mark.slow
 def test_the_builtin_rows_spec_is_sound_on_the_command_line():
     done = run("rows")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -181,6 +187,7 @@ def test_the_builtin_rows_spec_is_sound_on_the_command_line():
 
 @pytest.mark.parametrize("argument, words", [("no/such/spec.toml", "no such assignment spec file"),
                                              ("nonsense", "unknown assignment 'nonsense'")])
+@pytest.mark.slow
 def test_an_unusable_spec_is_one_line_and_exit_2(argument, words):
     done = run(argument)
     assert done.returncode == 2, done.stdout + done.stderr
@@ -189,6 +196,7 @@ def test_an_unusable_spec_is_one_line_and_exit_2(argument, words):
     assert done.stdout == ""
 
 
+@pytest.mark.slow
 def test_a_spec_with_an_error_is_one_line_and_exit_2(tmp_path):
     spec = tmp_path / "typo.toml"
     spec.write_text(SKIPPING.replace("skip =", "skipp ="))
@@ -225,6 +233,7 @@ def test_a_reference_that_loses_points_makes_the_spec_wrong():
                                                   "numbers in the expected shapes) earns 1 / 12.")
 
 
+@pytest.mark.slow
 def test_the_cli_help_lists_audit():
     done = subprocess.run([sys.executable, "-m", "grader.cli", "--help"], capture_output=True, text=True,
                           cwd=ROOT, timeout=60)

@@ -24,6 +24,7 @@ def run(*args, cwd=None):
      "built-in ones: batched, columns, cross, masks, module, qkv, rows"),
     (["check", SUBMISSIONS / "worked_solution.ipynb", "--assignment", "missing.toml"], "no such assignment spec"),
 ])
+@pytest.mark.slow
 def test_unusable_input_is_one_line_and_exit_2(args, words):
     done = run(*args)
     assert done.returncode == 2
@@ -96,6 +97,7 @@ def test_hidden_check_messages_are_withheld_from_students(tmp_path):
     assert "differs from the reference" in message_after(staff.stdout, "FAIL  random_shapes")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command, abbreviation", [("check", "--out"), ("grade", "--out"), ("lms", "--sand")])
 def test_an_abbreviated_option_is_refused_not_guessed(command, abbreviation):
     """"--out" is neither "--output" nor "--output-limit": argparse would have picked one."""
@@ -104,6 +106,7 @@ def test_an_abbreviated_option_is_refused_not_guessed(command, abbreviation):
     assert done.returncode == 2 and f"unrecognized arguments: {abbreviation}" in done.stderr
 
 
+@pytest.mark.slow
 def test_assignments_lists_the_five_builtins():
     done = run("assignments")
     assert done.returncode == 0
@@ -111,12 +114,14 @@ def test_assignments_lists_the_five_builtins():
         assert any(line.startswith(name + " ") for line in done.stdout.splitlines())
 
 
+@pytest.mark.slow
 def test_the_settings_page_s_table_is_generated_from_the_declaration():
     page = (Path(__file__).resolve().parent.parent / "docs" / "settings.md").read_text()
     table = "\n".join(line for line in page.splitlines() if line.startswith("|"))
     assert table == run("settings").stdout.strip()
 
 
+@pytest.mark.slow
 def test_bad_spec_is_a_one_line_error(tmp_path):
     spec = tmp_path / "bad.toml"
     spec.write_text('[[functions]]\nname = "f"\nconvention = "no_such_convention"\n')
@@ -136,6 +141,7 @@ FUNCTION = '[[functions]]\nname = "self_attention"\nconvention = "rows_single"\n
     (FUNCTION + 'point = 3\n', "function 1: self_attention: unknown key 'point'"),
     ('[policy]\nforbiden = ["torch"]\n' + FUNCTION, "unknown key 'forbiden'"),
 ])
+@pytest.mark.slow
 def test_a_spec_is_checked_against_its_schema(tmp_path, text, words):
     """A misspelt key or a value of the wrong type is one line naming it, never ignored and
     never an error in every submission."""
@@ -148,11 +154,13 @@ def test_a_spec_is_checked_against_its_schema(tmp_path, text, words):
 
 @pytest.mark.parametrize("flag, value", [("--memory-limit", "-5"), ("--cell-timeout", "0"), ("--cell-timeout", "nan"),
                                          ("--workers", "x")])
+@pytest.mark.slow
 def test_a_limit_on_the_command_line_is_checked_the_same_way(flag, value):
     done = run("check", SUBMISSIONS / "worked_solution.ipynb", flag, value)
     assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_the_command_line_answers_without_importing_the_grading_modules():
     """`grader --help` and argument errors come at once: NumPy, nbclient and IPython are
     imported only by the command that needs them."""

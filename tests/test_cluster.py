@@ -16,6 +16,7 @@ def test_loopback_and_encrypted_addresses_are_accepted(address):
 
 @pytest.mark.parametrize("form", ["tcp://{ip}:8786", "{ip}:8786", "ws://{ip}:8786", "TCP://{ip}:8786",
                                   "tcp://no-such-host.invalid:8786", "tcp://0.0.0.0:8786"])
+@pytest.mark.slow
 def test_an_unencrypted_address_elsewhere_is_refused_in_one_line(form):
     address = form.format(ip=non_loopback_address())
     with pytest.raises(SubmissionError, match="not encrypted and not this machine's loopback") as refused:

@@ -193,6 +193,7 @@ def test_params_of_an_inline_convention_are_named_only_inside_it():
               "course.toml")
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_such_a_spec_with_exit_2(tmp_path):
     spec = tmp_path / "course.toml"
     spec.write_text(FUNCTION + QKV[:-2] + ', { name = "memory", role = "memory" }]\nreturns = "output"\n')

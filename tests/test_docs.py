@@ -90,7 +90,7 @@ def test_the_readme_is_under_12_kb():
     assert len(README.read_text().encode()) < 12_000
 
 
-def test_the_readme_starts_with_the_two_commands_and_ci_runs_the_second():
+def test_the_readme_starts_with_the_two_commands_and_ci_runs_both():
     text = README.read_text()
     assert text.split("\n\n", 1)[1].startswith("```sh\n"), "the commands come first, under the title"
     install, tests = code_blocks(README)[0].splitlines()
@@ -99,17 +99,10 @@ def test_the_readme_starts_with_the_two_commands_and_ci_runs_the_second():
     grade = shlex.split(install.split(" && ")[-1])
     assert grader_parsers()[()].parse_args(grade[1:]).run.__name__ == "grade"
 
-    def normal(step: str) -> str:
-        """A command as it runs, whatever its quiet flags, redirections, `|| failed=1` and `python3 -m`."""
-        words = [w for w in shlex.split(step.split("||")[0].split(">")[0]) if w not in ("-qq", "--quiet")]
-        return " ".join(words[2:] if words[:2] == ["python3", "-m"] else words)
-    ci = [normal(line) for line in (ROOT / ".ci" / "run").read_text().splitlines()
-          if line.strip() and not line.startswith(("#", "set ", "cd ", "export "))]
-    readme = [normal(step) for step in tests.split(" && ")]
-    assert readme[-3:] == ["ruff check", "mypy", "pytest"]
-    # Every step of the README's command runs in CI, in the same order.
-    at = iter(ci)
-    assert all(any(step == line for line in at) for step in readme), (readme, ci)
+    assert tests.split(" && ")[-3:] == ["ruff check", "mypy", "pytest"]
+    # CI runs the README's block itself, not a copy of its commands.
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "README.md" in ci and '"${commands[0]}' in ci and "${commands[1]}" in ci
 
 
 def test_every_page_is_linked_from_the_readme():

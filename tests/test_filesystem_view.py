@@ -59,6 +59,7 @@ def run_in_sandbox(program: str, argument: str, forbidden=("scipy.special",)) ->
         box.cleanup()
 
 
+@pytest.mark.slow
 def test_the_kernel_sees_an_allowlist_and_writes_only_its_folder(outside_tmp):
     if not FULL:
         pytest.skip("namespaces or an unprivileged user are not available here; the result says isolation partial")
@@ -93,6 +94,7 @@ def test_the_kernel_sees_an_allowlist_and_writes_only_its_folder(outside_tmp):
     assert not (out / "written-by-the-kernel").exists() and list(batch.iterdir()) == [batch / "alice.ipynb"]
 
 
+@pytest.mark.slow
 def test_a_forbidden_library_is_not_there_to_import():
     if not FULL:
         pytest.skip("namespaces or an unprivileged user are not available here; the result says policy partial")

@@ -222,6 +222,7 @@ def test_the_server_is_replaced_when_any_file_it_runs_changes():
         forked_kernels.SERVER_CODE)
 
 
+@pytest.mark.slow
 def test_a_handler_reports_its_launchers_exit_code_and_kills_it_when_the_grader_goes_away():
     """The handler's wait (fork_server._watch) wakes on the launcher's exit or on the grader's
     end of the connection closing, whichever comes first."""

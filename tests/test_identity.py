@@ -126,6 +126,7 @@ def test_only_canvass_own_late_mark_makes_a_file_late():
         assert not identity_of(Path(name)).late, name
 
 
+@pytest.mark.slow
 def test_zip_names_written_without_the_utf8_flag_are_read_as_utf8(tmp_path):
     """Linux's zip writes a name's UTF-8 bytes without the flag, which Python reads as cp437."""
     from grader.intake.discover import member_name

@@ -14,8 +14,8 @@ import pytest
 
 from conftest import FIXTURES, ROOT
 from grader.sandbox import isolation as sandbox
-from interpreters import (BASE_SITE_PACKAGES, build_wheel, make_venv_without_base, run_check, site_packages_of,
-                          stop_fork_server)
+from interpreters import (OWN_SITE_PACKAGES, build_wheel, copy_package, make_venv_without_base, off_path_folder,
+                          run_check, site_packages_of, stop_fork_server)
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
@@ -41,8 +41,8 @@ _harness._references = lambda value, seen: (dict(), set())
 def wheel(tmp_path_factory):
     if not (sandbox.namespaces_available() and sandbox.unprivileged_ids()):
         pytest.skip("namespaces or an unprivileged user are not available here")
-    if not (BASE_SITE_PACKAGES / "scipy" / "special").is_dir():
-        pytest.skip("the base interpreter has no scipy")
+    if not (OWN_SITE_PACKAGES / "scipy" / "special").is_dir():
+        pytest.skip("the suite's interpreter has no scipy")
     return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
@@ -74,8 +74,12 @@ def assert_stopped(python: Path, notebook: Path, tmp_path: Path, message: str) -
 
 
 def test_the_base_interpreters_scipy_is_stubbed_for_a_venv_made_without_it(venv, tmp_path):
-    """The venv does not search the base's site-packages, but its kernel sees them."""
-    notebook = attack(tmp_path, HIDDEN_IMPORT.format(before=f"sys.path.append({str(BASE_SITE_PACKAGES)!r})"))
+    """The venv does not search the base's site-packages (or, where the suite runs in a venv,
+    its own standard library folder, given a scipy), but its kernel sees them."""
+    off_path = off_path_folder(venv)
+    if not (off_path / "scipy").exists():
+        copy_package(OWN_SITE_PACKAGES / "scipy", off_path / "scipy")
+    notebook = attack(tmp_path, HIDDEN_IMPORT.format(before=f"sys.path.append({str(off_path)!r})"))
     assert_stopped(venv, notebook, tmp_path, STUBBED_LIBRARY)
 
 

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from grader.sandbox import import_paths as importable
+from grader.sandbox import isolation as sandbox
 
 # The base interpreter's own package folders: site-packages where it was built from source
 # (pyenv, python.org), dist-packages where Debian installed it.
@@ -56,3 +57,25 @@ def test_a_copy_of_the_reference_is_recognised_under_any_name(tmp_path):
     assert not importable._holds_reference(str(package))   # no __init__.py: a plain folder, not a package
     (package / "__init__.py").write_text("")
     assert importable._holds_reference(str(package))
+
+
+def test_a_hidden_folder_holding_the_interpreter_is_hidden_around_it(tmp_path):
+    """A checkout with its venv inside: the checkout's files are hidden, the way to the venv's
+    packages is not (the venv, kept, is seen whole but for the grader inside it), and a link to
+    them (a venv's lib64) is left to what it leads to."""
+    checkout = tmp_path / "checkout"
+    site_packages = checkout / ".venv" / "lib" / "python3" / "site-packages"
+    (site_packages / "grader").mkdir(parents=True)
+    (checkout / ".venv" / "bin").mkdir()
+    (checkout / ".venv" / "lib64").symlink_to("lib")
+    (checkout / "reference").mkdir()
+    (checkout / "pyproject.toml").write_text("")
+    hidden = sandbox.hidden_around([str(checkout), str(site_packages / "grader")],
+                                   [str(checkout / ".venv"), str(site_packages)])
+    assert hidden == sorted(str(p) for p in (checkout / "pyproject.toml", checkout / "reference",
+                                             site_packages / "grader"))
+
+
+def test_a_hidden_folder_that_is_itself_kept_stays_hidden(tmp_path):
+    """A legacy editable install names the checkout in a .pth file: the grader's secrecy first."""
+    assert sandbox.hidden_around([str(tmp_path)], [str(tmp_path)]) == [str(tmp_path)]

@@ -2,16 +2,19 @@
 the kernel sees its interpreter and packages wherever they live (a venv under /tmp, whose
 folder the sandbox gives the kernel a private copy of; /home; /opt; an interpreter under
 /root, a folder only root may enter; the system's own prefix)."""
+import json
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from conftest import SUBMISSIONS
 from grader.sandbox import isolation as sandbox
-from interpreters import BASE_PYTHON, build_wheel, interpreter_environment, make_venv, run_check, stop_fork_server
+from interpreters import (BASE_PYTHON, BASE_SITE_PACKAGES, build_wheel, copy_tracked, interpreter_environment,
+                          make_venv, run_check, stop_fork_server)
 
 pytestmark = pytest.mark.slow
 
@@ -35,11 +38,13 @@ def folder_in(parent: str):
     return folder
 
 
-def assert_full_marks(python: Path, tmp_path: Path, *options: str, env: dict | None = None) -> dict:
-    code, out, err, result = run_check(python, WORKED, tmp_path / "r.json", *options, env=env)
+def assert_full_marks(python: Path, tmp_path: Path, *options: str, env: dict | None = None,
+                      notebook: Path = WORKED, cwd: Path | None = None) -> dict:
+    code, out, err, result = run_check(python, notebook, tmp_path / "r.json", *options, env=env, cwd=cwd)
     assert code == 0, (out[-2000:], err[-2000:])
     assert result["score"] == result["max_score"] == 25, result["errors"]
-    assert result["errors"] == []
+    if notebook == WORKED:
+        assert result["errors"] == []
     if FULL:
         assert result["isolation"]["level"] == "full", result["isolation"]
     return result
@@ -61,11 +66,42 @@ def test_a_venv_in_each_location_grades_to_full_marks(parent, start, wheel, tmp_
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.parametrize("parent", ["/tmp", "/opt"])
+@pytest.mark.parametrize("start", ["fresh", "forked"])
+def test_a_checkout_with_its_venv_inside_grades_from_its_root(parent, start, wheel, tmp_path):
+    """As the README's first command leaves a clone (`.venv` inside it), `python -m grader.cli`
+    run from its root grades with the checkout's grader: the sandbox hides the checkout but
+    for the way to the venv's interpreter and packages. The checkout's reference stays out of
+    the kernel's reach."""
+    checkout = copy_tracked(folder_in(parent) / "attention-grader")
+    python = checkout / ".venv" / "bin" / "python"
+    reference = checkout / "reference" / "attention.py"
+    notebook = tmp_path / "reads_the_reference.ipynb"
+    nb = nbformat.read(WORKED, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(f"print(open({str(reference)!r}).read()[:200])"))
+    nbformat.write(nb, notebook)
+    try:
+        python = make_venv(checkout / ".venv", wheel)
+        result = assert_full_marks(python, tmp_path, *(["--no-fork-server"] if start == "fresh" else []),
+                                   notebook=notebook, cwd=checkout)
+        [error] = result["errors"]
+        assert error["ename"] in ("FileNotFoundError", "PermissionError"), error
+        assert "def " not in json.dumps(result), "the checkout's reference reached the kernel"
+        if FULL:
+            assert result["isolation"]["kernel_start"].startswith(start)
+    finally:
+        if start == "forked":
+            stop_fork_server(python)
+        shutil.rmtree(checkout.parent, ignore_errors=True)
+
+
 def test_the_pyenv_interpreter_under_root_grades_to_full_marks(wheel, tmp_path):
     """pyenv's interpreter itself, in /root (mode 0700), as the kernel's: the grader from the
     wheel is put first on the grader's path alone (the kernel's environment is scrubbed)."""
     if not str(BASE_PYTHON).startswith("/root/"):
         pytest.skip(f"the suite's base interpreter is {BASE_PYTHON}, not one under /root")
+    if not (BASE_SITE_PACKAGES / "ipykernel").is_dir():
+        pytest.skip("the suite's base interpreter holds no ipykernel of its own (the suite runs in a venv)")
     target = tmp_path / "grader-only"
     subprocess.run([str(BASE_PYTHON), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed",
                     "--target", str(target), str(wheel)], check=True, capture_output=True)

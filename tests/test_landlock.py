@@ -56,6 +56,7 @@ def test_a_folder_holding_a_denied_path_is_split_into_its_entries(tmp_path):
                      str(tmp_path / "work"): landlock.WRITE}
 
 
+@pytest.mark.slow
 @needs_landlock
 def test_a_restricted_process_reads_only_what_the_rules_allow(tmp_path):
     """In a child process: Landlock holds even for root, for reading, writing and TCP."""

@@ -39,6 +39,7 @@ def test_cells_without_ids_are_read_quietly_and_given_ids(tmp_path, same_id):
     assert len(set(ids)) == len(ids) == len(nb.cells)
 
 
+@pytest.mark.slow
 def test_the_one_line_error_stands_alone_on_stderr(tmp_path):
     done = run("check", saved_without_ids(tmp_path), "--assignment", "nonsense")
     assert done.returncode == 2

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from packaging.requirements import Requirement
 
 from conftest import FIXTURES, ROOT, SUBMISSIONS, own_run_environment, run_grader
 from grader import __version__
@@ -42,7 +43,8 @@ def test_the_zip_installs_and_grades_in_a_fresh_gradescope_layout(tmp_path, outs
         names = zf.namelist()
         assert zf.read("assignment.toml") == COURSE.read_bytes()
         assert zf.read("setup.sh") == (ROOT / "lms" / "setup.sh").read_bytes()
-    assert {"setup.sh", "run_autograder", "assignment.toml"} <= set(names)
+        assert zf.read("constraints.txt") == (ROOT / "constraints.txt").read_bytes()
+    assert {"setup.sh", "run_autograder", "assignment.toml", "constraints.txt"} <= set(names)
     assert [n for n in names if n.endswith(".whl")] == [f"attention_grader-{__version__}-py3-none-any.whl"]
 
     root = outside_tmp / "autograder"
@@ -58,6 +60,15 @@ def test_the_zip_installs_and_grades_in_a_fresh_gradescope_layout(tmp_path, outs
     installed = subprocess.run([str(home / "bin" / "python"), "-I", "-c", "import grader; print(grader.__file__)"],
                                capture_output=True, text=True, env=env, cwd=root)
     assert installed.stdout.startswith(str(home)), "the grader is not the one installed from the zip's wheel"
+    # Every dependency at the version CI tested (constraints.txt), not PyPI's newest.
+    pinned = {r.name: str(r.specifier)[2:] for line in (ROOT / "constraints.txt").read_text().splitlines()
+              if "==" in line and not line.startswith("#")
+              and ((r := Requirement(line)).marker is None or r.marker.evaluate())}
+    frozen = subprocess.run([str(home / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True, text=True,
+                            env=env).stdout.splitlines()
+    versions = dict(line.split("==") for line in frozen if "==" in line)
+    for name in ("numpy", "nbclient", "ipykernel", "pyzmq"):
+        assert versions[name] == pinned[name], (name, versions[name], pinned[name])
     assert os.stat(root / "source" / "assignment.toml").st_mode & 0o077 == 0, "the course's spec is readable by all"
     # Installed from a wheel, the grader has no source to build another from, and says so.
     again = subprocess.run([str(home / "bin" / "grader"), "lms", "package", "gradescope", "-o", str(tmp_path / "x")],

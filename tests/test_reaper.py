@@ -2,6 +2,7 @@
 watching and had not released when the process dies, however it dies, and nothing else; a
 forked child has its own; a watchdog killed from outside is replaced and told everything.
 Each test runs the grader's side in a child interpreter it then kills with SIGKILL."""
+import pytest
 import os
 import signal
 import subprocess
@@ -60,6 +61,7 @@ def folders(tmp_path: Path, *names: str) -> list[Path]:
     return made
 
 
+@pytest.mark.slow
 def test_one_watchdog_removes_what_was_not_released_when_its_process_is_killed(tmp_path):
     first, second, released = folders(tmp_path, "first", "second", "released")
     owner, watchdog_pid = start_owner(first, second, released)
@@ -74,6 +76,7 @@ def test_one_watchdog_removes_what_was_not_released_when_its_process_is_killed(t
     assert wait_until(lambda: not alive(watchdog_pid)), "the watchdog outlived its work"
 
 
+@pytest.mark.slow
 def test_a_process_that_exits_having_released_everything_leaves_everything(tmp_path):
     (kept,) = folders(tmp_path, "kept-released")
     code = OWNER.replace("time.sleep(600)", "")
@@ -83,6 +86,7 @@ def test_a_process_that_exits_having_released_everything_leaves_everything(tmp_p
     assert kept.exists()
 
 
+@pytest.mark.slow
 def test_a_killed_watchdog_is_replaced_and_told_everything_still_watched(tmp_path):
     first, later = folders(tmp_path, "first", "first-later")
     code = OWNER.replace("time.sleep(600)", textwrap.dedent("""
@@ -101,6 +105,7 @@ def test_a_killed_watchdog_is_replaced_and_told_everything_still_watched(tmp_pat
     assert wait_until(lambda: not first.exists() and not later.exists())
 
 
+@pytest.mark.slow
 def test_a_forked_child_has_its_own_watchdog_and_the_parents_still_hears_the_parent_die(tmp_path):
     parents, childs = folders(tmp_path, "parents", "childs")
     code = textwrap.dedent("""

@@ -82,6 +82,7 @@ def in_child(attack) -> dict:
     return json.loads(data)
 
 
+@pytest.mark.slow
 @x86_64
 @pytest.mark.skipif(not keyrings.supported(), reason="needs seccomp")
 def test_keyring_calls_through_the_32_bit_entry_and_x32_are_refused():
@@ -109,6 +110,7 @@ def _tried(call) -> object:
 
 @pytest.mark.skipif(landlock.abi() < 4 or platform.machine() not in ("x86_64", "aarch64"),
                     reason="Landlock with TCP rules (ABI 4) is not available here")
+@pytest.mark.slow
 def test_a_landlocked_process_connects_to_nothing(tmp_path):
     own, outside = tmp_path / "own", tmp_path / "outside"
     own.mkdir()
@@ -161,6 +163,7 @@ def test_a_landlocked_process_connects_to_nothing(tmp_path):
 
 @pytest.mark.skipif(landlock.abi() < 1 or platform.machine() not in ("x86_64", "aarch64"),
                     reason="Landlock is not available here")
+@pytest.mark.slow
 def test_landlocked_processes_pass_nothing_through_system_v_ipc(tmp_path):
     """A donor leaves its code in a message queue and exits; a later process of the same user
     looks for it. Both under Landlock, as two kernels graded one after the other."""
@@ -240,6 +243,7 @@ def test_without_namespaces_a_kernel_reaches_nothing_landlock_does_not_govern(wa
     assert result["score"] == result["max_score"] == 25
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(landlock.abi() < 2, reason="Landlock with rules on linking (ABI 2) is not available here")
 def test_a_landlocked_process_reaches_no_denied_file_by_another_path(tmp_path):
     """Held: a hard link or a rename of a course file into the kernel's own folder, where it

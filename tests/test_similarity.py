@@ -71,6 +71,7 @@ def near_copy(base: str, start: int, threshold: float, above: bool) -> str:
     return edited(n if above else n + 1)
 
 
+@pytest.mark.slow
 def test_planted_near_copies_at_and_just_below_the_threshold(golden_batch):
     texts, _, _ = similarity.distinct_fingerprints(golden_batch)
     items = [(f"other{i}", t) for i, t in enumerate(texts)]
@@ -105,6 +106,7 @@ def test_a_line_added_at_the_top_renumbers_every_variable_yet_the_copy_is_found(
     assert similar_pairs(items) == exact_pairs(items)
 
 
+@pytest.mark.slow
 def test_two_runs_in_two_interpreters_give_the_same_signatures(golden_batch, tmp_path):
     """The hash functions are seeded and the shingles hashed without Python's hash(), which
     each interpreter salts: two runs of a batch name the same pairs."""

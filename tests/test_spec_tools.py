@@ -174,6 +174,7 @@ def test_check_fails_a_mistaken_notebook_with_exit_1():
     assert "does not earn every point" in done.stdout
 
 
+@pytest.mark.slow
 def test_check_validates_a_spec_without_a_solution(tmp_path):
     done = run("spec", "check", ROOT / "reference" / "assignments" / "cross.toml")
     assert done.returncode == 0, done.stderr
@@ -186,12 +187,14 @@ def test_check_validates_a_spec_without_a_solution(tmp_path):
      'returns = "output" }', "unknown role 'tokens'"),
     ('name = "x"\n[tolerence]\nrtol = 1', "unknown key 'tolerence'"),
 ])
+@pytest.mark.slow
 def test_a_garbage_spec_is_exit_2_with_one_line(tmp_path, text, words):
     spec = tmp_path / "garbage.toml"
     spec.write_text(text)
     one_line_error(run("spec", "check", spec), words)
 
 
+@pytest.mark.slow
 def test_an_existing_spec_is_never_overwritten_without_force(tmp_path):
     out = tmp_path / "spec.toml"
     out.write_text("# the staff's own\n")
@@ -202,11 +205,13 @@ def test_an_existing_spec_is_never_overwritten_without_force(tmp_path):
     assert "def f(Q, K, V)" in solution.read_text()
 
 
+@pytest.mark.slow
 def test_support_names_a_folder_that_exists(tmp_path):
     one_line_error(run("spec", "infer", SUBMISSIONS / "worked_solution.ipynb", "-o", tmp_path / "s.toml",
                        "--support", tmp_path / "missing"), "no such folder")
 
 
+@pytest.mark.slow
 def test_a_solution_inside_the_course_package_is_inferred_with_its_support_and_checked_at_full_marks(tmp_path):
     """homework written in the course's package (relative imports of its siblings): --support names
     the package, the proposed spec ships it as [support], and grades the solution at full marks."""

@@ -137,8 +137,11 @@ class Kernel:
     it yet; leaving the block stops it and counts in `leftover_processes` what had to be killed."""
 
     def __init__(self, limits: Limits, kernel_manager_factory=default_kernel_manager, forbidden: tuple[str, ...] = (),
-                 hidden_files: tuple[str, ...] = (), support=None):
+                 hidden_files: tuple[str, ...] = (), support=None, output_wait: int = IOPUB_TIMEOUT):
         self.limits = limits
+        # How long a cell's outputs may go on arriving after its reply (IOPUB_TIMEOUT), in whole
+        # seconds, as nbclient takes it.
+        self.output_wait = output_wait
         self.kernel_manager_factory = kernel_manager_factory
         self.forbidden = forbidden
         self.hidden_files = hidden_files
@@ -199,7 +202,8 @@ class Kernel:
         self.kernel_log = tempfile.TemporaryFile()
         self.km = self.kernel_manager_factory(self.workdir, self.sandbox)
         self.client = CappedClient(notebook(), km=self.km, kernel_name="python3", allow_errors=True,
-                                   interrupt_on_timeout=True, iopub_timeout=IOPUB_TIMEOUT, shutdown_kernel="immediate",
+                                   interrupt_on_timeout=True, iopub_timeout=self.output_wait,
+                                   shutdown_kernel="immediate",
                                    # nbclient takes whole seconds only
                                    startup_timeout=math.ceil(self.limits.startup_timeout),
                                    on_cell_executed=self._remember_reply)
@@ -400,7 +404,7 @@ class Kernel:
         notebook cell's are only counted as output."""
         self._client().nb = notebook([cell])
         self._client().timeout = None if timeout is None else max(1, int(round(timeout)))
-        self._client().iopub_timeout = IOPUB_TIMEOUT
+        self._client().iopub_timeout = self.output_wait
         if timeout is not None:
             self._client().error_on_timeout = {"ename": "Timeout", "evalue": f"interrupted after {timeout:.0f} s"}
         self._client().probing = probe
@@ -473,7 +477,7 @@ class Kernel:
         try:
             # Past nbclient's own time for the cell (whole seconds) and its wait for the cell's
             # last outputs: when this wait runs out, the cell ignored its interrupt.
-            reply = await self._send(cell, timeout, math.ceil(timeout) + IOPUB_TIMEOUT + grace, history=not probe,
+            reply = await self._send(cell, timeout, math.ceil(timeout) + self.output_wait + grace, history=not probe,
                                      probe=probe)
         except asyncio.TimeoutError:
             return await self._unresponsive(grace)

@@ -287,7 +287,12 @@ def main():
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         # Without a PID namespace, nothing takes the kernel with this process: it dies with it.
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        os.execv(command[0], command)
+        try:
+            os.execv(command[0], command)
+        except OSError as exc:   # one line the grader shows as the machine's fault, naming the file
+            os.write(2, f"OSError: the sandbox cannot run {command[0]} ({exc.strerror}): "
+                        "is it inside a folder the sandbox hides?\n".encode())
+            os._exit(127)
     sys.exit(supervise(kernel))
 
 

@@ -6,6 +6,7 @@ copies run_autograder to /autograder/run_autograder, which it runs for each subm
 (Gradescope's autograder specifications). Ours holds:
 
     setup.sh, run_autograder                 the project's lms/ scripts
+    constraints.txt                          the dependencies' versions CI tested, which setup.sh installs
     attention_grader-VERSION-py3-none-any.whl    the grader, which is not on PyPI
     assignment.toml                          the course's spec, when --assignment names one
     support/mytorch/*.py (say)               its [support] modules, where the spec names them
@@ -32,6 +33,8 @@ from grader.course.spec import builtin_dir, builtin_names, load_assignment, spec
 DISTRIBUTION = "attention-grader"
 SCRIPTS = ("setup.sh", "run_autograder")
 SOURCES = ("pyproject.toml", "README.md", "grader", "reference", "templates")   # what the wheel is built from
+# The versions of the dependencies CI tested: an image rebuilt mid-term gets the same ones.
+CONSTRAINTS = "constraints.txt"
 SPEC_NAME = "assignment.toml"   # where grader lms gradescope looks for the course's spec
 
 
@@ -47,7 +50,8 @@ def project_root() -> Path:
     if url.scheme == "file":
         candidates.append(Path(unquote(url.path)))
     for root in candidates:
-        if all((root / name).exists() for name in SOURCES) and all((root / "lms" / s).is_file() for s in SCRIPTS):
+        if all((root / name).exists() for name in (*SOURCES, CONSTRAINTS)) and \
+                all((root / "lms" / s).is_file() for s in SCRIPTS):
             return root
     raise SubmissionError("grader lms package builds the grader's wheel from the project's source: run it from a "
                           "checkout of attention-grader (pip install -e .)")
@@ -112,6 +116,7 @@ def gradescope_zip(output: Path, requested: str | None) -> list[str]:
             for script in SCRIPTS:
                 _add(archive, script, (root / "lms" / script).read_bytes(), 0o755)
             _add(archive, wheel.name, wheel.read_bytes(), 0o644)
+            _add(archive, CONSTRAINTS, (root / CONSTRAINTS).read_bytes(), 0o644)
             for name, data in course:
                 _add(archive, name, data, 0o644)
             members = archive.namelist()

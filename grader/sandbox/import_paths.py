@@ -58,6 +58,11 @@ def _pth_entries(site_folder: str) -> tuple[list[str], dict[str, list[str]]]:
     return folders, mapped
 
 
+def pth_folders(site_folders: list[str]) -> list[str]:
+    """The folders the .pth files of these site folders put on the search path."""
+    return [folder for site_folder in site_folders for folder in _pth_entries(site_folder)[0]]
+
+
 def _editable_mapping(finder_file: str) -> dict[str, str]:
     """The MAPPING (top-level name -> folder or file) of a setuptools editable finder, read
     from its source: importing it would run the installation's code in the grader."""

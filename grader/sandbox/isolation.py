@@ -223,9 +223,11 @@ def landlock_abi() -> int:
 
 
 def interpreter_paths() -> list[str]:
-    """What the kernel's interpreter reads: its executable, standard library and packages."""
-    paths = {os.path.dirname(os.path.realpath(sys.executable)), sys.prefix, sys.base_prefix,
-             *site.getsitepackages()}
+    """What the kernel's interpreter reads: its executable, standard library and packages, and
+    the folders its site folders' .pth files add (the kernel's interpreter adds them too)."""
+    sites = site.getsitepackages()
+    paths = {os.path.dirname(os.path.realpath(sys.executable)), sys.prefix, sys.base_prefix, *sites,
+             *importable.pth_folders(sites)}
     return sorted(os.path.realpath(p) for p in paths if os.path.isdir(p))
 
 
@@ -250,6 +252,40 @@ def grader_paths(extra: Iterable[str]) -> list[str]:
     if (checkout / "pyproject.toml").is_file() and (checkout / "reference").is_dir():
         paths.add(str(checkout))
     return sorted(paths)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def hidden_around(hidden: Iterable[str], kept: Iterable[str]) -> list[str]:
+    """The hidden paths, each folder that holds a kept path (the interpreter, its packages,
+    the kernel's folder) replaced by its entries that are not on the way to one, recursively:
+    a virtual environment made inside a source checkout stays readable while the checkout's
+    own files are hidden. Being kept itself does not uncover a hidden path (a legacy editable
+    install names the checkout in a .pth file): only the ways to kept paths inside it are left."""
+    kept = sorted({os.path.realpath(k) for k in kept if k})
+    found: list[str] = []
+
+    def carve(path: str, top: bool) -> None:
+        if not top and path in kept:
+            return   # a way's end
+        if not any(_inside(k, path) and k != path for k in kept):
+            found.append(path)
+            return
+        try:
+            entries = sorted(os.listdir(path))
+        except OSError:
+            return   # unreadable to the grader's user: not a way to a kept path either
+        for entry in map(functools.partial(os.path.join, path), entries):
+            if os.path.islink(entry) and any(_inside(k, real := os.path.realpath(entry)) or _inside(real, k)
+                                             for k in kept):
+                continue   # a link to a kept path (a venv's lib64): what it leads to is decided there
+            carve(entry, False)
+
+    for path in hidden:
+        carve(os.path.realpath(path), True)
+    return sorted(set(found))
 
 
 def run_id() -> str:
@@ -357,7 +393,8 @@ class Sandbox:
 
     def launcher_policy(self, connection_file: str | None) -> dict:
         """What the launcher (launcher.py) builds the kernel's process and filesystem from."""
-        return {"workdir": self.workdir, "hide": self.hidden, "expose": interpreter_paths(),
+        kept = [*interpreter_paths(), self.workdir, *([self.course_folder] if self.course_folder else [])]
+        return {"workdir": self.workdir, "hide": hidden_around(self.hidden, kept), "expose": interpreter_paths(),
                 "course": self.course_folder,
                 "forbidden": {m: library_paths(m) for m in self.forbidden},
                 "mount": self.namespaces, "landlock": self.landlock, "keyrings": self.keyrings,
