@@ -265,3 +265,73 @@ def test_a_kernel_left_as_root_has_no_capabilities(monkeypatch):
     assert still_root is None
     assert sniff is not None and sniff.ename == "PermissionError", sniff
     assert device is not None and device.ename == "PermissionError", device
+
+
+# A process that leaves everything the grader could know it by: it double-forks, leaves the
+# kernel's session and runs another interpreter with an empty environment (no sandbox marker).
+ESCAPE = """import os
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execve("/usr/bin/python3", ["/usr/bin/python3", "-c", "import time; time.sleep(600)", {token!r}], {{}})
+    os._exit(0)
+os.wait()
+"""
+# Its launcher, which adopts such a process, ended by the kernel: Landlock's signal scope
+# (ABI 6) keeps the kernel from signalling a process outside its domain.
+KILL_LAUNCHER = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nraise RuntimeError('killed its launcher')"
+
+
+def _processes_with(token: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and token.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+@needs_landlock
+@pytest.mark.parametrize("way", WAYS)
+def test_without_namespaces_nothing_the_kernel_starts_outlives_its_grading(way, outside_tmp):
+    """Unprivileged, without cgroups or a PID namespace: a process that double-forks, calls
+    setsid() and re-executes an interpreter with an empty environment is still found (below
+    the kernel's launcher, a child subreaper) and killed before the grader exits, and counted
+    (as left in the background once the notebook has run, or as left over at the kernel's end)."""
+    expect_slow()
+    if os.geteuid() != 0 or not all(shutil.which(p) for p in ("capsh", "setpriv", "unshare")):
+        pytest.skip("switching users and dropping capabilities needs root, capsh, setpriv and unshare")
+    if not os.path.exists("/usr/bin/python3"):
+        pytest.skip("no /usr/bin/python3 to re-execute")
+    if _private_ancestors() and not sandbox.namespaces_available():
+        pytest.skip("the interpreter is in a private folder and no mount namespace can open it")
+    batch, out, home = (outside_tmp / n for n in ("batch", "out", "home"))
+    for folder in (batch, out, home):
+        folder.mkdir()
+    for folder in (out, home):
+        folder.chmod(0o777)
+    token = f"escapee-{os.getpid()}-{way.replace(' ', '-')}"
+    nb = nbformat.read(SUBMISSIONS / "worked_solution.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(ESCAPE.format(token=token)))
+    if ABI >= 6:
+        nb.cells.append(nbformat.v4.new_code_cell(KILL_LAUNCHER))
+    nbformat.write(nb, batch / "mallory.ipynb")
+    try:
+        done = grade_without_namespaces(way, batch, out, home)
+        left = _processes_with(token)
+    finally:
+        leftovers.kill(_processes_with(token))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert left == [], "a process of the submission outlived its grading"
+    (path,) = glob.glob(str(out / "*" / "result.json"))
+    result = json.loads(Path(path).read_text())
+    isolation = result["isolation"]
+    assert isolation["background_processes_stopped"] + isolation["leftover_processes_killed"] >= 1, isolation
+    assert result["score"] == result["max_score"] == 25
+    if ABI >= 6:
+        [error] = [e for e in result["errors"] if "killed its launcher" in e["source"]]
+        assert error["ename"] == "PermissionError", error

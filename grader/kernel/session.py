@@ -276,6 +276,10 @@ class Kernel:
             if self.client is not None and self.client.kc is not None:
                 self.client.kc.stop_channels()
             if self.km is not None:
+                if self.sandbox is not None:
+                    # What runs beside the kernel, ended while the launcher still holds it:
+                    # without a PID namespace, the kernel's end would orphan it to init.
+                    self.leftover_processes += self.sandbox.end_beside_kernel(self._launched_pid())
                 await self.km.shutdown_kernel(now=True)
         except Exception:  # noqa: BLE001 - a dead, killed or never started kernel may fail to shut down cleanly
             pass
@@ -382,6 +386,11 @@ class Kernel:
         except DeadKernelError:
             return await self._died(self.limits.interrupt_grace)
         return await self._flooded()
+
+    def _launched_pid(self) -> int | None:
+        provisioner = getattr(self.km, "provisioner", None)
+        pid = getattr(provisioner, "pid", None)
+        return pid if isinstance(pid, int) else None
 
     async def stop_background(self) -> int:
         """Stop what the notebook left running beside the kernel, so that probing is not

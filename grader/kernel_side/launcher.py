@@ -22,6 +22,7 @@ import sys
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
 MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 PR_CAPBSET_DROP, CAPABILITY_VERSION_3 = 24, 0x20080522
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "i686": 217, "armv7l": 218}
 # The system's programs and libraries; on merged-/usr systems most are links into /usr.
@@ -277,13 +278,20 @@ def main():
     if policy.get("uid") is not None:
         give_connection_file(policy["uid"], policy["gid"], policy.get("connection_file"))
         drop_privileges(policy["uid"], policy["gid"])
-    confine(policy, ruleset)
+    if not policy.get("mount"):
+        # Without a PID namespace, every orphan of the kernel's (a process that double-forks,
+        # leaves its session and empties its environment) becomes this process's child, not
+        # init's: the grader finds them all below it (leftovers.descendants).
+        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     # Interrupts reach the kernel through its process group; this reaper must not die of them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The kernel's parent is this process, PID 1 here, so it cannot watch the grader's PID.
     os.environ.pop("JPY_PARENT_PID", None)
     kernel = os.fork()
     if kernel == 0:
+        # Only the kernel is confined: outside its Landlock domain, this process is one it can
+        # neither signal nor trace (Landlock's scopes), so it cannot end the reaper of its orphans.
+        confine(policy, ruleset)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         # Without a PID namespace, nothing takes the kernel with this process: it dies with it.
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

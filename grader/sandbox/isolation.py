@@ -30,8 +30,8 @@ from grader import kernel_side
 from grader.sandbox import import_paths as importable
 from grader.kernel_side import keyrings
 from grader.kernel_side import landlock
-from grader.sandbox.leftovers import (MARKER, cgroup_pids, kill, marked_processes, parent_of, remove_leftovers,
-                                      remove_quietly, start_time_of)
+from grader.sandbox.leftovers import (MARKER, cgroup_pids, descendants, marked_processes, parent_of, remove_leftovers,
+                                      remove_quietly, start_time_of, stop_then_kill)
 from grader.sandbox.reaper import watchdog
 
 PR_SET_PDEATHSIG = 1
@@ -321,6 +321,7 @@ class Sandbox:
         self.cgroup: Cgroup | None = None
         self.folder_mounted = False
         self.watched: str | None = None   # the key this process's watchdog knows the leftovers by
+        self.launched_pid: int | None = None   # the kernel's launcher, once the grader has asked after it
         # How the kernel was started: "forked" from the warm parent, or "fresh", and why.
         self.kernel_start = ("fresh", "")
         self.namespaces = self.enabled and namespaces_available()
@@ -470,9 +471,11 @@ class Sandbox:
 
     def stop_background(self, launched_pid: int | None) -> int:
         """Kill what the notebook left running besides the kernel, so that probing is not
-        starved by it; returns how many processes were stopped."""
+        starved by it (and, before the kernel is shut down, so that nothing outlives it);
+        returns how many processes were stopped."""
         if not launched_pid:
             return 0
+        self.launched_pid = launched_pid
         keep = {launched_pid}
         # unshare -> launcher -> kernel, or launcher -> kernel
         for _ in range(int(self.namespaces) + int(self.launched_through_launcher())):
@@ -480,16 +483,29 @@ class Sandbox:
             # itself, started later.
             children = [p for p in self._running() if parent_of(p) in keep and p not in keep]
             keep |= set(sorted(children, key=start_time_of)[:1])
-        stray = self._running() - keep
-        kill(stray)
-        return len(stray)
+        return len(stop_then_kill(lambda: self._running() - keep))
+
+    def end_beside_kernel(self, launched_pid: int | None) -> int:
+        """Just before the kernel is shut down: stop and kill every process of the submission
+        below its launcher, the kernel included (it is shut down next anyway), while the
+        launcher still holds them: without a PID namespace the kernel's end would otherwise
+        orphan them to init (inside one, the namespace's end kills them). Returns how many
+        there were besides the kernel."""
+        if not launched_pid or self.namespaces:
+            return 0
+        self.launched_pid = launched_pid
+        oldest = sorted((p for p in self._running() if parent_of(p) == launched_pid), key=start_time_of)[:1]
+        return len(stop_then_kill(lambda: self._running() - {launched_pid}) - set(oldest))
 
     def _running(self) -> set[int]:
         """The submission's processes: its cgroups' where they alone hold them all
-        (cgroup_holds_everything), otherwise also every process carrying its marker."""
+        (cgroup_holds_everything), otherwise also every process carrying its marker and every
+        process below its launcher (a child subreaper without a PID namespace), which holds
+        whatever left its session and emptied its environment."""
         if self.cgroup is not None and self.cgroup_holds_everything():
             return self.cgroup.pids()
-        return (self.cgroup.pids() if self.cgroup else set()) | set(marked_processes(self.marker))
+        below = descendants(self.launched_pid) if self.launched_pid and not self.namespaces else set()
+        return (self.cgroup.pids() if self.cgroup else set()) | set(marked_processes(self.marker)) | below
 
     def cpu_used(self) -> float:
         """The CPU seconds the submission's running processes have used, read from /proc by

@@ -48,6 +48,43 @@ def kill_until_gone(find) -> set[int]:
     return killed
 
 
+def descendants(root: int) -> set[int]:
+    """Every process below `root` in the process tree, read from /proc: with the kernel's
+    launcher a child subreaper, a process that double-forks and leaves its session and
+    environment behind is still one of them."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (parent := parent_of(int(entry))) is not None:
+            children.setdefault(parent, []).append(int(entry))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def stop_then_kill(find) -> set[int]:
+    """Stop (SIGSTOP) what find() returns until it returns nothing new, then kill it all: a
+    stopped process forks no more, so a process that forks as fast as it can is not left
+    behind by a kill that came between its fork and its child's."""
+    stopped: set[int] = set()
+    for _ in range(50):
+        new = set(find()) - stopped
+        if not new:
+            break
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+        stopped |= new
+    kill(stopped)
+    return stopped
+
+
 def remove_quietly(directory: Path) -> None:
     try:
         Path(directory).rmdir()
