@@ -41,3 +41,19 @@ def test_the_tls_files_go_together_with_an_encrypted_address(tmp_path):
 def test_a_name_is_loopback_only_when_all_it_stands_for_is():
     assert is_loopback("localhost") and is_loopback("127.0.0.2") and is_loopback("::1")
     assert not is_loopback("") and not is_loopback("no-such-host.invalid") and not is_loopback("192.0.2.9")
+
+
+@pytest.mark.parametrize("address", [
+    "tcp://10.255.255.1:8786@127.0.0.1",   # a URL parser's host is 127.0.0.1; Dask's is 10.255.255.1
+    "tcp://user@127.0.0.1:8786",           # a URL parser's host is 127.0.0.1; Dask's is "user@127.0.0.1"
+    "tcp://127.0.0.1#@10.0.0.1:8786",      # a URL parser stops at "#"; Dask does not
+    "tcp://127.0.0.1/x:8786",
+    "tcp://[::1]x:8786",
+    "tcp://127.0.0.1:87a6",
+])
+def test_an_address_read_otherwise_by_dask_is_never_taken_for_loopback(address):
+    """The host is read as Dask reads it (the part before the last colon, or in brackets), and
+    what is not plainly a name or an address is refused: a plain TCP address is sent work only
+    when Dask, too, would connect to this machine's loopback."""
+    with pytest.raises(SubmissionError, match="not encrypted and not this machine's loopback"):
+        checked_address(address, settings_from({}))

@@ -10,8 +10,8 @@ network is theirs (--insecure-scheduler).
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
-from urllib.parse import urlsplit
 
 from grader.errors import SubmissionError
 
@@ -21,14 +21,34 @@ DEFAULT_SCHEME = "tcp"   # Dask's, for an address without one
 TLS_FILES = ("tls_ca_file", "tls_cert", "tls_key")
 
 
+# What a host of an address may hold: a name's letters, digits, dots and hyphens, or an IP
+# address's (IPv6 in brackets). Anything else (`user@`, `#`, `/`) is read one way by a URL
+# parser and another by Dask, so it is never taken for loopback.
+PLAIN_HOST = re.compile(r"[A-Za-z0-9.\-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9]+)?")
+
+
 def _host(address: str) -> tuple[str, str]:
-    """(scheme, host) of a Dask address such as tls://head:8786, tcp://[::1]:8786 or head:8786."""
-    scheme = address.split("://", 1)[0].lower() if "://" in address else DEFAULT_SCHEME
-    rest = address.split("://", 1)[-1]
-    try:
-        host = urlsplit(f"//{rest}").hostname or ""
-    except ValueError:
-        host = ""
+    """(scheme, host) of a Dask address such as tls://head:8786, tcp://[::1]:8786 or head:8786,
+    read as Dask reads it (distributed.comm.addressing: parse_address, then parse_host_port):
+    the host is what comes before the last colon, or between brackets. A host that is not
+    plainly a name or an address, or a port that is not a number, gives the host ''."""
+    scheme, sep, location = address.partition("://")
+    if not sep:
+        scheme, location = DEFAULT_SCHEME, address
+    scheme = scheme.lower()
+    if location.startswith("["):
+        host, bracket, tail = location[1:].partition("]")
+        port = tail[1:] if tail.startswith(":") else None if not tail else "bad"
+        if not bracket:
+            return scheme, ""
+    else:
+        host, colon, port = location.rpartition(":")
+        if not colon:
+            host, port = port, None
+        elif ":" in host:
+            return scheme, ""
+    if (port is not None and not port.isdigit()) or not PLAIN_HOST.fullmatch(host):
+        return scheme, ""
     return scheme, host
 
 
