@@ -22,7 +22,7 @@ from grader.kernel.client import default_kernel_manager
 from grader.intake.notebook import code_cells, load_submission
 from grader.result import (CheckResult, CheckStatus, DefiningCellFailure, ErrorKind, ErrorRecord, Finding,
                            FunctionInfo, GradeResult, SmallestCase, Timing)
-from grader.kernel.runner import REST_RUN, executed_notebook
+from grader.kernel.runner import NOT_RUN_NOTE, executed_notebook
 from grader.sandbox.isolation import ENFORCES_POLICY
 from grader.calling.returns import canonical_parts
 from grader.course.spec import Assignment, FunctionSpec, metadata_assignment
@@ -199,12 +199,11 @@ def _not_graded_for_failed_cell(fn: FunctionSpec, failure: DefiningCellFailure) 
 
 
 def failed_definition(fn: FunctionSpec, scan, errors: list[ErrorRecord]) -> DefiningCellFailure | None:
-    """Why `fn`, not defined after the notebook ran, was not: the first error of the last cell
-    whose source defines it (the cell did not parse, or raised before its `def` ran, as after
-    a failed import), as {"cell", "line", "ename", "evalue"}; None when no such cell failed.
-    The first error, because the rest of a cell runs after its first failing statement: a
-    later error is often only a consequence, and its line is counted from that statement.
-    A cell that does not parse is described as the grader's own parse of the file finds it."""
+    """Why `fn`, not defined after the notebook ran, was not: the error of the last cell whose
+    source defines it (the cell did not parse, or raised before its `def` ran, as after a
+    failed import: Python runs nothing after the failing statement), as {"cell", "line",
+    "ename", "evalue"}; None when no such cell failed. A cell that does not parse is described
+    as the grader's own parse of the file finds it."""
     cells = {cell for name in fn.names for cell in scan.definers.get(name, [])}
     failed = [e for e in errors if e.cell in cells]
     if not failed:
@@ -215,7 +214,7 @@ def failed_definition(fn: FunctionSpec, scan, errors: list[ErrorRecord]) -> Defi
     else:
         line, ename, evalue = failing_line_number(error), error.ename, error.evalue
     # One line: the cell's own entry under the notebook's problems has the rest.
-    first = (evalue.replace(REST_RUN, "").strip().splitlines() or [""])[0][:200]
+    first = (NOT_RUN_NOTE.sub("", evalue).strip().splitlines() or [""])[0][:200]
     return {"cell": error.cell, "line": line, "ename": ename[:100], "evalue": first}
 
 

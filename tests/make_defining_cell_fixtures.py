@@ -49,10 +49,13 @@ DEFINING_CELLS = {
     # line 1 raises NameError before the def, which is in its block, so the def never runs
     "name_error_before_def": "if use_float64:\n" + "\n".join("    " + line if line else line
                                                              for line in SELF_ATTENTION.splitlines()),
-    # line 1 fails; the rest of the cell runs, and the def (line 3) then raises NameError on
-    # the annotation the import was to bring, so it is never bound
+    # line 1 fails, and as in Python nothing after it runs: the def (line 3) never does
     "failing_import": "from attention_types import Matrix\n\n" + SELF_ATTENTION.replace(
         "def self_attention(X, Wq, Wk, Wv):", "def self_attention(X: Matrix, Wq, Wk, Wv):"),
+    # line 1 fails; the decorated def after it never runs, decorated or not
+    "decorator_from_missing_package": "from attention_speedups import jit\n\n@jit\n" + SELF_ATTENTION,
+    # the cell interrupts itself at line 1 (no timeout did): nothing after it runs either
+    "raises_keyboard_interrupt": "raise KeyboardInterrupt\n\n" + SELF_ATTENTION,
 }
 
 

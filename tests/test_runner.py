@@ -1,6 +1,6 @@
-"""Running a notebook, without a Jupyter kernel: cell order, timeouts and the deadline, the
-rest-of-cell rescue and restarts, against a scripted kernel and a clock that only moves
-when a cell "runs"."""
+"""Running a notebook, without a Jupyter kernel: cell order, timeouts and the deadline, what a
+failing statement leaves undefined, and restarts, against a scripted kernel and a clock that
+only moves when a cell "runs"."""
 import asyncio
 
 import nbformat
@@ -8,7 +8,7 @@ import pytest
 
 from grader.result import ErrorRecord
 from kernel_fakes import Clock, ScriptedKernel, Step
-from grader.kernel.runner import MAX_RESTARTS, NotebookRunner, remaining_statements, run_with_restarts
+from grader.kernel.runner import MAX_RESTARTS, NotebookRunner, left_undefined, run_with_restarts
 
 
 def raises(ename="NameError", line=1, seconds=1.0) -> Step:
@@ -75,21 +75,29 @@ def test_an_error_is_recorded_with_its_cell_and_the_notebook_goes_on():
     assert fake.sources == ["ok", "boom", "after"]
     (error,) = log.errors
     assert (error.cell, error.kind, error.ename, error.source) == (1, "error", "ZeroDivisionError", "boom")
-    assert "rest of the cell" not in error.evalue
+    assert "ran nothing after" not in error.evalue
 
 
-def test_the_rest_of_a_cell_runs_when_definitions_follow_the_failing_statement():
-    cell = "x = 1\nfloat(object())\ny = 2\ndef f():\n    return y\n"
-    rest = "y = 2\ndef f():\n    return y"
+def test_nothing_after_a_failing_statement_runs_and_its_error_names_what_it_left_undefined():
+    """As in Python: the definitions after the failing line are never made, and the error
+    says so once; the next cell still runs."""
+    cell = "x = 1\nfloat(object())\ny = 2\ndef f():\n    return y\nclass G:\n    pass\n"
     nb = notebook(cell, "after")
     fake, log = run(nb, {cell: raises("TypeError", line=2)})
-    assert fake.sources == [cell, rest, "after"]
+    assert fake.sources == [cell, "after"]
     (error,) = log.errors
     assert (error.cell, error.source) == (0, cell)
-    assert error.evalue.endswith("(the rest of the cell was run after the failing statement)")
+    assert error.evalue == "TypeError raised (Python ran nothing after line 2 of this cell, so `f`, `G` are not defined)"
 
 
-def test_the_rest_is_not_run_without_definitions_after_the_error_nor_after_a_timeout():
+def test_a_decorated_function_whose_decorator_raises_is_not_defined():
+    cell = "@missing_decorator\ndef self_attention(X, Wq, Wk, Wv):\n    return X\n"
+    fake, log = run(notebook(cell), {cell: raises("NameError", line=1)})
+    assert fake.sources == [cell]
+    assert log.errors[0].evalue.endswith("so `self_attention` is not defined)")
+
+
+def test_no_note_without_definitions_after_the_error_nor_after_a_timeout():
     plain = "float(object())\nprint(1)\n"
     slow = "while True: pass\ndef f(): pass\n"
     timeout = Step(30.0, ("timeout", "Timeout", "the cell ran longer than 30 s and was interrupted",
@@ -97,23 +105,7 @@ def test_the_rest_is_not_run_without_definitions_after_the_error_nor_after_a_tim
     fake, log = run(notebook(plain, slow), {plain: raises(line=1), slow: timeout})
     assert fake.sources == [plain, slow]
     assert [e.kind for e in log.errors] == ["error", "timeout"]
-    assert not any("rest of the cell" in e.evalue for e in log.errors)
-
-
-def test_the_rest_of_a_cell_is_not_run_once_the_deadline_has_passed():
-    cell = "boom()\ndef f(): pass\n"
-    fake, log = run(notebook(cell, "after"), {cell: raises(line=1, seconds=60.0)}, notebook_timeout=60.0)
-    assert fake.sources == [cell]
-    assert [e.kind for e in log.errors] == ["error", "deadline"]
-    assert "rest of the cell" not in log.errors[0].evalue
-
-
-def test_a_rest_that_fails_again_is_rescued_again():
-    cell = "a()\ndef f(): pass\nb()\ndef g(): pass\n"
-    first_rest = "def f(): pass\nb()\ndef g(): pass"
-    fake, log = run(notebook(cell), {cell: raises(line=1), first_rest: raises("ValueError", line=2)})
-    assert fake.sources == [cell, first_rest, "def g(): pass"]
-    assert [(e.cell, e.ename, e.source) for e in log.errors] == [(0, "NameError", cell), (0, "ValueError", cell)]
+    assert not any("ran nothing after" in e.evalue for e in log.errors)
 
 
 def test_a_lost_kernel_stops_the_run_without_a_deadline_error():
@@ -201,17 +193,18 @@ def test_a_fatal_last_cell_with_no_time_left_adds_no_deadline():
     assert [e.kind for e in log.errors] == ["kernel_died"]
 
 
-@pytest.mark.parametrize("source, line, rest", [
-    ("x = 1\nfloat(object())\ny = 2\ndef f():\n    return y\n", 2, "y = 2\ndef f():\n    return y"),
+@pytest.mark.parametrize("source, line, undefined", [
+    ("x = 1\nfloat(object())\ny = 2\ndef f():\n    return y\n", 2, (2, ["f"])),
     ("float(object())\nprint(1)\n", 1, None),
-    ("import numpy as np\nnp.zeros(-1)\nimport math\n", 2, "import math"),
+    ("import numpy as np\nnp.zeros(-1)\nimport math\n", 2, None),
     ("def f(:\n", 1, None),
+    ("def f():\n    pass\nboom()\ndef g(): pass\n", 3, (3, ["g"])),
 ])
-def test_remaining_statements(source, line, rest):
+def test_left_undefined(source, line, undefined):
     error = ErrorRecord(0, "error", "TypeError", "", f"Cell In[3], line {line}\n----> {line} ...")
-    assert remaining_statements(source, error) == rest
+    assert left_undefined(source, error) == undefined
 
 
-def test_remaining_statements_needs_the_failing_line():
+def test_left_undefined_needs_the_failing_line():
     error = ErrorRecord(0, "error", "TypeError", "", "no line in this traceback")
-    assert remaining_statements("boom()\ndef f(): pass\n", error) is None
+    assert left_undefined("boom()\ndef f(): pass\n", error) is None

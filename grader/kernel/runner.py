@@ -1,8 +1,9 @@
 """Run a notebook top to bottom in a kernel: the control flow, apart from the kernel itself.
 
-Errors are recorded and execution goes on; each cell gets the per-cell timeout or what is
-left of the notebook's deadline; a cell whose error comes before definitions has the rest of
-it run; a cell that loses the kernel is skipped when the notebook is run again in a new one.
+Errors are recorded and execution goes on with the next cell; as in Python, nothing after a
+cell's failing statement runs, and the error says which definitions that left out; each cell
+gets the per-cell timeout or what is left of the notebook's deadline; a cell that loses the
+kernel is skipped when the notebook is run again in a new one.
 The kernel is reached only through NotebookKernel, so all of this can be tried against a
 scripted kernel; grader/kernel/session.py is the real one.
 """
@@ -13,8 +14,6 @@ import re
 import time
 from contextlib import asynccontextmanager
 from typing import Callable, Protocol
-
-from grader.kernel.cells import code_cell
 
 from grader.errors import MachineFault
 from grader.kernel.run_record import ExecutionLog
@@ -33,7 +32,7 @@ START_ATTEMPTS = 3
 # nbclient never ran a cell with this tag, and the grader has always run notebooks through it.
 SKIP_TAG = "skip-execution"
 CELL_LINE = re.compile(r"Cell In\[\d+\], line (\d+)")
-DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 class NotebookKernel(Protocol):
@@ -57,8 +56,11 @@ class NotebookKernel(Protocol):
         """Stop the processes the notebook left running; returns how many."""
 
 
-def remaining_statements(source: str, error: ErrorRecord) -> str | None:
-    """The cell's source after the top-level statement that raised, or None."""
+def left_undefined(source: str, error: ErrorRecord) -> tuple[int, list[str]] | None:
+    """(the failing line, the functions and classes of the cell's top level that Python did
+    not define because that line raised), from the grader's own parse of the cell; None when
+    the line is not known or nothing was left undefined. The line comes from the kernel's
+    traceback, which a submission can forge: it only chooses what its own error says."""
     match = CELL_LINE.search(error.traceback)
     if not match:
         return None
@@ -67,12 +69,20 @@ def remaining_statements(source: str, error: ErrorRecord) -> str | None:
         tree = syntax_tree.parse(python_source(source))
     except SyntaxError:
         return None
-    later = [stmt for stmt in tree.body if stmt.lineno > line]
-    # Only definitions are worth rescuing; statements that use the failed one's results would
-    # just fail again.
-    if not any(isinstance(s, DEFINITIONS) for s in later):
-        return None
-    return "\n".join(source.splitlines()[later[0].lineno - 1:])
+    # The failing statement too: a def whose decorator or defaults raised defines nothing.
+    names = [stmt.name for stmt in tree.body if isinstance(stmt, DEFINITIONS) and (stmt.end_lineno or 0) >= line]
+    return (line, names) if names else None
+
+
+# The note, as found again at the end of an error's message.
+NOT_RUN_NOTE = re.compile(r" \(Python ran nothing after line \d+ of this cell, so .* not defined\)$", re.DOTALL)
+
+
+def not_run_note(line: int, names: list[str]) -> str:
+    """Said once, after the error of the statement that left `names` undefined."""
+    listed = ", ".join(f"`{n}`" for n in names)
+    verb = "is" if len(names) == 1 else "are"
+    return f" (Python ran nothing after line {line} of this cell, so {listed} {verb} not defined)"
 
 
 class NotebookRunner:
@@ -116,29 +126,17 @@ class NotebookRunner:
         return self.log
 
     async def _run_cell(self, nb, index: int, deadline: float) -> None:
-        """Run a cell; when a statement raises, record it and run the rest of the cell from the
-        next top-level statement, so an error early in a cell does not lose the functions
-        defined after it."""
+        """Run a cell; when a statement raises, record it, naming the definitions after it that
+        Python therefore never made: what is graded is what Python defined."""
         original = nb.cells[index].source
         source = without_grader_lines(original)
-        while True:
-            error = await self.kernel.run_cell(source, min(self.cell_timeout, deadline - self.clock()))
-            if not error:
-                return
-            error.cell, error.source = index, original
-            self.log.errors.append(error)
-            rest = remaining_statements(source, error) if error.kind == "error" else None
-            if not rest or deadline - self.clock() <= 0:
-                return
-            error.evalue += REST_RUN
-            source = rest
-            # The rest takes the cell's place in the notebook, so a run in a new kernel after a
-            # fatal cell runs only the rest of this one.
-            nb.cells[index] = code_cell(rest)
-
-
-# Said after the error of a statement whose cell went on running: only for the cell's errors.
-REST_RUN = " (the rest of the cell was run after the failing statement)"
+        error = await self.kernel.run_cell(source, min(self.cell_timeout, deadline - self.clock()))
+        if not error:
+            return
+        error.cell, error.source = index, original
+        if error.kind == "error" and (undefined := left_undefined(source, error)):
+            error.evalue += not_run_note(*undefined)
+        self.log.errors.append(error)
 
 
 @asynccontextmanager
