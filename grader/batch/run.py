@@ -51,7 +51,7 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
     spec = spec_for_task(explicit)
     support = spec[3] if spec and spec[0] == "toml" else None
     submissions, duplicates = collect(paths, outdir / UNPACKED, support.file_names() if support else frozenset())
-    if not submissions:
+    if all(s.nothing_gradable for s in submissions):   # no file to grade, only uploads saying so
         raise SubmissionError(f"nothing to grade in {', '.join(str(p) for p in paths)}: no notebook (.ipynb), "
                               ".py file or zip archive holding one")
     report = BatchReport(duplicates=duplicates)

@@ -6,6 +6,10 @@ and, inside a folder the staff gave or an LMS's download zip, the name of each t
 entry (Canvas's file name, Moodle's or Gradescope's folder, else the entry's own name).
 Nothing inside one student's upload (their zip's members, their subfolders) is ever read as
 a name: a member named like another student's download stays its uploader's.
+
+Nothing a student uploaded vanishes: an entry of an LMS's download, or a student's archive,
+with nothing gradable in it is a row saying so (unless the student has a file graded), and an
+LMS's download given inside a folder, where it would be one student's, stops the batch.
 """
 from __future__ import annotations
 
@@ -13,12 +17,14 @@ import contextlib
 import hashlib
 import os
 import re
+import shlex
 import stat
 import time
 import unicodedata
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
+from typing import Iterable, NamedTuple
 
 from grader.intake.notebook import SubmissionError, link_outside, one_line
 
@@ -46,6 +52,13 @@ MOODLE_FLAT = re.compile(r"^(?P<name>[^_/]+)_(?P<id>\d+)_assignsubmission_file_.
 # Gradescope's export: assignment_<id>_export/submission_<id>/...
 GRADESCOPE = re.compile(r"^submission_(?P<id>\d+)$", re.IGNORECASE)
 GRADESCOPE_EXPORT = re.compile(r"^assignment_\d+_export$", re.IGNORECASE)
+LMS_NAMES = {"canvas": "Canvas", "moodle": "Moodle", "gradescope": "Gradescope"}
+
+# The error of an upload that holds nothing the grader reads: its row says why, so a student
+# who uploaded only a zip inside a zip, or a PDF, is seen in grades.csv instead of missing.
+NESTED_ARCHIVE = ("nothing gradable in the upload: a nested archive (an archive inside a student's archive "
+                  "is not opened)")
+NO_SUBMISSION_FILE = "nothing gradable in the upload: no notebook (.ipynb) or .py file"
 
 
 @dataclass(frozen=True)
@@ -70,6 +83,7 @@ class Submission:
     problem: str | None = None  # why it cannot be graded at all, e.g. a damaged archive member
     identity: Identity | None = None
     found_as: tuple[int, int] | None = None   # the file's (device, inode) when found: read only if still that file
+    nothing_gradable: bool = False   # an upload with nothing to grade: its row is its error (see Found)
 
     @property
     def name(self) -> str:
@@ -242,35 +256,100 @@ def safe_extract(archive: Path, into: Path) -> list[tuple[PurePosixPath, Path, s
         return extracted
 
 
-# (source, the file to read, whose it is, why it cannot be graded or None)
-Found = tuple[str, Path, Identity, str | None]
+class Found(NamedTuple):
+    """A submission as found, before it has a folder of its own in the output."""
+    source: str            # where it came from (Submission.source)
+    path: Path             # the file to read
+    identity: Identity     # whose it is
+    problem: str | None    # why it cannot be graded, or None
+    # An upload with nothing gradable (NESTED_ARCHIVE, NO_SUBMISSION_FILE): its row is kept only
+    # for a student who has no other file, since beside their notebook (a PDF of it, say) it
+    # would be an error row the duplicate rule could count instead of the notebook.
+    nothing_gradable: bool = False
+
+
+def nothing_gradable(source: str, path: Path, identity: Identity, nested_archive: bool) -> Found:
+    return Found(source, path, identity, NESTED_ARCHIVE if nested_archive else NO_SUBMISSION_FILE, True)
+
+
+def is_safe_member_name(name: PurePosixPath) -> bool:
+    return not name.is_absolute() and ".." not in name.parts and "__MACOSX" not in name.parts
+
+
+def listed_members(archive: Path) -> list[PurePosixPath]:
+    """The names of an archive's files (not its folders), as its maker wrote them, without
+    extracting anything; names that could leave the archive, and macOS's resource forks, left out."""
+    with zipfile.ZipFile(archive) as zf:
+        names = [PurePosixPath(member_name(m)) for m in zf.infolist() if not m.is_dir()]
+    return [name for name in names if name.parts and is_safe_member_name(name)]
+
+
+def download_students(entries: Iterable[tuple[str, ...]]) -> dict[str, str]:
+    """student id -> LMS, for the students that the top-level names of `entries` (the parts of
+    each path that could be graded) make when every one of those names is an LMS's; else {}:
+    what holds them is one student's."""
+    tops = {outermost(parts) for parts in entries}
+    if not tops or not all(is_lms_named(*top) for top in tops):
+        return {}
+    students = {}
+    for top in sorted(tops):
+        identity = entry_identity(*top)
+        students[identity.student] = identity.lms
+    return students
 
 
 def unpacked(archive: Path, unpack_into: Path, owner: Identity | None, source: str | None = None) -> list[Found]:
     """The notebooks in an archive, extracted into a folder of the archive's own, so same-named
     archives of two students stay apart. `owner`: whose the whole archive is (a student's
     upload); None: an archive the staff gave as it is, which is an LMS's download when every
-    top-level entry holding a notebook carries an LMS's naming (each entry is then its
-    student's, and an archive among a student's files is opened as theirs), else one
-    student's archive, named after it."""
+    top-level entry holding a notebook carries an LMS's naming (in_download), else one
+    student's archive, named after it. A student's archive with nothing gradable in it is one
+    row saying so: archives inside it stay shut, so a zip in a zip is that row."""
     source = source or os.path.abspath(archive)
     try:
         members = safe_extract(archive, unpack_into / output_name(archive.stem, source))
     except SubmissionError as exc:
-        return [(source, archive, owner or Identity(archive.stem), str(exc))]
-    tops = {outermost(name.parts) for name, _, _ in members}
-    export = owner is None and bool(tops) and all(is_lms_named(*top) for top in tops)
-    if owner is None and not export:
-        owner = Identity(archive.stem)
+        return [Found(source, archive, owner or Identity(archive.stem), str(exc))]
+    if owner is None and download_students(name.parts for name, _, _ in members):
+        return in_download(archive, source, members, unpack_into)
+    owner = owner or Identity(archive.stem)
+    found = [Found(f"{source}/{name}", path, owner, problem)
+             for name, path, problem in sorted(members, key=lambda m: m[0]) if name.suffix != ARCHIVE]
+    nested = any(name.suffix == ARCHIVE for name, _, _ in members)
+    return found or [nothing_gradable(source, archive, owner, nested)]
+
+
+def in_download(archive: Path, source: str, members: list, unpack_into: Path) -> list[Found]:
+    """An LMS's download: each top-level entry is its student's, an archive among a student's
+    files is opened as theirs, and an entry with nothing gradable (a PDF alone) is a row saying
+    so. safe_extract keeps only what could be graded, so the entries are read from the list of
+    the archive's names."""
+    by_entry: dict[tuple[str, bool], list] = {top: [] for top in lms_entries(archive)}
+    for member in sorted(members, key=lambda m: m[0]):
+        by_entry.setdefault(outermost(member[0].parts), []).append(member)
     found: list[Found] = []
-    for name, path, problem in sorted(members, key=lambda m: m[0]):
-        identity = owner or entry_identity(*outermost(name.parts))
-        if name.suffix != ARCHIVE:
-            found.append((f"{source}/{name}", path, identity, problem))
-        elif export:   # a student's own archive in the download; archives inside it stay shut
-            found.extend(unpacked(path, unpack_into, identity, f"{source}/{name}") if not problem
-                         else [(f"{source}/{name}", path, identity, problem)])
+    for top, theirs in sorted(by_entry.items()):
+        identity = entry_identity(*top)
+        from_entry = [f for name, path, problem in theirs
+                      for f in student_file(f"{source}/{name}", path, identity, problem, unpack_into)]
+        found += from_entry or [nothing_gradable(f"{source}/{top[0]}", archive, identity, nested_archive=False)]
     return found
+
+
+def lms_entries(archive: Path) -> set[tuple[str, bool]]:
+    """The top-level entries of an LMS's download that carry an LMS's name, whatever they hold."""
+    try:
+        names = listed_members(archive)
+    except Exception:  # noqa: BLE001 - safe_extract read it just now; what it found still stands
+        return set()
+    return {top for top in {outermost(name.parts) for name in names} if is_lms_named(*top)}
+
+
+def student_file(source: str, path: Path, identity: Identity, problem: str | None, unpack_into: Path) -> list[Found]:
+    """A file of one student's upload, or the files of an archive of theirs (opened as theirs)."""
+    if path.suffix != ARCHIVE or problem:
+        return [Found(source, path, identity, problem)]
+    return unpacked(path, unpack_into, identity, source)
 
 
 def files_under(entry: Path, skip: Path) -> list[Path]:
@@ -289,13 +368,9 @@ def files_under(entry: Path, skip: Path) -> list[Path]:
     return found
 
 
-def in_folder(folder: Path, unpack_into: Path) -> list[Found]:
-    """A folder the staff gave: one student's when its own name or a folder above it is an
-    LMS's folder for one student; else each top-level entry is one student's (an LMS's name
-    for it, else its own name)."""
-    root = Path(os.path.abspath(folder))   # a folder the staff named may be a link; nothing inside it is followed out
-    skip = Path(os.path.realpath(unpack_into))
-    owner = given_identity(folder, is_folder=True)
+def top_entries(root: Path, skip: Path) -> list[Path]:
+    """The entries of a folder the staff gave, each one student's, looking through Gradescope's
+    export folder; OUTDIR, when it sits inside, and checkpoints left out."""
     entries = []
     for entry in sorted(root.iterdir()):
         if os.path.realpath(entry) == str(skip) or entry.name == ".ipynb_checkpoints":
@@ -304,18 +379,67 @@ def in_folder(folder: Path, unpack_into: Path) -> list[Found]:
             entries += sorted(entry.iterdir())
         else:
             entries.append(entry)
+    return entries
+
+
+def in_folder(folder: Path, unpack_into: Path) -> list[Found]:
+    """A folder the staff gave: one student's when its own name or a folder above it is an
+    LMS's folder for one student; else each top-level entry is one student's (an LMS's name
+    for it, else its own name). An entry an LMS named that holds nothing gradable is a row
+    saying so; an entry of the staff's naming that holds an LMS's download stops the batch
+    (refuse_a_download_inside)."""
+    root = Path(os.path.abspath(folder))   # a folder the staff named may be a link; nothing inside it is followed out
+    skip = Path(os.path.realpath(unpack_into))
+    owner = given_identity(folder, is_folder=True)
     found: list[Found] = []
-    for entry in entries:
+    for entry in top_entries(root, skip):
+        paths = files_under(entry, skip)
+        lms_named = is_lms_named(entry.name, not is_folder(entry))
+        if owner is None and not lms_named:
+            refuse_a_download_inside(entry, paths)
         identity = owner or entry_identity(entry.name, not is_folder(entry))
         # A link may point anywhere inside what is this student's, never further.
         boundary = Path(os.path.realpath(root if owner else entry)) if owner or is_folder(entry) else None
-        for path in files_under(entry, skip):
-            found.append(one_file(path, boundary, identity))
-            if path.suffix == ARCHIVE and found[-1][3] is None:
-                found[-1:] = unpacked(found[-1][1], unpack_into, identity, found[-1][0])
+        theirs = []
+        for path in paths:
+            file = one_file(path, boundary, identity)
+            theirs += student_file(file.source, file.path, identity, file.problem, unpack_into)
+        if not theirs and owner is None and lms_named:
+            theirs = [nothing_gradable(str(entry), entry, identity, nested_archive=False)]
+        found += theirs
     # A link to a file of the submission is that file, graded once under its own name.
-    files = {os.path.realpath(path) for source, path, _, _ in found if source == str(path)}
-    return [f for f in found if f[0] == str(f[1]) or str(f[1]) not in files]
+    files = {os.path.realpath(f.path) for f in found if f.source == str(f.path)}
+    return [f for f in found if f.source == str(f.path) or str(f.path) not in files]
+
+
+def refuse_a_download_inside(entry: Path, paths: list[Path]) -> None:
+    """A zip or folder at the top of a folder the staff gave, named by the staff or a student
+    (not an LMS), is one student's, whatever it holds, so that a student's own zip never names
+    others. One whose top-level entries all carry an LMS's names, of two or more students, is
+    that LMS's download given one level too deep (a TA put Moodle's zip in a folder): graded
+    as one student's, the class would be one row; read as the download, a student's zip could
+    take others' rows. So the batch stops, saying to give it itself."""
+    students = download_students(gradable_parts(entry, paths))
+    if len(students) < 2:
+        return
+    lms = " and ".join(sorted({LMS_NAMES[lms] for lms in students.values()}))
+    raise SubmissionError(f"{printable(str(entry))} holds the uploads of {len(students)} students under {lms}'s "
+                          f"names, so it is the download itself, not one student's upload: name it instead of "
+                          f"its folder (grader grade {printable(shlex.quote(str(entry)))} ...)")
+
+
+def gradable_parts(entry: Path, paths: list[Path]) -> list[tuple[str, ...]]:
+    """The path, inside a top-level entry, of each file in it that could be graded, as parts:
+    a folder's files (`paths`, from files_under), or a zip's members (listed, not extracted)."""
+    if is_folder(entry):
+        return [path.relative_to(entry).parts for path in paths]
+    if entry.suffix != ARCHIVE or entry.is_symlink():   # a linked zip is never read (resolved)
+        return []
+    try:
+        names = listed_members(entry)
+    except Exception:  # noqa: BLE001 - a damaged zip is its student's error row (unpacked)
+        return []
+    return [name.parts for name in names if name.suffix in (*SUFFIXES, ARCHIVE)]
 
 
 def is_folder(path: Path) -> bool:
@@ -325,7 +449,7 @@ def is_folder(path: Path) -> bool:
 
 def one_file(path: Path, boundary: Path | None, identity: Identity) -> Found:
     real, problem = resolved(path, boundary)
-    return os.path.abspath(path), real, identity, problem
+    return Found(os.path.abspath(path), real, identity, problem)
 
 
 def given(path: Path, unpack_into: Path) -> list[Found]:
@@ -337,7 +461,7 @@ def given(path: Path, unpack_into: Path) -> list[Found]:
     owner = given_identity(path)
     # A file the staff named is the whole submission: a link there leaves it.
     found = one_file(path, None, owner or Identity(path.stem))
-    if path.suffix == ARCHIVE and found[3] is None:
+    if path.suffix == ARCHIVE and found.problem is None:
         return unpacked(path, unpack_into, owner)
     return [found]
 
@@ -364,9 +488,10 @@ def collect(paths: list[Path], unpack_into: Path, course_files=frozenset()) -> t
         if not os.path.lexists(path):
             raise SubmissionError(f"no such file or folder: {path}")
         named = os.path.abspath(path)   # a file the staff name is graded, whatever its name
-        found.extend(f for f in given(path, unpack_into) if f[0] == named or PurePath(f[0]).name not in course_files)
+        found.extend(f for f in given(path, unpack_into)
+                     if f.source == named or PurePath(f.source).name not in course_files)
     submissions, sources, folders = [], set(), set()
-    for source, path, identity, problem in found:
+    for source, path, identity, problem, empty in without_needless_stand_ins(found):
         if source in sources:  # the same file named twice, or listed twice in an archive
             continue
         sources.add(source)
@@ -376,9 +501,15 @@ def collect(paths: list[Path], unpack_into: Path, course_files=frozenset()) -> t
         folders.add(folder)
         identity = Identity(printable(identity.student), printable(identity.name), identity.lms, identity.attachment,
                             identity.late)
-        submissions.append(Submission(path, source, identity.student, folder, problem, identity, file_id(path)))
+        submissions.append(Submission(path, source, identity.student, folder, problem, identity, file_id(path), empty))
     claims: dict[str, list[str]] = {}
     for s in submissions:
         claims.setdefault(s.student, []).append(printable(s.source))
     duplicates = [(student, files) for student, files in claims.items() if len(files) > 1]
     return submissions, duplicates
+
+
+def without_needless_stand_ins(found: list[Found]) -> list[Found]:
+    """The rows of uploads with nothing gradable, only for students who have no other file."""
+    have_files = {f.identity.student for f in found if not f.nothing_gradable}
+    return [f for f in found if not f.nothing_gradable or f.identity.student not in have_files]
