@@ -14,7 +14,8 @@ from grader.kernel import replies as payloads
 from grader.judging import smallest
 from grader.intake import source_scan as static_scan
 from grader.kernel_side import wire
-from grader.judging.checks import CHECKS, Context, Outcome, Probe, Verdict, check_context, check_probes, evidence_probes
+from grader.judging.checks import (CHECKS, Context, Outcome, Probe, Verdict, check_context, check_probes,
+                                   evidence_probes, hidden_twins, mark_hidden_twins, results_to_diagnose)
 from grader.judging.diagnosis import diagnose
 from grader.errors import MachineFault
 from grader.kernel.session import HARNESS, HARNESS_MODULE, CallsEnd, Kernel, KernelKilled
@@ -285,8 +286,8 @@ def _judge(grading: _Grading, kinds, ctx: Context) -> None:
         try:
             verdict = check.judge(fn, grading.contexts[kind], outcomes)
             if verdict.status == "failed":
-                diagnosis, note = diagnose(fn, kind, outcomes, ctx.tolerance, grading.info, ctx.predictions,
-                                           verdict.message)
+                diagnosis, note = diagnose(fn, kind, results_to_diagnose(outcomes, verdict), ctx.tolerance,
+                                           grading.info, ctx.predictions, verdict.message)
                 if diagnosis:
                     advice = note.strip()
                 else:
@@ -319,8 +320,12 @@ def _plan(grading: _Grading, ctx: Context) -> list[Probe]:
     then the attempt probes around one case."""
     fn = grading.fn
     grading.contexts = {kind: check_context(ctx, kind in fn.hidden) for kind in fn.points}
-    grading.probes_of = {kind: check_probes(kind, fn, grading.contexts[kind]) for kind in fn.points}
-    grading.evidence_for = evidence_probes(fn, ctx)
+    drawn = {kind: check_probes(kind, fn, grading.contexts[kind]) for kind in fn.points}
+    # A visible case with a hidden one's label is marked, so that students read nothing of it.
+    twins = hidden_twins(fn, ctx, [p for kind in fn.hidden if kind in drawn for p in drawn[kind]])
+    grading.probes_of = {kind: probes if kind in fn.hidden else mark_hidden_twins(probes, twins)
+                         for kind, probes in drawn.items()}
+    grading.evidence_for = mark_hidden_twins(evidence_probes(fn, ctx), twins)
     grading.attempt_for = answers.attempt_probes(fn.convention, ctx.seed)
     return [*grading.evidence_for, *grading.attempt_for]
 

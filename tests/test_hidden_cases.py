@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 
 from conftest import _current, run_grader
+from grader.course.spec import parse
+from grader.judging.checks import Context, check_context, check_probes
 from test_lms import run_entrypoint
 
 pytestmark = pytest.mark.slow
@@ -142,3 +144,21 @@ def test_no_student_rendering_names_what_only_hidden_checks_say(renderings):
         for kind, document in renderings[where].items():
             leaked = [s for s in secrets if plain(s) in plain(document)]
             assert not leaked, f"{where} {kind} shows {leaked}"
+
+
+def test_no_student_rendering_names_a_case_shaped_as_a_hidden_one(renderings):
+    """The visible weights_distribution fails on the randomized shapes of the hidden
+    random_shapes, drawn from the visible checks' seed: to a student "random N = 4, D = 6,
+    H = 2" is the hidden case all the same, so no rendering names any of them."""
+    staff = renderings["staff"]["json"]["checks"]
+    met = [c["message"] for c in staff if c["kind"] == "weights_distribution" and c["status"] == "failed"]
+    assert any("random N = " in message for message in met), "the attack no longer fails on a random case"
+    assignment = parse(COURSE, "assignment.toml")
+    ctx = check_context(Context(int(SEED[1]), assignment.tolerance), hidden=True)
+    labels = {p.case.label.split(" [")[0] for fn in assignment.functions
+              for p in check_probes("random_shapes", fn, ctx)}
+    assert "random N = 4, D = 6, H = 2" in labels
+    for where in ("student", "gradescope", "prairielearn"):
+        for kind, document in renderings[where].items():
+            named = sorted(label for label in labels if label in plain(document))
+            assert not named, f"{where} {kind} names {named}"

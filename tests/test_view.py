@@ -194,3 +194,19 @@ def test_a_process_compiles_the_report_template_once_and_each_reader_still_gets_
     staff = render(example(), staff=True)
     assert _environment().get_template("report.html.j2") is template
     assert render(example()) == first and SECRET_MESSAGE not in first and SECRET_MESSAGE in staff
+
+
+def test_a_visible_check_showing_a_case_shaped_as_a_hidden_one_is_withheld_but_keeps_its_verdict():
+    """A visible case with a hidden case's label and shapes (its values its own) reads to a
+    student as the hidden case (tests/test_hidden_twins.py): what names it is withheld, with a
+    note of its own, and the check's status and points stay."""
+    from grader.report.view import SHAPED_AS_HIDDEN_MARK, SHAPED_AS_HIDDEN_NOTE
+    result = example()
+    twin = dict(SECRET_FIGURE, case=f"random N = 4 {SHAPED_AS_HIDDEN_MARK}")
+    result.checks.append(CheckResult("f.weights_distribution", "f", "weights_distribution", "Weights", "failed", 0, 1,
+                                     f"On random N = 4 {SHAPED_AS_HIDDEN_MARK}: row 0 sums to 2.", figures=[twin]))
+    student = {c.name: c for c in result_view(result).checks}["f.weights_distribution"]
+    assert (student.status, student.points, student.hidden) == ("failed", 0, False)
+    assert student.withheld and student.figures == [] and student.message == SHAPED_AS_HIDDEN_NOTE
+    assert "random N = 4" not in render(result) and "sums to 2" not in summary(result)
+    assert "sums to 2" in summary(result, staff=True)

@@ -4,7 +4,9 @@ A check never talks to the kernel. It names its probes (a canonical case plus a 
 the grader runs them once each, and the check judges the canonical parts that came back.
 Checks share cases (the base case serves most of them), except across the line between
 hidden and visible checks: a hidden check draws its own cases (check_context, check_probes),
-so what a visible check shows a student never belongs to a hidden one.
+so what a visible check shows a student never belongs to a hidden one. A visible check's case
+drawn in the same family as a hidden one's (the same label and shapes, other values) is marked
+as such (mark_hidden_twins), and a student is shown nothing of it.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from grader.calling.params import MASK_ROLES
 from grader.judging.explain import CORRECT, Predictions, agrees, differs_from_reference, explanations, harmless
 from grader.calling.returns import Parts, Tolerance, compare
 from grader.judging.seeds import hidden_cases_seed
-from grader.report.view import HIDDEN_CASE_MARK
+from grader.report.view import HIDDEN_CASE_MARK, SHAPED_AS_HIDDEN_MARK
 from grader.kernel_side.wire import Layout
 
 FLOAT32_LOOSENING = 1e3
@@ -646,7 +648,38 @@ def check_probes(kind: str, fn, ctx: Context) -> list[Probe]:
     probes = CHECKS[kind].probes(fn, ctx)
     if not ctx.hidden:
         return probes
-    return [replace(p, case=replace(p.case, label=f"{p.case.label} {HIDDEN_CASE_MARK}")) for p in probes]
+    return [_marked(p, HIDDEN_CASE_MARK) for p in probes]
+
+
+def _marked(probe: Probe, mark: str) -> Probe:
+    return replace(probe, case=replace(probe.case, label=f"{probe.case.label} {mark}"))
+
+
+def hidden_twins(fn, ctx: Context, hidden_probes: list[Probe]) -> frozenset[str]:
+    """The labels a visible check's cases may share with the hidden checks' ones: a hidden
+    check draws its cases from its own seed, but in the same families as the visible checks
+    (the randomized shapes of random_shapes are weights_distribution's too), so a visible case
+    of the same label has the same shapes, and a student reading it would take it for the
+    hidden one. The base case is left out: every check draws it, its shapes are in nearly every
+    visible message, and hiding them would hide most feedback."""
+    base = make.base_case(fn.convention, ctx.seed).label
+    return frozenset(p.case.label.removesuffix(f" {HIDDEN_CASE_MARK}") for p in hidden_probes) - {base}
+
+
+def mark_hidden_twins(probes: list[Probe], twins: frozenset[str]) -> list[Probe]:
+    """The probes, those whose case shares a label with a hidden check's case (hidden_twins)
+    marked with SHAPED_AS_HIDDEN_MARK: a check whose details name one is withheld from students
+    (grader/report/view.py). The same mark on every check's copy keeps the calls shared."""
+    return [_marked(p, SHAPED_AS_HIDDEN_MARK) if p.case.label in twins else p for p in probes]
+
+
+def results_to_diagnose(results: list, verdict: Verdict) -> list:
+    """The calls a visible check's diagnosis may draw on: a diagnosis (or where it locates the
+    largest difference) from a case mark_hidden_twins marked would tell its shapes beside a
+    verdict students see. A verdict that names such a case is withheld whole, so draws on all."""
+    if SHAPED_AS_HIDDEN_MARK in verdict.message:
+        return results
+    return [(p, o) for p, o in results if SHAPED_AS_HIDDEN_MARK not in p.case.label]
 
 
 def evidence_probes(fn, ctx: Context) -> list[Probe]:

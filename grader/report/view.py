@@ -6,7 +6,8 @@ so no rendering can show a student what another withholds. A hidden check shows 
 its name, title, status and points; its message, diagnosis and figures (which on the
 randomized inputs give the hidden cases away) are withheld, and so is everything made from
 them: the "Likely mistakes", the lists of checks not passed; so are the details of any check
-that came from a hidden check's case (a guard: checks never share such cases). A student sees
+that came from a hidden check's case (a guard: checks never share such cases), or from a visible
+case with a hidden case's label and shapes (SHAPED_AS_HIDDEN_MARK). A student sees
 no seed but the public one: a grading seed would tell the inputs of the grading. The staff see
 everything.
 """
@@ -24,6 +25,12 @@ HIDDEN_NOTE = "Hidden check: its details are not shown to students."
 # In the label of every case a hidden check draws (grader/judging/checks.py): the details of any check
 # that name such a case, or show its figures, are withheld from students like a hidden check's.
 HIDDEN_CASE_MARK = "[hidden case]"
+# In the label of a visible check's case drawn like a hidden check's (the same label and shapes,
+# values of its own; grader/judging/checks.py): a student would take it for the hidden one, so
+# a check whose details name or show such a case is withheld from students too.
+SHAPED_AS_HIDDEN_MARK = "[shaped as a hidden case]"
+SHAPED_AS_HIDDEN_NOTE = ("Its details are not shown to students: they are about a case with the label and shapes "
+                         "of a hidden check's case.")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -37,7 +44,7 @@ class CheckView:
     status: CheckStatus
     points: float
     max_points: float
-    message: str             # HIDDEN_NOTE when withheld
+    message: str             # HIDDEN_NOTE or SHAPED_AS_HIDDEN_NOTE when withheld
     diagnosis: str | None    # None when withheld
     hidden: bool             # what the spec says; Gradescope's visibility follows it
     figures: list[dict]      # empty when withheld
@@ -173,18 +180,27 @@ class ResultView:
         return data
 
 
-def shows_hidden_case(check: CheckResult) -> bool:
-    """The check's message, advice or figures come from a case of a hidden check."""
-    return any(HIDDEN_CASE_MARK in str(text) for text in
+def shows_case_marked(check: CheckResult, mark: str) -> bool:
+    """The check's message, advice or figures come from a case whose label carries `mark`."""
+    return any(mark in str(text) for text in
                (check.message, check.advice, *(f.get("case", "") for f in check.figures)))
 
 
+def withheld_note(check: CheckResult) -> str | None:
+    """What a student reads in place of the check's details, or None when they may read them."""
+    if check.hidden or shows_case_marked(check, HIDDEN_CASE_MARK):
+        return HIDDEN_NOTE
+    if shows_case_marked(check, SHAPED_AS_HIDDEN_MARK):
+        return SHAPED_AS_HIDDEN_NOTE
+    return None
+
+
 def check_view(check: CheckResult, staff: bool) -> CheckView:
-    withheld = not staff and (check.hidden or shows_hidden_case(check))
+    note = None if staff else withheld_note(check)
     shared = {f.name: getattr(check, f.name) for f in fields(CheckResult)}
-    if withheld:
-        shared.update(message=HIDDEN_NOTE, diagnosis=None, figures=[], advice="")
-    return CheckView(**shared, withheld=withheld)
+    if note:
+        shared.update(message=note, diagnosis=None, figures=[], advice="")
+    return CheckView(**shared, withheld=note is not None)
 
 
 def result_view(result: GradeResult, staff: bool = False) -> ResultView:
