@@ -87,7 +87,8 @@ def test_nothing_after_a_failing_statement_runs_and_its_error_names_what_it_left
     assert fake.sources == [cell, "after"]
     (error,) = log.errors
     assert (error.cell, error.source) == (0, cell)
-    assert error.evalue == "TypeError raised (Python ran nothing after line 2 of this cell, so `f`, `G` are not defined)"
+    assert error.evalue == ("TypeError raised (Python ran nothing after line 2 of this cell, so `f`, `G` are not "
+                            "defined)")
 
 
 def test_a_decorated_function_whose_decorator_raises_is_not_defined():
