@@ -137,7 +137,7 @@ def spec_infer(ns) -> int:
     if ns.output.exists() and not ns.force:
         raise SubmissionError(f"{ns.output} exists: give --force to overwrite it")
     start_fork_server(ns)
-    inferred = infer(ns.solution, ns.output, settings_from({}), ns.function, ns.support)
+    inferred = infer(ns.solution, ns.output, settings_from({}), ns.function, ns.support, ns.name, ns.title)
     write_atomically(ns.output, inferred.text)
     score, max_score = inferred.score
     print(f"wrote {printable(ns.output)}: {len(inferred.functions)} function(s); graded with it, "
@@ -152,6 +152,7 @@ def spec_infer(ns) -> int:
         print(f"  not forbidden: {module} (the solution itself imports it)")
     for error in inferred.cell_errors:
         print(f"  note: {printable(error, one_line=True)}; the spec fits what ran")
+    print(f"  {printable(inferred.naming, one_line=True)}")
     if len(inferred.functions) > 1 and not ns.function:
         print("  every function above is graded (helpers such as a softmax too); to grade only some, "
               "give --function NAME for each")
@@ -251,6 +252,9 @@ def parser() -> argparse.ArgumentParser:
                        help="propose only this function (repeat for several; default: every function that fits)")
     infer.add_argument("--support", type=Path, metavar="DIR",
                        help="the course's own modules the solution imports (needs course support modules in specs)")
+    infer.add_argument("--name", metavar="NAME", help="the spec's name (default: from the notebook's first heading)")
+    infer.add_argument("--title", metavar="TEXT",
+                       help="the spec's title, shown to every student (default: the notebook's first heading)")
     infer.set_defaults(run=spec_infer)
     checking = specs.add_parser("check", help="validate a spec; with a solution, grade it and fail unless it earns "
                                 "every point", **EXACT)

@@ -359,3 +359,44 @@ def test_a_solution_whose_cell_raises_is_said_and_helpers_are_pointed_out(tmp_pa
     assert done.returncode == 0, done.stdout + done.stderr
     assert "note: cell 1 raised ValueError: a leftover experiment; the spec fits what ran" in done.stdout
     assert "give --function NAME" in done.stdout
+
+
+def test_a_notebooks_title_is_its_first_heading_without_markup():
+    from grader.authoring.spec_tools.infer import notebook_title, slug
+    heading = "Some words.\n\n## **Week 5**: [Self-attention](x)"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("# a comment, not a heading"),
+                                         nbformat.v4.new_markdown_cell(heading),
+                                         nbformat.v4.new_markdown_cell("# Later")])
+    assert notebook_title(nb) == "Week 5: Self-attention"
+    assert slug("Week 5: Self-attention") == "week-5-self-attention"
+    assert notebook_title(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])) is None
+
+
+@pytest.mark.slow
+def test_infer_lists_square_weights_beside_the_general_scale_and_names_the_spec_from_the_title(tmp_path):
+    """The sheet's weights are square, so dividing by sqrt(D) is right there too: infer says
+    that square = true also earns every point (the general scale, chosen, fails students who
+    divide by sqrt(D)), and names the spec, which every student sees, from the notebook's
+    heading instead of the file's name."""
+    from conftest import TEST_SETTINGS, expect_slow
+    from grader.authoring.spec_tools.infer import infer
+    expect_slow()
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Week 5: Self-attention\n\nImplement attention."),
+        nbformat.v4.new_code_cell("import numpy as np"),
+        nbformat.v4.new_code_cell("def self_attention(X, Wq, Wk, Wv):\n"
+                                  "    Q, K, V = X @ Wq, X @ Wk, X @ Wv\n"
+                                  "    s = Q @ K.T / np.sqrt(K.shape[1])\n"
+                                  "    w = np.exp(s - s.max(axis=1, keepdims=True))\n"
+                                  "    w = w / w.sum(axis=1, keepdims=True)\n"
+                                  "    return w @ V, w")])
+    nbformat.write(nb, tmp_path / "solution.ipynb")
+    inferred = infer(tmp_path / "solution.ipynb", tmp_path / "course.toml", TEST_SETTINGS)
+    assert any(words.startswith("square = true") for words in inferred.undecided["self_attention"]), \
+        inferred.undecided
+    spec = tomllib.loads(inferred.text)
+    assert (spec["name"], spec["title"]) == ("week-5-self-attention", "Week 5: Self-attention")
+    assert "the notebook's first heading" in inferred.naming and "--title" in inferred.naming
+    named = infer(tmp_path / "solution.ipynb", tmp_path / "course.toml", TEST_SETTINGS, name="hw3",
+                  title="Homework 3")
+    assert tomllib.loads(named.text)["title"] == "Homework 3" and tomllib.loads(named.text)["name"] == "hw3"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -44,10 +45,11 @@ class Inferred:
     allowed: list[str] = field(default_factory=list)          # forbidden libraries the solution uses
     score: tuple[float, float] = (0.0, 0.0)     # what the solution earns graded with the spec, of how much
     cell_errors: list[str] = field(default_factory=list)     # the solution's cells that raised, in words
+    naming: str = ""        # where the spec's name and title, which every student sees, came from
 
 
-def _header(name: str, solution: Path, allowed: list[str], support: Path | None, output: Path) -> dict:
-    header: dict = {"name": name, "title": f"Proposed from {solution.name}"}
+def _header(name: str, title: str, allowed: list[str], support: Path | None, output: Path) -> dict:
+    header: dict = {"name": name, "title": title}
     if support is not None:
         # A folder with an __init__.py is the course's package (imported by its folder's name,
         # relative imports included); any other folder holds top-level modules.
@@ -58,6 +60,25 @@ def _header(name: str, solution: Path, allowed: list[str], support: Path | None,
     if allowed:
         header["policy"] = {"forbidden": [f for f in DEFAULT_FORBIDDEN if f not in allowed]}
     return header
+
+
+# A notebook's title: its first Markdown heading, as Jupyter shows it.
+HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+def notebook_title(nb) -> str | None:
+    """The text of the notebook's first Markdown heading, without its markup, or None."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and (found := HEADING.search(cell.source)):
+            text = re.sub(r"[*_`]|\[([^\]]*)\]\([^)]*\)", r"\1", found.group(1)).strip()
+            if text:
+                return text[:120]
+    return None
+
+
+def slug(title: str) -> str:
+    """A spec name from a title: lowercase words joined by hyphens."""
+    return "-".join(re.findall(r"[a-z0-9]+", title.lower()))[:60]
 
 
 def _spec_text(header: dict, chosen: dict[str, Fit], solution: Path) -> str:
@@ -84,11 +105,16 @@ def _points_lost(result: GradeResult, name: str) -> str | None:
            f"{lost[0].message.splitlines()[0][:160]})"
 
 
+# Other conventions graded beside the chosen one, each as a function of its own in the same run.
+MAX_OTHERS = 4
+
+
 def _others(chosen: Fit, later: list[Fit]) -> list[tuple[int, Fit, str]]:
-    """Up to two later fits that differ from the chosen one in more than narrowing it, numbered
-    from 1, each with what sets it apart in words."""
+    """Up to MAX_OTHERS later fits that differ from the chosen one, numbered from 1, each with
+    what sets it apart in words; those that only narrow the chosen one's cases (square) too,
+    since they earn full marks for students the chosen one does not."""
     found = [(other, words) for other in later if (words := differences(chosen, other))]
-    return [(number, other, words) for number, (other, words) in enumerate(found[:2], 1)]
+    return [(number, other, words) for number, (other, words) in enumerate(found[:MAX_OTHERS], 1)]
 
 
 def _alternative(name: str, fit: Fit, number: int) -> FunctionSpec:
@@ -100,8 +126,10 @@ def _alternative(name: str, fit: Fit, number: int) -> FunctionSpec:
 
 
 def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
-          support: Path | None = None) -> Inferred:
-    """The proposed spec for `solution`, graded on it; raises SpecError when nothing fits."""
+          support: Path | None = None, name: str | None = None, title: str | None = None) -> Inferred:
+    """The proposed spec for `solution`, graded on it; raises SpecError when nothing fits. Its
+    name and title, which every student sees, are `name` and `title` when given, else read off
+    the notebook's title (notebook_title), and said to be so (Inferred.naming)."""
     if support is not None and not support.is_dir():
         raise SubmissionError(f"--support: no such folder: {support}")
     nb = load_submission(solution)
@@ -118,8 +146,15 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
     found = scan(code_cells(nb), {s.name for s in signatures})
     modules = [module for _, _, module in found.imports] + [m for ms in found.function_imports.values() for m in ms]
     allowed = sorted({hit for module in modules if (hit := matches(module, DEFAULT_FORBIDDEN))})
-    header = _header(output.stem, solution, allowed, support, output)
-    inferred = Inferred("", {}, allowed=allowed)
+    found_title = notebook_title(nb)
+    title_from = "given" if title else "the notebook's first heading" if found_title else \
+        "the spec's file name: the notebook has no heading"
+    title = title or found_title or output.stem
+    name = name or slug(title) or output.stem
+    header = _header(name, title, allowed, support, output)
+    naming = (f"name {name!r} and title {title!r} (the title: {title_from}): every student sees them; "
+              "give --name and --title, or edit the spec")
+    inferred = Inferred("", {}, allowed=allowed, naming=naming)
     classes, not_modules = notebook_class_signatures(nb)
     if only:
         classes = [c for c in classes if c.name in only]

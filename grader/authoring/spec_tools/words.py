@@ -51,11 +51,16 @@ def describe(table: dict) -> str:
     return "; ".join([*words, f"returns {shown}"])
 
 
-# A choice that only narrows the cases (d_k = D) fits whenever the general one does: never undecided.
-NARROWING = {("square", True)}
+# A choice that only narrows the cases fits whenever the general one does; it is still said,
+# since it earns full marks for students the general one does not: with d_k = D (square),
+# dividing the scores by sqrt(D) is right too.
+NARROWING = {("square", True): "square = true (every case has d_k = D, as square weights give: dividing by "
+                               "sqrt(D) is then right too)"}
 
 
 def _choice_words(dim: str, option) -> str:
+    if (dim, option) in NARROWING:
+        return NARROWING[(dim, option)]
     if dim.startswith("form:"):
         return f"{dim.split(':', 1)[1]} in form {option}"
     if dim.startswith("shape:"):
@@ -64,12 +69,10 @@ def _choice_words(dim: str, option) -> str:
 
 
 def differences(chosen: Fit, other: Fit) -> str | None:
-    """What sets another fitting candidate apart from the chosen one, or None when it only
-    narrows the chosen one's cases."""
+    """What sets another fitting candidate apart from the chosen one, in words, or None when
+    nothing does."""
     mine, theirs = dict(chosen.choices), dict(other.choices)
     changed = [(dim, option) for dim, option in theirs.items() if dim != "role" and mine.get(dim) != option]
-    if any(change in NARROWING for change in changed):
-        return None
     words = [label for dim, label in other.choices if dim == "role" and (dim, label) not in chosen.choices]
     words += [_choice_words(dim, option) for dim, option in changed]
     if other.table.get("returns") != chosen.table.get("returns"):
