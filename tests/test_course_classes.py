@@ -3,6 +3,7 @@ with its sizes, its weights set through attributes, an init method or its constr
 method called; the same checks, diagnosis and smallest failing case as for a function, end to
 end in a real kernel, and a spec that cannot be graded refused in one line."""
 import ast
+from pathlib import Path
 import subprocess
 import sys
 
@@ -150,7 +151,9 @@ def test_the_weights_go_in_the_course_s_layout_and_float32_with_the_probe():
 
 
 @pytest.mark.parametrize("table, words", [
-    ('[functions.convention.class]\nmethod = "forward"\n', "give the weights through attributes"),
+    # A method that projects tokens needs weights; an object may hold none where its method
+    # takes Q, K and V (see the weightless class below).
+    ('[functions.convention.class]\nmethod = "forward"\n', "no param has role 'wq' (or 'wqkv')"),
     ('[functions.convention.class]\n' + WEIGHTS, "convention: class: method must be the name of a method, not None"),
     ('[functions.convention.class]\nmethod = "__init__"\n' + WEIGHTS, "method must be the name of a method"),
     ('[functions.convention.class]\nmethod = "forward"\nattrs = {}\n', "class: unknown key 'attrs'"),
@@ -201,7 +204,7 @@ def test_the_command_line_refuses_a_class_spec_with_exit_2(tmp_path):
                            "--assignment", str(spec)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Attention: convention: class: give the weights through attributes" in lines[0]
+    assert len(lines) == 1 and "Attention: convention: no param has role 'wq' (or 'wqkv')" in lines[0]
 
 
 def test_which_step_raised_is_only_a_choice_of_words():
@@ -368,3 +371,52 @@ def test_a_class_that_returns_its_own_weights_or_input_is_not_an_answer(tmp_path
         assert result.functions[name]["non_answer"], name
         checks = [c for c in result.checks if c.function == name and c.max_points]
         assert all(c.points == 0 for c in checks) and "does not compute attention yet" in checks[0].message, name
+
+
+def test_a_class_holding_no_weights_is_a_convention_when_its_method_takes_q_k_and_v():
+    conv = parse(FUNCTION + 'params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, '
+                 '{ name = "V", role = "v" }]\nreturns = ["output", "weights"]\n'
+                 '[functions.convention.class]\nmethod = "forward"\n', "course.toml").functions[0].convention
+    assert conv.class_call is not None and conv.class_call.slots() == []
+
+
+# A ScaledDotProductAttention() that holds nothing and is given Q, K, V and an optional mask
+# (True: ignore the key), as deep-learning course handouts write it; the worked solution and
+# the same with one mistake, the scaling left out.
+WEIGHTLESS = '''class ScaledDotProductAttention:
+    def __init__(self):
+        pass
+
+    def forward(self, Q, K, V, mask=None):
+        scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(K.shape[-1])
+        if mask is not None:
+            scores = np.where(mask, -1e9, scores)
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+        return weights @ V, weights'''
+
+
+@pytest.mark.slow
+def test_a_weightless_class_is_inferred_graded_at_full_marks_and_its_mistake_named(tmp_path):
+    from conftest import TEST_SETTINGS, expect_slow
+    from grader.authoring.spec_tools.infer import infer
+    from grader.grade import grade_path
+    expect_slow()
+
+    def notebook(name: str, source: str) -> Path:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Attention lab"),
+                                             nbformat.v4.new_code_cell("import numpy as np"),
+                                             nbformat.v4.new_code_cell(source)])
+        nbformat.write(nb, tmp_path / name)
+        return tmp_path / name
+    solution = notebook("solution.ipynb", WEIGHTLESS)
+    inferred = infer(solution, tmp_path / "course.toml", TEST_SETTINGS)
+    (tmp_path / "course.toml").write_text(inferred.text)
+    assert inferred.score[0] == inferred.score[1] > 0
+    assert "holding no weights" in inferred.text
+    assignment = load_assignment(str(tmp_path / "course.toml"))
+    unscaled = grade_path(notebook("unscaled.ipynb", WEIGHTLESS.replace(" / np.sqrt(K.shape[-1])", "")),
+                          assignment, TEST_SETTINGS)
+    assert unscaled.score < unscaled.max_score
+    assert any(c.diagnosis and "scal" in c.diagnosis for c in unscaled.checks), \
+        [(c.name, c.diagnosis) for c in unscaled.checks]

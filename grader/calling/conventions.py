@@ -452,7 +452,7 @@ def _check_roles(conv: Convention, where: str) -> None:
         if last > 3:
             fail(where, "a softmax helper (role scores) can only return the weights")
     indexed = sorted({p.head for p in flat if p.head is not None})
-    for part in needed:
+    for part in sorted(needed, key="qkv".index):   # q, k, v: the same message on every run
         if start == 1 and part not in roles:
             fail(where, f"no param has role {part!r}, which its returns need")
         if start == 0 and f"w{part}" not in roles and "wqkv" not in roles:

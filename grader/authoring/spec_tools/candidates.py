@@ -136,8 +136,8 @@ def _first_role(name: str, allowed) -> str | None:
 def class_table(cls: ClassSignature) -> tuple[dict | None, str]:
     """How to make the object, as a convention's `class` table, from the class's source: its
     constructor's parameters by their names, and where the weights go, in order of preference:
-    the constructor itself, an init method, or the attributes __init__ sets. (None, why) when
-    its source says no way."""
+    the constructor itself, an init method, or the attributes __init__ sets, else nowhere (an
+    object that holds none). (None, why) when a constructor's parameter has no role."""
     construct = []
     for p in cls.construct:
         role = _first_role(p.name, CONSTRUCT_ROLES)
@@ -164,8 +164,9 @@ def class_table(cls: ClassSignature) -> tuple[dict | None, str]:
             attributes[name] = role
     if attributes:
         table["attributes"] = attributes
-        return table, ""
-    return None, "neither its constructor, an init method nor the attributes its __init__ sets hold the weights"
+    # With no weights anywhere, the object holds none (a ScaledDotProductAttention() given Q,
+    # K and V): the candidates decide, and a method that projects tokens is refused there.
+    return table, ""
 
 
 def _object_params(table: dict | None) -> list[dict]:

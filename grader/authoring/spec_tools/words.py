@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from grader.authoring.spec_tools.probe import Fit
+from grader.calling.class_table import SIZE_ROLES
 
 
 def describe(table: dict) -> str:
@@ -19,10 +20,12 @@ def describe(table: dict) -> str:
     made = table.get("class")
     if made:
         built = ", ".join(f"{c['name']}={c['role']}" for c in made.get("construct", []))
-        given = f"{made['init']['method']}(...)" if "init" in made else \
-            "attributes " + ", ".join(made["attributes"]) if "attributes" in made else "the constructor"
-        words = [f"an object made as ({built}), the weights through {given}; its {made['method']} takes "
-                 + words[0]]
+        weighted = any(c["role"] not in SIZE_ROLES and c["role"] not in ("n_heads", "scale", "causal")
+                       for c in made.get("construct", []))
+        given = f"the weights through {made['init']['method']}(...)" if "init" in made else \
+            "the weights through attributes " + ", ".join(made["attributes"]) if "attributes" in made else \
+            "the weights through the constructor" if weighted else "holding no weights"
+        words = [f"an object made as ({built}), {given}; its {made['method']} takes " + words[0]]
     if table.get("batch"):
         words.append("a leading batch axis")
     if table.get("tokens") == "columns":
