@@ -363,8 +363,13 @@ def test_replies_lost_in_a_flood_are_no_verdict(tmp_path):
     # run's last output, so the silence is read as lost replies, not as a slow call.
     result = grade(path, "rows", call_timeout=5.0)
     assert not any("no function named" in c.message or "did not finish" in c.message for c in result.checks)
-    assert result.status == "error" and result.score == 0
     lost = [e for e in result.errors if e.ename == "RepliesLost"]
+    if result.status == "graded" and not lost:
+        # On a machine busy enough to starve the flooding thread, every reply got through: then
+        # the verdict is the correct script's own, never a 0 drawn from a reply that was lost.
+        assert result.score == result.max_score, [(c.name, c.message) for c in result.checks if not c.points]
+        return
+    assert result.status == "error" and result.score == 0
     assert len(lost) == 1 and lost[0].kind == "grader_error"
     assert "the kernel's replies to the grader were lost on the way" in lost[0].evalue
     assert all(c.status == "error" and c.message.startswith("Not graded: ") for c in result.checks)
