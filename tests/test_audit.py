@@ -130,6 +130,7 @@ def test_the_audit_scores_a_mistake_as_a_real_kernel_graded_the_golden_notebook_
     assert scores >= 20 and ("tests/fixtures/cross/mistakes.ipynb", "cross_attention") in compared
 
 
+@pytest.mark.slow
 def test_an_inverted_mask_on_the_sheets_data_is_seen_as_a_kernel_sees_it():
     """The sheet's data has no mask, so the grader sends an all-True one, which an inverted mask
     turns into nothing to attend: the audit sees that mistake on `fixed` as the kernel did."""
@@ -302,6 +303,7 @@ returns = ["output", "weights"]
 """
 
 
+@pytest.mark.slow
 def test_hidden_checks_are_judged_on_their_own_cases_and_marked(tmp_path):
     """A hidden check draws its own cases; a mistake loses its points there as it would in grading."""
     from grader.authoring.audit_report import check_label

@@ -41,6 +41,7 @@ def jaccard(a: str, b: str) -> float:
     return len(x & y) / len(x | y)
 
 
+@pytest.mark.slow
 def test_the_golden_and_bundled_batches_give_the_exact_pairs_and_scores(golden_batch):
     expected = exact_pairs(golden_batch)
     assert sum(1 for p in expected if p["b"]) > 100     # many near pairs, not only identical groups
@@ -93,6 +94,7 @@ def test_planted_near_copies_at_and_just_below_the_threshold(golden_batch):
         assert not any({base_label, label} <= group for group in reported)
 
 
+@pytest.mark.slow
 def test_a_line_added_at_the_top_renumbers_every_variable_yet_the_copy_is_found(golden_batch):
     """Every later v<n> becomes v<n+1>: one character each to the measure, and the shingles
     drop the numbers so that the copy stays a candidate."""
@@ -142,6 +144,7 @@ def longest_common_subsequence(a: str, b: str) -> int:
 short_texts = st.text(alphabet="ab c\0(v1)", max_size=40)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(short_texts.filter(bool), st.lists(short_texts, min_size=1, max_size=6))
 def test_the_bound_s_subsequences_are_the_longest_common_ones(text, others):
@@ -191,6 +194,7 @@ def text_pairs(draw):
     return a, "".join(b)
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(text_pairs(), st.sampled_from([None, 1, 2, 3, 5]))
 def test_the_matched_characters_are_difflib_s(pair, gram):
@@ -202,6 +206,7 @@ def test_the_matched_characters_are_difflib_s(pair, gram):
     assert similarity.ratio(a, b) == difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
+@pytest.mark.slow
 def test_the_ratio_is_difflib_s_on_the_golden_batch_and_near_copies_of_it(golden_batch):
     texts, _, _ = similarity.distinct_fingerprints(golden_batch)
     pairs = list(zip(texts, texts[1:])) + [(t, t[:len(t) // 3] + "#" + t[len(t) // 3:].replace("v1", "v2", 3))
@@ -212,6 +217,7 @@ def test_the_ratio_is_difflib_s_on_the_golden_batch_and_near_copies_of_it(golden
         assert similarity.ratio_at_threshold(a, b, THRESHOLD) == (expected if expected >= THRESHOLD else None)
 
 
+@pytest.mark.slow
 def test_the_matched_characters_are_difflib_s_on_many_short_random_pairs():
     """Where a range's longest listed run, cut to it, is shorter than a gram, a run too short to
     be listed may be longer: such ranges are difflib's. Short texts over two to four letters
@@ -240,6 +246,7 @@ def test_grams_too_long_for_64_bits_and_lone_surrogates_are_still_difflib_s():
     assert similarity.matched_characters(a, b, 2) == difflib_matched(a, b)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(short_texts.filter(bool), st.lists(short_texts, max_size=6), st.integers(1, 5))
 def test_the_grouped_bound_is_at_least_the_longest_common_subsequence(text, others, count):
