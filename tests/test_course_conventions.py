@@ -336,3 +336,51 @@ def test_roles_layouts_and_returns_mean_what_the_readme_says(index):
         assert not parts.problems, parts.problems
         for part, expected in conv.expected_parts(case).items():
             assert compare(parts.values[part], expected, Tolerance()) is None, (case.label, part)
+
+
+@pytest.mark.parametrize("extra, words", [
+    ('axis = 0\n', "vector = true applies to a softmax helper"),
+    ('batch = true\n', "vector = true applies to a softmax helper"),
+])
+def test_a_vector_softmax_takes_nothing_but_the_scores(extra, words):
+    from grader.course.spec import parse
+    from grader.errors import SpecError
+    spec = ('[[functions]]\nname = "softmax"\n[functions.convention]\n'
+            'params = [{ name = "x", role = "scores" }]\nreturns = "weights"\nvector = true\n')
+    assert parse(spec, "course.toml").functions[0].convention.vector
+    with pytest.raises(SpecError, match=words):
+        parse(spec + extra, "course.toml")
+
+
+# A softmax over one vector, as seed 003's notebook writes it (max-subtracted, over the whole
+# argument), and the same not normalised, and a non-answer.
+VECTOR_SOFTMAX = "def softmax(items_in):\n    e_x = np.exp(items_in - np.max(items_in))\n    return e_x / e_x.sum()"
+
+
+@pytest.mark.slow
+def test_a_softmax_over_one_vector_is_inferred_as_a_helper_and_graded(tmp_path):
+    import nbformat
+    from conftest import TEST_SETTINGS, expect_slow
+    from grader.authoring.spec_tools.infer import infer
+    from grader.course.spec import load_assignment
+    from grader.grade import grade_path
+    expect_slow()
+
+    def notebook(name: str, source: str):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Softmax"),
+                                             nbformat.v4.new_code_cell("import numpy as np"),
+                                             nbformat.v4.new_code_cell(source)])
+        nbformat.write(nb, tmp_path / name)
+        return tmp_path / name
+    inferred = infer(notebook("solution.ipynb", VECTOR_SOFTMAX), tmp_path / "course.toml", TEST_SETTINGS)
+    assert inferred.functions["softmax"].table.get("vector") is True
+    assert inferred.score[0] == inferred.score[1] > 0
+    (tmp_path / "course.toml").write_text(inferred.text)
+    assignment = load_assignment(str(tmp_path / "course.toml"))
+    unnormalised = grade_path(notebook("unnormalised.ipynb", VECTOR_SOFTMAX.replace(" / e_x.sum()", "")),
+                              assignment, TEST_SETTINGS)
+    assert 0 < unnormalised.max_score and unnormalised.score < unnormalised.max_score
+    uniform = grade_path(notebook("uniform.ipynb", "def softmax(items_in):\n"
+                                                   "    return np.ones(len(items_in)) / len(items_in)"),
+                         assignment, TEST_SETTINGS)
+    assert uniform.score == 0

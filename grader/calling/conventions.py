@@ -49,7 +49,7 @@ RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "heads": 4, "
 STEPS = ((1, "projections"), (2, "scores"), (3, "softmax"))
 
 CONVENTION_KEYS = ("description", "params", "returns", "weights", "tokens", "scaled", "axis", "square",
-                   "per_head_returns", "batch", "causal", "fully_masked", "class")
+                   "per_head_returns", "batch", "causal", "fully_masked", "class", "vector")
 # The shapes a mask may be passed in, unbatched and batched; the first is the default. A mask
 # shared by the whole batch is one Lq x Lk; "B x 1 x ..." broadcasts over a heads axis.
 MASK_SHAPES = {("mask", False): ("Lq x Lk",), ("mask", True): ("B x Lq x Lk", "B x 1 x Lq x Lk", "Lq x Lk"),
@@ -78,6 +78,9 @@ class Convention:
     fully_masked: str = DEFAULT_FULLY_MASKED   # what a row with every key masked gives
     batched: bool = False       # a leading batch axis on every per-element argument and return
     class_call: ClassCall | None = None   # a class: how its object is made; params are its method's
+    # A softmax helper over one vector: it is given one query's row of scores (1-D) and returns
+    # that row's weights; canonically a 1 x Lk matrix.
+    vector: bool = False
     flat: tuple[Param, ...] = field(default=(), compare=False)   # every role, dicts' keys included
 
     # What follows is derived from the declared roles and returns, never declared.
@@ -249,6 +252,8 @@ class Convention:
                 parts[part] = np.concatenate([h[part] for h in heads], axis=1)
             else:
                 parts[part] = heads[0][part]
+        if self.vector:
+            parts = {part: vector_row(value) for part, value in parts.items()}
         return parts
 
     def call_arguments(self, case: Case) -> list:
@@ -311,6 +316,8 @@ class Convention:
         if role == "bqkv":
             return self._bias(np.concatenate([_fused_bias(case, name) for name in ("bq", "bk", "bv")]))
         shape: Callable[[np.ndarray], np.ndarray]
+        if role == "scores" and self.vector:
+            return reference()["heads"][0]["scores"][0]   # the first query's row (vector_row)
         if role in ("q", "k", "v", "scores"):
             per_head, shape = [h[role] for h in reference()["heads"]], self._tokens
         else:
@@ -353,6 +360,11 @@ class Convention:
 
     def _bias(self, b: np.ndarray) -> np.ndarray:
         return b[:, None] if self.columns else b
+
+
+def vector_row(matrix: np.ndarray) -> np.ndarray:
+    """What a vector helper computes on, canonically: the first query's row, as a 1 x Lk matrix."""
+    return matrix[:1]
 
 
 def _given(value: np.ndarray | None, what: str) -> np.ndarray:
@@ -487,6 +499,9 @@ def _check_roles(conv: Convention, where: str) -> None:
         fail(where, "a mask (or causal) with tokens as columns is not supported yet")
     if conv.batched and conv.columns:
         fail(where, "batch = true takes tokens as rows (B x N x D)")
+    if conv.vector and (start != 2 or conv.batched or conv.columns):
+        fail(where, "vector = true applies to a softmax helper (role scores) over one vector: no axis, "
+                    "tokens or batch")
     for p in flat:
         if p.role in MASK_ROLES:
             allowed = MASK_SHAPES[(p.role, conv.batched)]
@@ -557,7 +572,7 @@ def parse_convention(raw, name: str, where: str) -> Convention:
         per_head_returns=choice(raw, "per_head_returns", ("list", "axis"), "list", where), flat=flat,
         causal_inside=choice(raw, "causal", (False, True), False, where),
         batched=choice(raw, "batch", (False, True), False, where),
-        fully_masked=_fully_masked(raw, flat, where))
+        fully_masked=_fully_masked(raw, flat, where), vector=choice(raw, "vector", (False, True), False, where))
     conv = with_class(conv, raw, where)
     multi = conv.heads != "one"
     canonical = tuple(f"{p}_per_head" if multi and p in ("weights", "scores") else p for p in return_names)

@@ -148,6 +148,8 @@ def canonical_parts(conv: Convention, encoded: dict) -> Parts:
         except Unreadable as exc:
             parts.unreadable[name] = str(exc)
             continue
+        if conv.vector and isinstance(value, np.ndarray) and value.ndim == 1:
+            value = value[None, :]   # one vector's weights: canonically a 1 x Lk matrix
         parts.values[name] = _tokens_as_rows(value) if conv.columns else value
     for name in conv.returns:
         if name not in parts.values and name not in parts.unreadable:

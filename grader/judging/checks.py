@@ -605,8 +605,9 @@ CHECKS: dict[str, CheckKind] = {c.name: c for c in [
               lambda fn, ctx: [_base(fn, ctx), *_random(fn, ctx)], judge_distribution),
     # Under a causal mask the order of the tokens is the point: no permutation is the same
     # problem (a fixed mask is permuted with the tokens, rows and columns, by Case.permuted).
+    # A vector helper computes on one query's row: permuting the tokens changes which row it is.
     CheckKind("permutation_equivariance", "Permuting tokens permutes the results", 1,
-              lambda conv, f: not conv.causal, _permutation, judge_permutation),
+              lambda conv, f: not conv.causal and not conv.vector, _permutation, judge_permutation),
     # Keys and values move together, so the memory's order is not the problem's (unless causal).
     CheckKind("memory_permutation", "Permuting the memory's rows leaves a cross-attention output unchanged", 1,
               lambda conv, f: conv.cross and not conv.causal, _memory_permutation, judge_memory_permutation),

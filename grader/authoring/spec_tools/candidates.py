@@ -73,6 +73,7 @@ def _dimensions(params: list[dict], plural: bool) -> list[tuple[str, list]]:
         dims.append(("weights", ["in_out", "out_in"]))
     if helper:
         dims.append(("axis", [-1, 0]))
+        dims.append(("vector", [False, True]))   # a softmax over one vector (a row of scores)
     else:
         dims.append(("tokens", ["rows", "columns"]))
         dims.append(("scaled", [True, False]))

@@ -34,6 +34,8 @@ def describe(table: dict) -> str:
         words.append("framework layout x @ W.T")
     if "axis" in table:
         words.append(f"softmax over axis {table['axis']}")
+    if table.get("vector"):
+        words.append("a softmax over one vector (a row of scores)")
     if table.get("scaled") is False:
         words.append("unscaled")
     if table.get("square"):
