@@ -419,7 +419,7 @@ MISTAKES: tuple[Mistake, ...] = (
        needs={"softmax"}, softmax="whole"),
     _m("no_scaling", "scores not scaled",
        "The scores Q K^T are never divided by sqrt(d_k).",
-       "Look at equation (1) on the sheet: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V.",
+       "Look at the definition: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V.",
        needs={"scaled"}, scale="none"),
     _m("scale_by_model_dim", "scaled by sqrt(D) instead of sqrt(d_k)",
        "The scores are divided by the square root of the model dimension D, not of the per-head "
@@ -440,7 +440,7 @@ MISTAKES: tuple[Mistake, ...] = (
        needs={"scores"}, scores="kq"),
     _m("transposed_attention", "attention matrix transposed before it is applied to V",
        "The weights are transposed before they multiply the values, so each output mixes the values "
-       "with another query's weights (seed 003's own multi-head function does this).",
+       "with another query's weights.",
        "Look at the product with V: output = weights @ V with the weights as computed, one row per query.",
        needs={"softmax", "output"}, combine="transposed"),
     _m("values_from_x", "values taken from X instead of V",
@@ -466,7 +466,7 @@ MISTAKES: tuple[Mistake, ...] = (
        needs={"heads"}, heads="stacked"),
     _m("projection_missing", "output projection missing",
        "The concatenated heads are returned without the final output projection.",
-       "Look at the last step on the sheet: the concatenated heads are multiplied by the output projection.",
+       "Look at the last step: the concatenated heads are multiplied by the output projection.",
        needs={"projection"}, projection="missing"),
     _m("projection_wrong_side", "output projection applied on the wrong side",
        "The output projection is applied transposed (from the wrong side) to the concatenated heads.",
@@ -482,7 +482,7 @@ MISTAKES: tuple[Mistake, ...] = (
        needs={"biases", "square"}, biases="before"),
     _m("transposed_output", "output transposed",
        "The output has tokens and features swapped.",
-       "Look at the shape you return: one row per token (one column per token in the column-major sheet).",
+       "Look at the shape you return: one row per token (one column per token where tokens are columns).",
        needs={"output"}, output="transposed"),
     _m("mask_after_softmax", "mask applied after the softmax",
        "The masked weights are zeroed after the softmax, so each query's remaining weights no longer "

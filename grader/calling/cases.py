@@ -58,7 +58,8 @@ def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: i
         x = rng.normal(size=(n, d))
     wo = rng.normal(size=(n_heads * d_k, d)) if conv.projection else None
     batch = batch if conv.batched else 1
-    label = label or f"random N = {n}, D = {d}, H = {n_heads}"
+    # H only where the convention has heads: a single-head course has no H to speak of.
+    label = label or f"random N = {n}, D = {d}" + (f", H = {n_heads}" if conv.heads != "one" else "")
     case = Case(x=x, heads=tuple(heads), wo=wo, label=f"{label}, B = {batch}" if conv.batched else label)
     if conv.cross:
         rows, width = memory_shape(n, d)
@@ -138,7 +139,7 @@ def large_score_case(conv: Convention, seed: int) -> Case:
             break
         factor *= 1.5
     case = replace(case, x=case.x * factor)
-    return replace(case, label=f"large scores (largest score {max_score(case):.0f}, as in seed 002)")
+    return replace(case, label=f"large scores (largest score {max_score(case):.0f})")
 
 
 def shaped_like(sheet_cases: list[Case], seed: int) -> list[Case]:
