@@ -22,12 +22,12 @@ from grader.kernel.session import HARNESS, HARNESS_MODULE, CallsEnd, Kernel, Ker
 from grader.kernel.client import default_kernel_manager
 from grader.intake.notebook import code_cells, load_submission
 from grader.result import (CheckResult, CheckStatus, DefiningCellFailure, ErrorKind, ErrorRecord, Finding,
-                           FunctionInfo, GradeResult, SmallestCase, Timing)
+                           FunctionInfo, GradeResult, SmallestCase, Timing, cell_number)
 from grader.kernel.runner import NOT_RUN_NOTE, executed_notebook
 from grader.sandbox.isolation import ENFORCES_POLICY
 from grader.calling.returns import canonical_parts
 from grader.course.spec import Assignment, FunctionSpec, metadata_assignment
-from grader.report.view import cell_number, failing_line_number
+from grader.report.view import failing_line_number
 
 
 
@@ -216,7 +216,8 @@ def failed_definition(fn: FunctionSpec, scan, errors: list[ErrorRecord]) -> Defi
         line, ename, evalue = failing_line_number(error), error.ename, error.evalue
     # One line: the cell's own entry under the notebook's problems has the rest.
     first = (NOT_RUN_NOTE.sub("", evalue).strip().splitlines() or [""])[0][:200]
-    return {"cell": error.cell, "line": line, "ename": ename[:100], "evalue": first}
+    return {"cell": error.cell, "cell_number": cell_number(error.cell), "line": line, "ename": ename[:100],
+            "evalue": first}
 
 
 def not_graded(submission: str, assignment: Assignment | str, seed: int, kind: ErrorKind, ename: str,
@@ -475,11 +476,13 @@ def _static_findings(scan, assignment: Assignment) -> list[Finding]:
     findings: list[Finding] = []
     for cell, line, module in scan.imports:
         hit = static_scan.matches(module, assignment.forbidden)
-        finding: Finding = {"source": "static", "module": hit or "", "cell": cell, "line": line}
+        finding: Finding = {"source": "static", "module": hit or "", "cell": cell, "cell_number": cell_number(cell),
+                            "line": line}
         if hit and finding not in findings:   # `from m import a, b` names m three times
             findings.append(finding)
         if static_scan.matches(module, GRADER_MODULES):
-            findings.append({"source": "static", "module": module, "cell": cell, "line": line, "kind": "grader_import"})
+            findings.append({"source": "static", "module": module, "cell": cell, "cell_number": cell_number(cell),
+                             "line": line, "kind": "grader_import"})
     return findings
 
 
@@ -487,6 +490,7 @@ def _timing(log, probing: float, started: float) -> Timing:
     timing: Timing = {"execution": round(log.seconds, 3), "probing": probing, "output_characters": log.output_bytes}
     if log.grader_cells:
         timing["grader_cells"] = log.grader_cells
+        timing["grader_cell_numbers"] = [cell_number(cell) for cell in log.grader_cells]
     timing["total"] = round(time.monotonic() - started, 3)
     return timing
 

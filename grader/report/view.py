@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 
 from grader.report.printable import printable
 from grader.result import (CheckResult, CheckStatus, DefiningCellFailure, ErrorRecord, FunctionInfo, GradeResult,
-                           Isolation, Policy, SmallestCase, Status, Timing)
+                           Isolation, Policy, SmallestCase, Status, Timing, cell_number)
 from grader.settings import PUBLIC_SEED
 
 HIDDEN_NOTE = "Hidden check: its details are not shown to students."
@@ -248,11 +248,6 @@ def failing_line_number(error: ErrorRecord) -> int | None:
         if marker:
             return int(marker.group(1))
     return None
-
-
-def cell_number(index: int) -> int:
-    """A cell's number as a student finds it in the notebook: every cell counted, from 1."""
-    return index + 1
 
 
 def where(error: ErrorRecord) -> str:
