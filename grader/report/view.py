@@ -92,11 +92,22 @@ class FunctionView:
         reader may see them: a 0-point check's finding too, marked as such."""
         found: list[tuple[str, str, bool]] = []
         for c in self.checks:
-            if c.diagnosis and not c.withheld and (c.lost_points or c.status == "info"):
+            if c.diagnosis and not c.withheld and (c.lost_points or c.status == "info") \
+                    and not self.repeats_a_likely_mistake(c):
                 entry = (c.diagnosis, c.advice, c.status == "info")
                 if entry[:2] not in [f[:2] for f in found]:
                     found.append(entry)
         return found
+
+    def repeats_a_likely_mistake(self, check: CheckView) -> bool:
+        """An informational check's finding that a likely mistake of this function already says:
+        the same mistake, or one of the pair it names (a pair's advice is its two mistakes'
+        advice, one after the other). Said once, as the likely mistake, not again as "also
+        noticed"."""
+        if check.status != "info" or not check.diagnosis:
+            return False
+        return any(c.diagnosis == check.diagnosis or (check.advice and check.advice in c.advice)
+                   for c in self.checks if c.lost_points and c.diagnosis and not c.withheld)
 
     @property
     def figure_check(self) -> CheckView | None:
