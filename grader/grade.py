@@ -220,6 +220,15 @@ def failed_definition(fn: FunctionSpec, scan, errors: list[ErrorRecord]) -> Defi
             "evalue": first}
 
 
+def renamed_definitions(fn: FunctionSpec, scan, assignment: Assignment) -> list[str]:
+    """What a function the notebook does not define may have been renamed to: top-level
+    definitions named like it that can be called as it is (grader/intake/source_scan.py). A
+    hint for the student and for the staff's `aliases`, never graded in its place."""
+    graded_names = {name for f in assignment.functions for name in f.names}
+    method = fn.convention.class_call.method if fn.convention.class_call else None
+    return static_scan.renamed_candidates(scan, fn.name, graded_names, len(fn.params), method)
+
+
 def not_graded(submission: str, assignment: Assignment | str, seed: int, kind: ErrorKind, ename: str,
                why: str) -> GradeResult:
     """The one result of a submission that could not be graded at all: `why` as its only
@@ -549,6 +558,8 @@ async def _describe_functions(session, result: GradeResult, assignment: Assignme
         info.pop("defining_cell_failed", None)   # the grader's finding alone, never the kernel's
         if not info.get("found") and (failure := failed_definition(fn, scan, result.errors)):
             info["defining_cell_failed"] = failure
+        elif not info.get("found") and (renamed := renamed_definitions(fn, scan, assignment)):
+            info["similar_names"] = renamed
         infos[fn.name] = info
     runtime: list[Finding] = [{"source": "runtime", "module": module} for module in described.get("imported", [])]
     return infos, runtime

@@ -112,6 +112,9 @@ class FunctionInfo(_FunctionInfoBase, total=False):
     modules: list[str]
     stub: bool
     defining_cell_failed: DefiningCellFailure
+    # Not defined: the top-level definitions named like it that could be it renamed (selfAttention
+    # for self_attention), which are never graded in its place without the spec's aliases.
+    similar_names: list[str]
     non_answer: bool
     smallest_failing: SmallestCase
     called_by_keyword: bool
@@ -135,12 +138,21 @@ class ErrorRecord:
     # Set by the grader, never from what the kernel says: the kernel died or was stopped
     # during this cell, so the notebook is run again without it.
     kernel_lost: bool = False
-    # `cell` as messages number it (from 1), None for the grader's own code: made from `cell`,
-    # never read back, so the two cannot disagree.
+    # `cell` as messages number it (from 1), None for the grader's own code: made from `cell`
+    # whenever it is set (the runner sets it after the error is made), never read back, so the
+    # two cannot disagree.
     cell_number: int | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        self.cell_number = cell_number(self.cell) if self.cell >= 0 else None
+        self._number_cell()
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name == "cell":
+            self._number_cell()
+
+    def _number_cell(self) -> None:
+        super().__setattr__("cell_number", cell_number(self.cell) if self.cell >= 0 else None)
 
     @property
     def not_graded(self) -> bool:

@@ -95,6 +95,9 @@ def test_every_cell_a_result_names_is_also_numbered_from_1_as_the_messages_numbe
     assert error.to_json()["cell"] == 1 and error.to_json()["cell_number"] == 2
     assert where(error).startswith("cell 2")
     assert ErrorRecord(-1, "bad_reply", "BadReply", "malformed").to_json()["cell_number"] is None
+    placed = ErrorRecord(-1, "error", "NameError", "x")
+    placed.cell = 5   # as the runner places a cell's error once it knows the cell
+    assert placed.to_json()["cell_number"] == 6
     rows = load_assignment("rows")
     parsed = scan([(0, "import numpy as np"), (1, "def self_attention(X, Wq, Wk, Wv):\n    return X)\n")],
                   {"self_attention"})

@@ -152,6 +152,18 @@ def test_also_noticed_never_repeats_the_likely_mistake():
     assert text.count(AXIS_ADVICE) == 1 and "softmax without max-subtraction overflows: Subtract" in text
 
 
+def test_a_renamed_function_is_hinted_once_and_only_the_staff_read_of_aliases():
+    missing = "Not implemented: no function named `f` is defined after running the notebook."
+    result = GradeResult(submission="hw.ipynb", assignment="rows", seed=1, checks=[
+        CheckResult(f"f.{kind}", "f", kind, kind, "failed", 0, 1, missing) for kind in ("fixed", "dtypes")],
+        functions={"f": {"found": False, "stub": False, "similar_names": ["F"]}})
+    result.total()
+    student, staff = summary(result, width=300), summary(result, staff=True, width=300)
+    assert student.count("Did you mean `F`? Only a definition named `f` is graded: rename yours to `f`.") == 1
+    assert "aliases" not in student and "aliases" not in render(result)
+    assert staff.count('add aliases = ["F"] to `f`') == 1 and render(result, staff=True).count("aliases = [") == 1
+
+
 def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
     from grader.report.terminal import use_colour
 

@@ -81,6 +81,9 @@ class FunctionView:
     # Why it was not graded when the cell that defines it failed ("cell 5, line 6: SyntaxError:
     # ..."): said here once, each of its checks saying only that its defining cell failed.
     defining_cell: str | None = None
+    # When it is not defined but a definition named like it is: "did you mean ...?", said here
+    # once (renamed_hint), its checks each saying only that it is not implemented.
+    renamed: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -179,8 +182,12 @@ class ResultView:
             info = self.functions.get(name)
             failure = info.get("defining_cell_failed") if info else None
             return cell_failure(failure) if failure else None
+        def renamed(name):
+            info = self.functions.get(name)
+            similar = info.get("similar_names") if info else None
+            return renamed_hint(name, similar, self.staff) if similar else None
         return [FunctionView(n, sum(c.points for c in g), sum(c.max_points for c in g), g, smallest(n, g),
-                             failed_cell(n))
+                             failed_cell(n), renamed(n))
                 for n, g in zip(names, grouped)]
 
     def to_json(self) -> dict:
@@ -189,6 +196,19 @@ class ResultView:
         data["checks"] = [{f.name: getattr(c, f.name) for f in fields(CheckResult)} for c in self.checks]
         data["errors"] = [e.to_json() for e in self.errors]
         return data
+
+
+def renamed_hint(name: str, similar: list[str], staff: bool) -> str:
+    """What to say once of a function the notebook does not define when definitions named like
+    it do (result.functions[name]["similar_names"]): to a student, rename; to the staff also how
+    to grade it as named, through the spec's `aliases`, which the grader never assumes."""
+    named = " or ".join(f"`{other}`" for other in similar)
+    hint = f"Did you mean {named}? Only a definition named `{name}` is graded: rename yours to `{name}`."
+    if staff:
+        aliases = ", ".join(f'"{alias}"' for alias in similar)
+        hint += (f" Staff: to grade it under its own name, add aliases = [{aliases}] to `{name}`'s table in the "
+                 "spec (docs/specs.md).")
+    return hint
 
 
 def shows_case_marked(check: CheckResult, mark: str) -> bool:
