@@ -14,7 +14,7 @@ everything.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from grader.report.printable import printable
 from grader.result import (CheckResult, CheckStatus, DefiningCellFailure, ErrorRecord, FunctionInfo, GradeResult,
@@ -84,6 +84,9 @@ class FunctionView:
     # When it is not defined but a definition named like it is: "did you mean ...?", said here
     # once (renamed_hint), its checks each saying only that it is not implemented.
     renamed: str | None = None
+    # Why it earned nothing when no mistake says so (not graded, not implemented, ...): what the
+    # staff's files give as its reason (nothing_earned).
+    nothing_earned: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -186,9 +189,10 @@ class ResultView:
             info = self.functions.get(name)
             similar = info.get("similar_names") if info else None
             return renamed_hint(name, similar, self.staff) if similar else None
-        return [FunctionView(n, sum(c.points for c in g), sum(c.max_points for c in g), g, smallest(n, g),
-                             failed_cell(n), renamed(n))
-                for n, g in zip(names, grouped)]
+        views = [FunctionView(n, sum(c.points for c in g), sum(c.max_points for c in g), g, smallest(n, g),
+                              failed_cell(n), renamed(n))
+                 for n, g in zip(names, grouped)]
+        return [replace(v, nothing_earned=nothing_earned(v, self.functions.get(v.name))) for v in views]
 
     def to_json(self) -> dict:
         """The result's JSON contract; for the staff, exactly GradeResult.to_json()."""
@@ -196,6 +200,24 @@ class ResultView:
         data["checks"] = [{f.name: getattr(c, f.name) for f in fields(CheckResult)} for c in self.checks]
         data["errors"] = [e.to_json() for e in self.errors]
         return data
+
+
+def nothing_earned(fn: FunctionView, info: FunctionInfo | None) -> str | None:
+    """Why a function earned none of its points, when no likely mistake says it: its defining
+    cell failed, it is not defined (and what it may have been renamed to), it is still the
+    template's placeholder, or it does not compute attention yet. None when it earned points,
+    when a mistake is named, or when its result does not say."""
+    if fn.points or not fn.max_points or fn.main_mistake or not info:
+        return None
+    if fn.defining_cell:
+        return f"not graded, its defining cell failed: {fn.defining_cell}"
+    if not info.get("found"):
+        return "not implemented: not defined" + (f"; {fn.renamed}" if fn.renamed else "")
+    if info.get("stub"):
+        return "not implemented: still the template's placeholder"
+    if info.get("non_answer"):
+        return "does not compute attention yet"
+    return None
 
 
 def renamed_hint(name: str, similar: list[str], staff: bool) -> str:
@@ -310,9 +332,20 @@ def stopped_at_timeout(result: GradeResult) -> bool:
     return result.status == "timeout" or any(e.kind in STOPPED_AT_TIMEOUT and e.cell >= 0 for e in result.errors)
 
 
+def failed_definitions(result: GradeResult) -> dict[str, list[str]]:
+    """The failed cells that left graded functions undefined ("cell 5, line 6: SyntaxError:
+    ..."), each with the functions it left undefined."""
+    failed: dict[str, list[str]] = {}
+    for name, info in result.functions.items():
+        if info.get("defining_cell_failed"):
+            failed.setdefault(cell_failure(info["defining_cell_failed"]), []).append(name)
+    return failed
+
+
 def problem_line(result: GradeResult) -> str:
-    """One line for the staff's class summary: why the file was not graded, or which cell was
-    stopped at its timeout; "" when nothing went wrong that way. Names the cell, so a message a
+    """One line for the staff's class summary: why the file was not graded, which cell was
+    stopped at its timeout, or which cell failed and left graded functions undefined; "" when
+    nothing went wrong that way. Names the cell, so a message a
     student's code raised reads as that cell's, never as the grader's."""
     errors = result.errors
     if result.status == "error":
@@ -325,6 +358,8 @@ def problem_line(result: GradeResult) -> str:
     elif stopped_at_timeout(result):
         chosen = next((e for e in errors if e.kind in STOPPED_AT_TIMEOUT), None)
         text = f"{where(chosen)}: {chosen.evalue}" if chosen else "the notebook ran out of time"
+    elif failed := failed_definitions(result):
+        text = "; ".join(f"{cell}: {' and '.join(names)} not graded" for cell, names in failed.items())
     else:
         return ""
     line = next((part for part in ANSI.sub("", str(text)).splitlines() if part.strip()), "").strip()
