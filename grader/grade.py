@@ -22,12 +22,12 @@ from grader.kernel.session import HARNESS, HARNESS_MODULE, CallsEnd, Kernel, Ker
 from grader.kernel.client import default_kernel_manager
 from grader.intake.notebook import code_cells, load_submission
 from grader.result import (CheckResult, CheckStatus, DefiningCellFailure, ErrorKind, ErrorRecord, Finding,
-                           FunctionInfo, GradeResult, SmallestCase, Timing)
+                           FunctionInfo, GradeResult, SmallestCase, Timing, cell_number)
 from grader.kernel.runner import NOT_RUN_NOTE, executed_notebook
 from grader.sandbox.isolation import ENFORCES_POLICY
 from grader.calling.returns import canonical_parts
 from grader.course.spec import Assignment, FunctionSpec, metadata_assignment
-from grader.report.view import cell_number, failing_line_number
+from grader.report.view import failing_line_number
 
 
 
@@ -216,7 +216,17 @@ def failed_definition(fn: FunctionSpec, scan, errors: list[ErrorRecord]) -> Defi
         line, ename, evalue = failing_line_number(error), error.ename, error.evalue
     # One line: the cell's own entry under the notebook's problems has the rest.
     first = (NOT_RUN_NOTE.sub("", evalue).strip().splitlines() or [""])[0][:200]
-    return {"cell": error.cell, "line": line, "ename": ename[:100], "evalue": first}
+    return {"cell": error.cell, "cell_number": cell_number(error.cell), "line": line, "ename": ename[:100],
+            "evalue": first}
+
+
+def renamed_definitions(fn: FunctionSpec, scan, assignment: Assignment) -> list[str]:
+    """What a function the notebook does not define may have been renamed to: top-level
+    definitions named like it that can be called as it is (grader/intake/source_scan.py). A
+    hint for the student and for the staff's `aliases`, never graded in its place."""
+    graded_names = {name for f in assignment.functions for name in f.names}
+    method = fn.convention.class_call.method if fn.convention.class_call else None
+    return static_scan.renamed_candidates(scan, fn.name, graded_names, len(fn.params), method)
 
 
 def not_graded(submission: str, assignment: Assignment | str, seed: int, kind: ErrorKind, ename: str,
@@ -475,11 +485,13 @@ def _static_findings(scan, assignment: Assignment) -> list[Finding]:
     findings: list[Finding] = []
     for cell, line, module in scan.imports:
         hit = static_scan.matches(module, assignment.forbidden)
-        finding: Finding = {"source": "static", "module": hit or "", "cell": cell, "line": line}
+        finding: Finding = {"source": "static", "module": hit or "", "cell": cell, "cell_number": cell_number(cell),
+                            "line": line}
         if hit and finding not in findings:   # `from m import a, b` names m three times
             findings.append(finding)
         if static_scan.matches(module, GRADER_MODULES):
-            findings.append({"source": "static", "module": module, "cell": cell, "line": line, "kind": "grader_import"})
+            findings.append({"source": "static", "module": module, "cell": cell, "cell_number": cell_number(cell),
+                             "line": line, "kind": "grader_import"})
     return findings
 
 
@@ -487,6 +499,7 @@ def _timing(log, probing: float, started: float) -> Timing:
     timing: Timing = {"execution": round(log.seconds, 3), "probing": probing, "output_characters": log.output_bytes}
     if log.grader_cells:
         timing["grader_cells"] = log.grader_cells
+        timing["grader_cell_numbers"] = [cell_number(cell) for cell in log.grader_cells]
     timing["total"] = round(time.monotonic() - started, 3)
     return timing
 
@@ -545,6 +558,8 @@ async def _describe_functions(session, result: GradeResult, assignment: Assignme
         info.pop("defining_cell_failed", None)   # the grader's finding alone, never the kernel's
         if not info.get("found") and (failure := failed_definition(fn, scan, result.errors)):
             info["defining_cell_failed"] = failure
+        elif not info.get("found") and (renamed := renamed_definitions(fn, scan, assignment)):
+            info["similar_names"] = renamed
         infos[fn.name] = info
     runtime: list[Finding] = [{"source": "runtime", "module": module} for module in described.get("imported", [])]
     return infos, runtime

@@ -44,6 +44,7 @@ class _FindingBase(TypedDict):
 class Finding(_FindingBase, total=False):
     """An import the policy flags: of a forbidden library, or (kind "grader_import") of the grader."""
     cell: int
+    cell_number: int   # the cell as every message numbers it: from 1 (cell_number)
     line: int
     kind: Literal["grader_import"]
 
@@ -66,6 +67,7 @@ class Timing(TypedDict, total=False):
     probing: float
     output_characters: int
     grader_cells: list[int]   # the grader's own cells, left out (grader/intake/own_cells.py); only when any
+    grader_cell_numbers: list[int]   # the same cells numbered from 1, as every message numbers them
     total: float
 
 
@@ -79,12 +81,16 @@ class Isolation(TypedDict, total=False):
     background_processes_stopped: int
 
 
-class DefiningCellFailure(TypedDict):
-    """Why a function is not defined: the first error of the last cell that defines it."""
+class _DefiningCellFailureBase(TypedDict):
     cell: int
     line: int | None
     ename: str
     evalue: str
+
+
+class DefiningCellFailure(_DefiningCellFailureBase, total=False):
+    """Why a function is not defined: the first error of the last cell that defines it."""
+    cell_number: int   # `cell` numbered from 1; absent from results of graders before it was added
 
 
 class SmallestCase(TypedDict):
@@ -106,15 +112,24 @@ class FunctionInfo(_FunctionInfoBase, total=False):
     modules: list[str]
     stub: bool
     defining_cell_failed: DefiningCellFailure
+    # Not defined: the top-level definitions named like it that could be it renamed (selfAttention
+    # for self_attention), which are never graded in its place without the spec's aliases.
+    similar_names: list[str]
     non_answer: bool
     smallest_failing: SmallestCase
     called_by_keyword: bool
 
 
+def cell_number(index: int) -> int:
+    """A cell's number as a student finds it in the notebook and every message says it: every
+    cell counted, from 1. The result keeps the 0-based index as `cell`, and this beside it."""
+    return index + 1
+
+
 @dataclass
 class ErrorRecord:
     """Something that went wrong while running or grading a notebook, as a result stores it."""
-    cell: int            # index of the cell in the notebook, -1 for the grader's own code
+    cell: int            # index of the cell in the notebook (from 0), -1 for the grader's own code
     kind: ErrorKind
     ename: str
     evalue: str
@@ -123,6 +138,21 @@ class ErrorRecord:
     # Set by the grader, never from what the kernel says: the kernel died or was stopped
     # during this cell, so the notebook is run again without it.
     kernel_lost: bool = False
+    # `cell` as messages number it (from 1), None for the grader's own code: made from `cell`
+    # whenever it is set (the runner sets it after the error is made), never read back, so the
+    # two cannot disagree.
+    cell_number: int | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self._number_cell()
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name == "cell":
+            self._number_cell()
+
+    def _number_cell(self) -> None:
+        super().__setattr__("cell_number", cell_number(self.cell) if self.cell >= 0 else None)
 
     @property
     def not_graded(self) -> bool:
@@ -222,6 +252,8 @@ def _record(cls, data: dict, where: str):
     hints = _hints(cls)
     values = {}
     for f in fields(cls):
+        if not f.init:
+            continue   # made from the other fields (ErrorRecord.cell_number)
         if f.name in data:
             values[f.name] = _value(hints[f.name], data[f.name], f"{where}.{f.name}")
         elif f.default is MISSING and f.default_factory is MISSING:

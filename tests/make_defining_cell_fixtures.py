@@ -1,6 +1,7 @@
 """Writes tests/fixtures/defining_cell/: notebooks whose cell defining `self_attention` fails
 (it does not parse, a NameError before its `def` keeps the `def` from running, an import
-fails and so does the `def` that needs it), while
+fails and so does the `def` that needs it) or defines it under another name (`selfAttention`,
+which the notebook then calls), while
 `multi_head_attention`, defined in a later cell of its own, works. The cell that fails is
 cell 5 of the notebook (a markdown cell comes first); its golden verdicts are in
 tests/fixtures/expected.json.
@@ -56,10 +57,14 @@ DEFINING_CELLS = {
     "decorator_from_missing_package": "from attention_speedups import jit\n\n@jit\n" + SELF_ATTENTION,
     # the cell interrupts itself at line 1 (no timeout did): nothing after it runs either
     "raises_keyboard_interrupt": "raise KeyboardInterrupt\n\n" + SELF_ATTENTION,
+    # runs: the function is correct, under a name of the student's own
+    "renamed": SELF_ATTENTION.replace("def self_attention(", "def selfAttention("),
 }
+# The name the notebook calls its self-attention by, where it is not `self_attention`.
+CALLED_AS = {"renamed": "selfAttention"}
 
 
-def notebook(defining_cell: str):
+def notebook(defining_cell: str, called_as: str = "self_attention"):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     nb.cells = [
@@ -68,7 +73,7 @@ def notebook(defining_cell: str):
         nbformat.v4.new_code_cell(DATA),
         nbformat.v4.new_markdown_cell("### (a) Self-attention"),
         nbformat.v4.new_code_cell(defining_cell),
-        nbformat.v4.new_code_cell("output, weights = self_attention(X, Wq, Wk, Wv)"),
+        nbformat.v4.new_code_cell(f"output, weights = {called_as}(X, Wq, Wk, Wv)"),
         nbformat.v4.new_markdown_cell("### (b) Multi-head attention"),
         nbformat.v4.new_code_cell(MULTI_HEAD),
         nbformat.v4.new_code_cell("print(multi_head_attention(X, Wq, Wk, Wv, 3)[0].shape)"),
@@ -81,4 +86,4 @@ def notebook(defining_cell: str):
 if __name__ == "__main__":
     HERE.mkdir(parents=True, exist_ok=True)
     for name, source in DEFINING_CELLS.items():
-        nbformat.write(notebook(source), HERE / f"{name}.ipynb")
+        nbformat.write(notebook(source, CALLED_AS.get(name, "self_attention")), HERE / f"{name}.ipynb")

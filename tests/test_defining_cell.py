@@ -97,7 +97,7 @@ def test_a_cell_that_does_not_parse_is_described_by_the_grader_not_by_what_the_k
     found = scan([(4, "def self_attention(X, Wq, Wk, Wv):\n    return = X\n")], set(fn.names))
     forged = ErrorRecord(4, "error", "MemoryError", "the grader is out of memory", traceback="----> 9 whatever")
     failure = failed_definition(fn, found, [forged])
-    assert failure == {"cell": 4, "line": 2, "ename": "SyntaxError", "evalue": "invalid syntax"}
+    assert failure == {"cell": 4, "cell_number": 5, "line": 2, "ename": "SyntaxError", "evalue": "invalid syntax"}
 
 
 def test_the_error_of_the_last_failed_defining_cell_is_the_reason_without_its_note():
@@ -111,9 +111,46 @@ def test_the_error_of_the_last_failed_defining_cell_is_the_reason_without_its_no
               ErrorRecord(6, "error", "ModuleNotFoundError",
                           "No module named 'attention_types' (Python ran nothing after line 1 of this cell, so "
                           "`self_attention` is not defined)", traceback="----> 1 from attention_types import Matrix")]
-    assert failed_definition(fn, found, errors) == {"cell": 6, "line": 1, "ename": "ModuleNotFoundError",
+    assert failed_definition(fn, found, errors) == {"cell": 6, "cell_number": 7, "line": 1,
+                                                    "ename": "ModuleNotFoundError",
                                                     "evalue": "No module named 'attention_types'"}
     assert failed_definition(fn, found, [ErrorRecord(3, "error", "NameError", "x")]) is None
+
+
+def test_a_definition_named_like_a_missing_graded_function_and_called_as_it_is_suggested():
+    """Case, underscores and a slip or two of the graded name, with parameters the convention
+    can pass (or, for a class, its graded method); never another graded function, nor a name
+    merely sharing a word."""
+    from grader.intake.source_scan import renamed_candidates
+    source = ("def selfAttention(X, Wq, Wk, Wv):\n    return X\n"
+              "def Self_Atention(X, Wq, Wk, Wv, scale=True):\n    return X\n"
+              "def self_attention_(X):\n    return X\n"            # too few parameters
+              "def attention(X, Wq, Wk, Wv):\n    return X\n"        # another name, not a rename
+              "def multihead_attention(X, Wq, Wk, Wv, H):\n    return X\n"
+              "class MultiHeadAtention:\n    def forward(self, X):\n        return X\n")
+    graded = {"self_attention", "multi_head_attention", "multihead_attention"}
+    found = scan([(2, source)], graded)
+    assert renamed_candidates(found, "self_attention", graded, 4) == ["selfAttention", "Self_Atention"]
+    assert renamed_candidates(found, "multi_head_attention", graded, 5) == []   # multihead_attention is graded too
+    assert renamed_candidates(found, "MultiHeadAttention", {"MultiHeadAttention"}, 1, "forward") == \
+        ["MultiHeadAtention"]
+    assert renamed_candidates(found, "MultiHeadAttention", {"MultiHeadAttention"}, 1, "__call__") == []
+
+
+@pytest.mark.slow
+def test_a_renamed_function_is_not_graded_and_did_you_mean_is_said_once():
+    """`selfAttention`, correct and with the same parameters, is not graded as `self_attention`:
+    every check says it is not implemented, the function says once "did you mean
+    `selfAttention`?", and only the staff read how to grade it under its name (`aliases`)."""
+    result = grade(NOTEBOOKS / "renamed.ipynb", "rows")
+    assert result.functions["self_attention"]["similar_names"] == ["selfAttention"]
+    assert all(c.points == 0 and c.message.startswith("Not implemented") for c in result.checks
+               if c.function == "self_attention")
+    student, staff = summary(result, width=200), summary(result, staff=True, width=200)
+    for text in (student, staff, _plain(render(result)), _plain(render(result, staff=True))):
+        assert text.count("Did you mean `selfAttention`?") == 1, text
+    assert "aliases" not in student and "aliases" not in _plain(render(result))
+    assert 'add aliases = ["selfAttention"] to `self_attention`' in " ".join(staff.split())
 
 
 def test_a_kernel_cannot_say_a_defining_cell_failed():

@@ -244,6 +244,29 @@ def test_when_nothing_matches_what_is_known_is_said():
     assert said.startswith("Your attention scores match the reference, so the mistake comes after them.")
 
 
+def test_weights_that_sum_to_1_along_each_column_as_given_are_said_to():
+    """Column sums measured on what the student returned: weights rounded to 4 decimals as the
+    sheet prints them, or kept in half precision, still sum to 1 along each column to that
+    precision, and a masked key's column of NaN (0/0) holds no weight to measure; "nor along
+    each column" is said only where a column does not sum to 1."""
+    from grader.judging.diagnosis import what_is_known
+    conv = CONVENTIONS["rows_single"]
+    case = cases.base_case(conv, SEED)
+    expected = conv.expected_parts(case)
+    by_column = expected["weights"] / expected["weights"].sum(axis=0, keepdims=True)
+    with_masked_key = by_column.copy()
+    with_masked_key[:, 2] = np.nan
+    for given in (np.round(by_column, 4), by_column.astype(np.float16), with_masked_key):
+        said = what_is_known(conv, [(case, {"weights": given, "output": expected["output"] * 2}, Tolerance())],
+                             Predictions())
+        assert said == "Your weights do not sum to 1 along each row; they do along each column.", given
+    halved_column = by_column.copy()
+    halved_column[:, 1] /= 2
+    said = what_is_known(conv, [(case, {"weights": halved_column, "output": expected["output"] * 2}, Tolerance())],
+                         Predictions())
+    assert said == "Your weights do not sum to 1 along each row, nor along each column."
+
+
 def test_the_largest_difference_of_a_batched_output_names_its_element():
     from grader.judging.checks import Outcome, Probe
     from grader.judging.diagnosis import locate

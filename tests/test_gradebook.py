@@ -4,6 +4,7 @@ regrades, Canvas and Moodle import files, and no way for a name to become a form
 `python tests/test_gradebook.py` rewrites the golden export files after a deliberate change."""
 import calendar
 import csv
+import html
 import io
 import json
 import os
@@ -23,6 +24,8 @@ from grader.batch.lms_gradebooks import CANVAS_FILE, MOODLE_FILE
 from grader.batch.gradebook import cell, counted
 from grader.intake.discover import Identity, Submission
 from grader.batch.staff_overrides import check, parse
+from grader.course.spec import load_assignment
+from grader.result import CheckResult
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "gradebook"
 FAST = ["--cell-timeout", "4", "--call-timeout", "2", "--seed", "7"]
@@ -274,6 +277,62 @@ def test_what_a_students_code_raises_is_never_taken_for_the_graders_timeout_or_r
     assert problem_line(died) == "cell 7 (raise T): KernelDied: the kernel is no longer running"
     assert problem_line(result("error", [forged])) == (
         "cell 5 (raise T): Timeout: the cell ran longer than 30 s and was interrupted")
+
+
+def stray_parenthesis_and_a_rename():
+    """Ann's cell 5 has a stray `)`: self_attention is not defined and earns 0, multi_head_attention
+    all of its points. Bob defined selfAttention instead of self_attention."""
+    from grader.grade import _not_graded_for_failed_cell, _not_implemented
+    from grader.result import ErrorRecord, GradeResult
+    rows = load_assignment("rows")
+    self_attention, multi_head = rows.functions
+    failure = {"cell": 4, "cell_number": 5, "line": 6, "ename": "SyntaxError", "evalue": "unmatched ')'"}
+    passed = [dict(c.__dict__) for c in _not_implemented(multi_head, "x")]
+    for c in passed:
+        c.update(status="passed", points=c["max_points"], message="")
+    ann = GradeResult("ann.ipynb", "rows", 7, errors=[ErrorRecord(4, "error", "SyntaxError", "unmatched ')'")],
+                      checks=_not_graded_for_failed_cell(self_attention, failure),
+                      functions={"self_attention": {"found": False, "defining_cell_failed": failure},
+                                 "multi_head_attention": {"found": True}})
+    bob = GradeResult("bob.ipynb", "rows", 7, checks=_not_implemented(self_attention, "no function named"),
+                      functions={"self_attention": {"found": False, "similar_names": ["selfAttention"]},
+                                 "multi_head_attention": {"found": True}})
+    results = {}
+    for result in (ann, bob):
+        result.checks += [CheckResult(**c) for c in passed]
+        result.total()
+        results[result.submission] = result.to_json()
+    return results
+
+
+def test_a_0_says_why_in_grades_csv_and_the_class_summary(tmp_path):
+    """A stray `)` that leaves self_attention undefined: grades.csv's mistake column and the
+    summary's main diagnosis say that its defining cell failed, and where, and the summary lists
+    the file under its errors; a renamed function's 0 says "not implemented", what it may have
+    been renamed to and the alias that would grade it (the TA's files are the staff's)."""
+    from grader.batch.gradebook import class_rows, write_grades_csv
+    from grader.batch.stored import summary_row
+    from grader.report.html import write_summary
+    results = stray_parenthesis_and_a_rename()
+    submissions = [Submission(tmp_path / name, name, name[:3], name[:3]) for name in results]
+    rows = {name[:3]: summary_row(data) for name, data in results.items()}
+    students, _ = class_rows(submissions, rows, ["self_attention", "multi_head_attention"])
+    write_grades_csv(students, ["self_attention", "multi_head_attention"], tmp_path / "grades.csv")
+    csv_rows = {r["student"]: r for r in read_csv(tmp_path / "grades.csv")}
+    ann_why = "not graded, its defining cell failed: cell 5, line 6: SyntaxError: unmatched ')'"
+    assert csv_rows["ann"]["self_attention mistake"] == ann_why
+    assert csv_rows["ann"]["score"] == "13" and csv_rows["ann"]["multi_head_attention mistake"] == ""
+    bob_why = csv_rows["bob"]["self_attention mistake"]
+    assert bob_why.startswith("not implemented: not defined; Did you mean `selfAttention`?")
+    assert 'aliases = ["selfAttention"]' in bob_why
+    people = {s.folder: {"student": s.student, "name": "", "submission": s.name, "counts": True} for s in submissions}
+    write_summary(students, rows, people, [], tmp_path / "summary.html",
+                  {"assignment": "rows", "version": "x", "seed": 7, "date": "today"})
+    page = html.unescape((tmp_path / "summary.html").read_text())
+    assert f"self_attention: {ann_why}" in page
+    problems = page.split("<h2>Errors and timeouts</h2>")[1].split("<h2>")[0]
+    assert "cell 5, line 6: SyntaxError: unmatched ')': self_attention not graded" in problems
+    assert "bob" not in problems   # not defined is no error of its notebook's cells
 
 
 HOSTILE_FILE = "<img src=x onerror=alert(1)>.ipynb"   # the file's own name, which the student chose

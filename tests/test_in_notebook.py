@@ -28,6 +28,22 @@ def test_the_notebook_is_the_one_named_else_the_one_the_front_end_names(tmp_path
     assert "grader.check(" in NOT_FOUND
 
 
+def test_check_as_a_cells_last_line_echoes_one_line_under_the_report(tmp_path, monkeypatch):
+    """`import grader; grader.check()` as a cell's last line: the report is shown, and the value
+    IPython echoes under it is one line, not the whole result; the value is still the result."""
+    from IPython.core.formatters import PlainTextFormatter
+    from grader.student import in_notebook
+    (tmp_path / "hw.ipynb").write_text("{}")
+    whole = {"submission": "hw.ipynb", "score": 6.0, "max_score": 25, "status": "graded",
+             "checks": [{"name": f"f.check{i}", "message": "x" * 200} for i in range(200)]}
+    monkeypatch.setattr(in_notebook, "run_check", lambda path, assignment: (whole, "summary", "<p>page</p>"))
+    echoed = in_notebook.check(tmp_path / "hw.ipynb", show=False)
+    assert echoed == whole and echoed["score"] == 6.0
+    for shown in (repr(echoed), PlainTextFormatter()(echoed)):
+        assert shown == "<grader result of hw.ipynb: 6 / 25 points, graded; the report is shown above, " \
+                        "the whole result is this dict>"
+
+
 def test_the_report_is_framed_so_its_page_cannot_reach_the_notebook():
     page = '<html><body><p class="x">"quoted" & <b>bold</b></p><script>alert(1)</script></body></html>'
     bundle = Report({}, "summary text", page, "Graded hw.ipynb")._repr_mimebundle_()

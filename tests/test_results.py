@@ -47,17 +47,20 @@ def every_field_result() -> GradeResult:
               ErrorRecord(-1, "bad_reply", "BadReply", "malformed")]
     result = GradeResult(
         "hw.ipynb", "rows", 7, status="error", checks=checks, errors=errors,
-        policy={"forbidden": ["torch"], "findings": [{"source": "static", "module": "torch", "cell": 1, "line": 2},
-                                                     {"source": "static", "module": "grader", "cell": 1, "line": 3,
-                                                      "kind": "grader_import"},
+        policy={"forbidden": ["torch"], "findings": [{"source": "static", "module": "torch", "cell": 1,
+                                                      "cell_number": 2, "line": 2},
+                                                     {"source": "static", "module": "grader", "cell": 1,
+                                                      "cell_number": 2, "line": 3, "kind": "grader_import"},
                                                      {"source": "runtime", "module": "torch"}],
                 "level": "full", "penalty": "zero_function"},
         functions={"f": {"found": True, "name": "f", "params": ["X"], "globals": {"D": "6"}, "modules": ["numpy"],
                          "stub": False, "non_answer": False, "smallest_failing": {"case": "N = 1", "code": "f(1)"},
                          "called_by_keyword": True},
                    "g": {"found": False, "stub": False,
-                         "defining_cell_failed": {"cell": 4, "line": None, "ename": "SyntaxError", "evalue": "bad"}}},
-        timing={"execution": 1.5, "probing": 0.25, "output_characters": 10, "grader_cells": [2], "total": 2.0},
+                         "defining_cell_failed": {"cell": 4, "cell_number": 5, "line": None, "ename": "SyntaxError",
+                                                  "evalue": "bad"}}},
+        timing={"execution": 1.5, "probing": 0.25, "output_characters": 10, "grader_cells": [2],
+                "grader_cell_numbers": [3], "total": 2.0},
         isolation={"level": "partial", "active": ["landlock"], "missing": ["network namespace"],
                    "kernel_start": "forked", "leftover_processes_killed": 1, "background_processes_stopped": 0},
         metadata_assignment="columns")
@@ -80,6 +83,31 @@ def test_keys_beside_the_contract_are_ignored_and_an_older_results_absent_keys_r
     assert GradeResult.from_json(row).to_json() == data
     assert "penalty" not in data["policy"] and data["timing"] == {} and data["isolation"] == {}
     jsonschema.validate(data, SCHEMA)
+
+
+def test_every_cell_a_result_names_is_also_numbered_from_1_as_the_messages_number_it():
+    """`cell` stays the 0-based index the LMS results and gradebooks read; `cell_number` beside
+    it is the number a student finds in the notebook and in every message."""
+    from grader.grade import failed_definition
+    from grader.intake.source_scan import scan
+    from grader.report.view import where
+    error = ErrorRecord(1, "error", "SyntaxError", "unmatched ')'", source="def self_attention(X):")
+    assert error.to_json()["cell"] == 1 and error.to_json()["cell_number"] == 2
+    assert where(error).startswith("cell 2")
+    assert ErrorRecord(-1, "bad_reply", "BadReply", "malformed").to_json()["cell_number"] is None
+    placed = ErrorRecord(-1, "error", "NameError", "x")
+    placed.cell = 5   # as the runner places a cell's error once it knows the cell
+    assert placed.to_json()["cell_number"] == 6
+    rows = load_assignment("rows")
+    parsed = scan([(0, "import numpy as np"), (1, "def self_attention(X, Wq, Wk, Wv):\n    return X)\n")],
+                  {"self_attention"})
+    failure = failed_definition(rows.functions[0], parsed, [error])
+    assert failure is not None and (failure["cell"], failure["cell_number"]) == (1, 2)
+    # A stored cell_number is never trusted over the index it is made from.
+    data = every_field_result().to_json()
+    data["errors"][0]["cell_number"] = 99
+    assert GradeResult.from_json(data).errors[0].cell_number == 4
+    jsonschema.validate(every_field_result().to_json(), SCHEMA)
 
 
 @pytest.mark.parametrize("damage, where", [

@@ -23,6 +23,15 @@ def test_candidates_are_small_integer_cases_smallest_first():
             assert all(np.array_equal(a, np.round(a)) and np.abs(a).max() <= 2 for a in arrays), conv.name
 
 
+def test_a_case_label_says_in_words_which_of_the_cases_of_one_size_it_is():
+    """Each size is tried with two sets of values: the label a student reads says which, with
+    no bare "#2" to decode."""
+    labels = [c.label.removeprefix(smallest.LABEL).strip() for c in smallest.candidates(CONVENTIONS["rows_single"], 1)]
+    assert labels[:2] == ["N = 1, D = 1, H = 1", "N = 1, D = 1, H = 1, the second set of values tried at this size"]
+    assert not any("#" in label for conv in CONVENTIONS.values() for c in smallest.candidates(conv, 1)
+                   for label in [c.label])
+
+
 def test_no_case_is_looked_for_or_shown_when_only_hidden_checks_failed():
     failed_hidden = [CheckResult("f.random_shapes", "f", "random_shapes", "Random", "failed", 0, 3, "x", hidden=True)]
     assert not smallest.wanted(failed_hidden)

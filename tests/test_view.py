@@ -114,6 +114,56 @@ def test_the_terminal_groups_by_function_and_explains_each_mistake_once():
     assert "\x1b[" not in text
 
 
+AXIS_ADVICE = "Your weights are normalised down each column."
+SCALE_ADVICE = "Divide the scores by sqrt(d_k)."
+
+
+def one_finding_said_twice() -> GradeResult:
+    """Two mistakes made together, named as a pair by the checks that lost points; the
+    informational check names one of the two (f), or the pair itself placed first (g), and h's
+    names a finding of its own."""
+    pair = "softmax over the wrong axis and scores not scaled"
+    checks = []
+    for fn, informational in (("g", (pair, f"{AXIS_ADVICE} {SCALE_ADVICE}")),
+                              ("f", ("softmax over the wrong axis", AXIS_ADVICE)),
+                              ("h", ("softmax without max-subtraction overflows", "Subtract each row's maximum."))):
+        stability = CheckResult(f"{fn}.numerical_stability", fn, "numerical_stability", "Large scores", "info", 0, 0,
+                                "NaN on large scores.", diagnosis=informational[0], advice=informational[1])
+        fixed = CheckResult(f"{fn}.fixed", fn, "fixed", "Sheet data", "failed", 0, 3, "Off by 2.86.", diagnosis=pair,
+                            advice=f"{AXIS_ADVICE} {SCALE_ADVICE}")
+        checks += [stability, fixed] if fn == "g" else [fixed, stability]
+    result = GradeResult(submission="hw.ipynb", assignment="rows", seed=1, checks=checks)
+    result.total()
+    return result
+
+
+def test_also_noticed_never_repeats_the_likely_mistake():
+    """A 0-point check's finding that the likely mistake already names (the same mistake, or one
+    of the pair) is not said again as "also noticed", in the report or in the terminal; one the
+    likely mistake does not name still is."""
+    view = result_view(one_finding_said_twice())
+    assert [fn.mistakes for fn in view.by_function] == [
+        [("softmax over the wrong axis and scores not scaled", f"{AXIS_ADVICE} {SCALE_ADVICE}", False)]] * 2 + [
+        [("softmax over the wrong axis and scores not scaled", f"{AXIS_ADVICE} {SCALE_ADVICE}", False),
+         ("softmax without max-subtraction overflows", "Subtract each row's maximum.", True)]]
+    page = render(one_finding_said_twice())
+    assert page.count("Also noticed") == 1 and "Also noticed (no points): softmax without max-subtraction" in page
+    text = summary(one_finding_said_twice(), width=200)
+    assert text.count(AXIS_ADVICE) == 1 and "softmax without max-subtraction overflows: Subtract" in text
+
+
+def test_a_renamed_function_is_hinted_once_and_only_the_staff_read_of_aliases():
+    missing = "Not implemented: no function named `f` is defined after running the notebook."
+    result = GradeResult(submission="hw.ipynb", assignment="rows", seed=1, checks=[
+        CheckResult(f"f.{kind}", "f", kind, kind, "failed", 0, 1, missing) for kind in ("fixed", "dtypes")],
+        functions={"f": {"found": False, "stub": False, "similar_names": ["F"]}})
+    result.total()
+    student, staff = summary(result, width=300), summary(result, staff=True, width=300)
+    assert student.count("Did you mean `F`? Only a definition named `f` is graded: rename yours to `f`.") == 1
+    assert "aliases" not in student and "aliases" not in render(result)
+    assert staff.count('add aliases = ["F"] to `f`') == 1 and render(result, staff=True).count("aliases = [") == 1
+
+
 def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
     from grader.report.terminal import use_colour
 

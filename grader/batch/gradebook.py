@@ -96,12 +96,14 @@ def counted(submissions: list[Submission]) -> dict[str, tuple[bool, str]]:
 
 
 def function_columns(row: dict, names: list[str]) -> list[dict]:
-    """Per function of the assignment, its points and main mistake (the staff see every check)."""
+    """Per function of the assignment, its points and main mistake (the staff see every check),
+    or, where no mistake is named, why it earned nothing: a 0 always says why."""
     view = result_view(GradeResult.from_json(row), staff=True)
     found = {fn.name: fn for fn in view.by_function}
     return [{"name": n, "points": found[n].points if n in found else 0.0,
              "max_points": found[n].max_points if n in found else 0.0,
-             "mistake": (found[n].main_mistake or "") if n in found else ""} for n in names]
+             "mistake": (found[n].main_mistake or found[n].nothing_earned or "") if n in found else ""}
+            for n in names]
 
 
 def class_rows(submissions: list[Submission], rows: dict[str, dict], functions: list[str],

@@ -1,6 +1,7 @@
 """What can be learned from the submission's source without running it: graded functions
 that are still stubs, imports of forbidden libraries, the cells that define each graded
-function and the cells that are not Python."""
+function, the cells that are not Python, and the top-level definitions a graded function that
+is missing may have been renamed to."""
 from __future__ import annotations
 
 import ast
@@ -9,6 +10,24 @@ from dataclasses import dataclass, field
 
 from functools import cache
 from grader import syntax_tree
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A top-level def or class: as much of it as tells whether it could be a graded function
+    under another name."""
+    is_class: bool
+    positional: int = 0          # a def's parameters that can be given by position
+    required: int = 0            # of those, the ones without a default
+    star_args: bool = False      # a def's *args
+    methods: frozenset = frozenset()   # a class's methods
+
+    def fits(self, params: int, method: str | None) -> bool:
+        """Whether it can be called as the graded function is: a class with the graded method,
+        or a def that takes `params` arguments by position."""
+        if method is not None:
+            return self.is_class and method in self.methods
+        return not self.is_class and self.required <= params and (self.positional >= params or self.star_args)
 
 
 @dataclass
@@ -22,6 +41,8 @@ class StaticScan:
     # cell index -> (line, exception name, message) for a cell that does not parse, as Python
     # itself says it when it compiles the cell
     unparsable: dict = field(default_factory=dict)
+    # name -> Definition of every top-level def and class, the last of each name
+    definitions: dict = field(default_factory=dict)
 
 
 @cache
@@ -137,6 +158,50 @@ def class_is_stub(node: ast.ClassDef, method: str | None) -> bool:
     return bool(found) and is_stub(found[-1])
 
 
+def _definition(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> Definition:
+    if isinstance(node, ast.ClassDef):
+        return Definition(True, methods=frozenset(s.name for s in node.body
+                                                  if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))))
+    positional = len(node.args.posonlyargs) + len(node.args.args)
+    return Definition(False, positional, positional - len(node.args.defaults), node.args.vararg is not None)
+
+
+def _normalised(name: str) -> str:
+    return name.replace("_", "").lower()
+
+
+def _edit_distance(a: str, b: str) -> int:
+    """Levenshtein's: the fewest letters inserted, deleted or replaced to make `a` into `b`."""
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
+
+
+# Names this close to a graded one, once case and underscores are set aside, are taken for a
+# rename or a typo of it: one letter in six (selfAttention, self_atention, multihead_attention).
+LETTERS_PER_SLIP = 6
+
+
+def looks_renamed(name: str, graded: str) -> bool:
+    """`name` reads as `graded` spelled another way: other case, other underscores, a slip or two."""
+    a, b = _normalised(name), _normalised(graded)
+    return name != graded and _edit_distance(a, b) <= max(1, len(b) // LETTERS_PER_SLIP)
+
+
+def renamed_candidates(scan_result: StaticScan, graded: str, graded_names: set[str], params: int,
+                       method: str | None = None) -> list[str]:
+    """The top-level definitions that look like `graded` renamed: a name close to it (and to no
+    other graded name's own spelling) that can be called as it is, closest first. Only a hint:
+    the grader never grades one under the graded name unless the spec's `aliases` say so."""
+    found = [name for name, definition in scan_result.definitions.items()
+             if name not in graded_names and looks_renamed(name, graded) and definition.fits(params, method)]
+    return sorted(found, key=lambda name: (_edit_distance(_normalised(name), _normalised(graded)), name))
+
+
 def _add_definers(result: StaticScan, index: int, names) -> None:
     for name in names:
         result.definers.setdefault(name, []).append(index)
@@ -160,6 +225,8 @@ def scan(cells: list[tuple[int, str]], graded_names: set[str], methods: dict | N
             result.imports.append((index, line, module))
         bound.update(imported_names(tree.body))
         for node in tree.body:
+            if isinstance(node, DEFINITIONS):
+                result.definitions[node.name] = _definition(node)
             if isinstance(node, DEFINITIONS) and node.name in graded_names:
                 stub = class_is_stub(node, methods.get(node.name)) if isinstance(node, ast.ClassDef) else is_stub(node)
                 (result.stubs.add if stub else result.stubs.discard)(node.name)

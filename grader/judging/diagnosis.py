@@ -114,8 +114,26 @@ def _weight_matrices(values: dict) -> list:
     return found
 
 
+# How far from 1 a sum of n weights may be and still be said to sum to 1: weights in half
+# precision are off by up to about SUM_SLACK in all, weights rounded to 4 decimals (as a sheet
+# prints them) by up to WEIGHT_ROUNDING each. A mistaken normalisation is off by far more.
+SUM_SLACK = 1e-3
+WEIGHT_ROUNDING = 5e-5
+SUM_SLACK_MAX = 1e-2
+
+
 def _sums_to_one(matrices: list, axis) -> bool:
-    return bool(matrices) and all(np.allclose(np.nansum(m, axis=axis), 1.0, atol=1e-6) for m in matrices)
+    """Every line of every matrix along `axis` sums to 1, to the precision its weights were given
+    in. A line of NaN alone (a masked key's column, 0/0, under a softmax over the queries) holds
+    no weight to measure, so it says nothing either way."""
+    def measured(m):
+        sums, count = np.nansum(m, axis=axis), np.sum(np.isfinite(m), axis=axis)
+        weighed = ~np.all(np.isnan(m), axis=axis)
+        return sums[weighed], count[weighed]
+    lines = [measured(np.asarray(m, dtype=np.float64)) for m in matrices]
+    return any(len(sums) for sums, _ in lines) and all(
+        np.all(np.abs(sums - 1.0) <= np.minimum(SUM_SLACK + count * WEIGHT_ROUNDING, SUM_SLACK_MAX))
+        for sums, count in lines)
 
 
 def what_is_known(conv: Convention, observed, predictions: Predictions) -> str:

@@ -54,15 +54,25 @@ def candidates(conv: Convention, seed: int) -> list[Case]:
                               for _ in range(heads))
             x = rng.integers(-2, 3, size=(n, d))
             wo = small(heads * d_k, d) if conv.projection else None
-            label = f"{LABEL} N = {n}, D = {d}, H = {heads}" + (f" #{draw + 1}" if draw else "")
+            label = f"{LABEL} N = {n}, D = {d}, H = {heads}"
             # Cross-attention: one key more than queries, of X's width, so that taking the
             # keys and values from the wrong sequence still runs and shows.
             memory = rng.integers(-2, 3, size=(n + 1, d)) if conv.cross else None
             if memory is not None:
                 label += f", memory of {n + 1} tokens"
+            label += _which_values(draw)
             case = Case(x=x, heads=head_list, wo=wo, label=label, memory=memory)
             found.append(conv.prepare(with_convention_features(conv, case, rng)))
     return found
+
+
+ORDINALS = ("first", "second", "third", "fourth")
+
+
+def _which_values(draw: int) -> str:
+    """What tells apart the cases of one size in a label, in words a student reads without a
+    key: nothing for the first; ", the second set of values tried at this size" after it."""
+    return f", the {ORDINALS[draw]} set of values tried at this size" if draw else ""
 
 
 def fails(conv: Convention, probe: Probe, outcome: Outcome, ctx) -> bool:

@@ -129,7 +129,7 @@ def class_summary(students: list, rows: dict[str, dict], people: dict[str, dict]
                      for (fn, m), n in mistakes.most_common(15)],
         "main": {s.folder: "; ".join(f"{f['name']}: {f['mistake']}" for f in s.functions if f["mistake"])
                  for s in students},
-        "problems": [s for s in students if s.status != "graded" or s.timed_out],
+        "problems": [s for s in students if s.status != "graded" or s.timed_out or s.problem],
     }
 
 

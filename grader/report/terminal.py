@@ -76,9 +76,12 @@ def _function(out: _Writer, fn: FunctionView, advised: dict) -> None:
              + (f"  {verdict}" if verdict else ""))
     if fn.defining_cell:
         out.wrapped(fn.defining_cell, 4, "    Its defining cell failed: ")
+    if fn.renamed:
+        out.wrapped(fn.renamed, 4, "    ")
     # Each mistake's meaning once: here for the function it first appears in, later a pointer back.
     for c in fn.checks:
-        if not c.advice or c.withheld or (c.diagnosis, c.advice) in advised.get(fn.name, ()):
+        if not c.advice or c.withheld or (c.diagnosis, c.advice) in advised.get(fn.name, ()) \
+                or fn.repeats_a_likely_mistake(c):
             continue
         earlier = next((name for name, seen in advised.items() if (c.diagnosis, c.advice) in seen), None)
         advised.setdefault(fn.name, []).append((c.diagnosis, c.advice))

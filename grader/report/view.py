@@ -14,11 +14,11 @@ everything.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from grader.report.printable import printable
 from grader.result import (CheckResult, CheckStatus, DefiningCellFailure, ErrorRecord, FunctionInfo, GradeResult,
-                           Isolation, Policy, SmallestCase, Status, Timing)
+                           Isolation, Policy, SmallestCase, Status, Timing, cell_number)
 from grader.settings import PUBLIC_SEED
 
 HIDDEN_NOTE = "Hidden check: its details are not shown to students."
@@ -81,6 +81,12 @@ class FunctionView:
     # Why it was not graded when the cell that defines it failed ("cell 5, line 6: SyntaxError:
     # ..."): said here once, each of its checks saying only that its defining cell failed.
     defining_cell: str | None = None
+    # When it is not defined but a definition named like it is: "did you mean ...?", said here
+    # once (renamed_hint), its checks each saying only that it is not implemented.
+    renamed: str | None = None
+    # Why it earned nothing when no mistake says so (not graded, not implemented, ...): what the
+    # staff's files give as its reason (nothing_earned).
+    nothing_earned: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -92,11 +98,22 @@ class FunctionView:
         reader may see them: a 0-point check's finding too, marked as such."""
         found: list[tuple[str, str, bool]] = []
         for c in self.checks:
-            if c.diagnosis and not c.withheld and (c.lost_points or c.status == "info"):
+            if c.diagnosis and not c.withheld and (c.lost_points or c.status == "info") \
+                    and not self.repeats_a_likely_mistake(c):
                 entry = (c.diagnosis, c.advice, c.status == "info")
                 if entry[:2] not in [f[:2] for f in found]:
                     found.append(entry)
         return found
+
+    def repeats_a_likely_mistake(self, check: CheckView) -> bool:
+        """An informational check's finding that a likely mistake of this function already says:
+        the same mistake, or one of the pair it names (a pair's advice is its two mistakes'
+        advice, one after the other). Said once, as the likely mistake, not again as "also
+        noticed"."""
+        if check.status != "info" or not check.diagnosis:
+            return False
+        return any(c.diagnosis == check.diagnosis or (check.advice and check.advice in c.advice)
+                   for c in self.checks if c.lost_points and c.diagnosis and not c.withheld)
 
     @property
     def figure_check(self) -> CheckView | None:
@@ -168,9 +185,14 @@ class ResultView:
             info = self.functions.get(name)
             failure = info.get("defining_cell_failed") if info else None
             return cell_failure(failure) if failure else None
-        return [FunctionView(n, sum(c.points for c in g), sum(c.max_points for c in g), g, smallest(n, g),
-                             failed_cell(n))
-                for n, g in zip(names, grouped)]
+        def renamed(name):
+            info = self.functions.get(name)
+            similar = info.get("similar_names") if info else None
+            return renamed_hint(name, similar, self.staff) if similar else None
+        views = [FunctionView(n, sum(c.points for c in g), sum(c.max_points for c in g), g, smallest(n, g),
+                              failed_cell(n), renamed(n))
+                 for n, g in zip(names, grouped)]
+        return [replace(v, nothing_earned=nothing_earned(v, self.functions.get(v.name))) for v in views]
 
     def to_json(self) -> dict:
         """The result's JSON contract; for the staff, exactly GradeResult.to_json()."""
@@ -178,6 +200,37 @@ class ResultView:
         data["checks"] = [{f.name: getattr(c, f.name) for f in fields(CheckResult)} for c in self.checks]
         data["errors"] = [e.to_json() for e in self.errors]
         return data
+
+
+def nothing_earned(fn: FunctionView, info: FunctionInfo | None) -> str | None:
+    """Why a function earned none of its points, when no likely mistake says it: its defining
+    cell failed, it is not defined (and what it may have been renamed to), it is still the
+    template's placeholder, or it does not compute attention yet. None when it earned points,
+    when a mistake is named, or when its result does not say."""
+    if fn.points or not fn.max_points or fn.main_mistake or not info:
+        return None
+    if fn.defining_cell:
+        return f"not graded, its defining cell failed: {fn.defining_cell}"
+    if not info.get("found"):
+        return "not implemented: not defined" + (f"; {fn.renamed}" if fn.renamed else "")
+    if info.get("stub"):
+        return "not implemented: still the template's placeholder"
+    if info.get("non_answer"):
+        return "does not compute attention yet"
+    return None
+
+
+def renamed_hint(name: str, similar: list[str], staff: bool) -> str:
+    """What to say once of a function the notebook does not define when definitions named like
+    it do (result.functions[name]["similar_names"]): to a student, rename; to the staff also how
+    to grade it as named, through the spec's `aliases`, which the grader never assumes."""
+    named = " or ".join(f"`{other}`" for other in similar)
+    hint = f"Did you mean {named}? Only a definition named `{name}` is graded: rename yours to `{name}`."
+    if staff:
+        aliases = ", ".join(f'"{alias}"' for alias in similar)
+        hint += (f" Staff: to grade it under its own name, add aliases = [{aliases}] to `{name}`'s table in the "
+                 "spec (docs/specs.md).")
+    return hint
 
 
 def shows_case_marked(check: CheckResult, mark: str) -> bool:
@@ -250,11 +303,6 @@ def failing_line_number(error: ErrorRecord) -> int | None:
     return None
 
 
-def cell_number(index: int) -> int:
-    """A cell's number as a student finds it in the notebook: every cell counted, from 1."""
-    return index + 1
-
-
 def where(error: ErrorRecord) -> str:
     """Where an error happened, as a student finds it: the cell's number (cell_number) and
     its failing line; or the grader's own code."""
@@ -284,9 +332,20 @@ def stopped_at_timeout(result: GradeResult) -> bool:
     return result.status == "timeout" or any(e.kind in STOPPED_AT_TIMEOUT and e.cell >= 0 for e in result.errors)
 
 
+def failed_definitions(result: GradeResult) -> dict[str, list[str]]:
+    """The failed cells that left graded functions undefined ("cell 5, line 6: SyntaxError:
+    ..."), each with the functions it left undefined."""
+    failed: dict[str, list[str]] = {}
+    for name, info in result.functions.items():
+        if info.get("defining_cell_failed"):
+            failed.setdefault(cell_failure(info["defining_cell_failed"]), []).append(name)
+    return failed
+
+
 def problem_line(result: GradeResult) -> str:
-    """One line for the staff's class summary: why the file was not graded, or which cell was
-    stopped at its timeout; "" when nothing went wrong that way. Names the cell, so a message a
+    """One line for the staff's class summary: why the file was not graded, which cell was
+    stopped at its timeout, or which cell failed and left graded functions undefined; "" when
+    nothing went wrong that way. Names the cell, so a message a
     student's code raised reads as that cell's, never as the grader's."""
     errors = result.errors
     if result.status == "error":
@@ -299,6 +358,8 @@ def problem_line(result: GradeResult) -> str:
     elif stopped_at_timeout(result):
         chosen = next((e for e in errors if e.kind in STOPPED_AT_TIMEOUT), None)
         text = f"{where(chosen)}: {chosen.evalue}" if chosen else "the notebook ran out of time"
+    elif failed := failed_definitions(result):
+        text = "; ".join(f"{cell}: {' and '.join(names)} not graded" for cell, names in failed.items())
     else:
         return ""
     line = next((part for part in ANSI.sub("", str(text)).splitlines() if part.strip()), "").strip()

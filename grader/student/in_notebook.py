@@ -110,9 +110,29 @@ def saved_note(path: Path) -> str:
             "(save first, then check again).")
 
 
-def check(path: str | os.PathLike | None = None, assignment: str | None = None, show: bool = True) -> dict | None:
+class CheckedResult(dict):
+    """The result as `grader check --json` writes it, a dict as it always was, whose repr is one
+    line: `grader.check()` as a cell's last line has it echoed under the report it shows, where
+    the whole result would print as hundreds of lines."""
+
+    def __repr__(self) -> str:
+        score, max_score = self.get("score"), self.get("max_score")
+        points = f"{score:g} / {max_score:g}" if isinstance(score, (int, float)) and \
+            isinstance(max_score, (int, float)) else "?"
+        return (f"<grader result of {printable(self.get('submission', '?'), one_line=True)}: {points} points, "
+                f"{printable(self.get('status', '?'), one_line=True)}; the report is shown above, "
+                "the whole result is this dict>")
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        # IPython echoes a cell's value through its own printer, which would print a dict whole.
+        printer.text(repr(self))
+
+
+def check(path: str | os.PathLike | None = None, assignment: str | None = None,
+          show: bool = True) -> CheckedResult | None:
     """Grade the saved notebook in a separate process and show its report here; returns the
-    result (as `grader check --json` writes it), or None when the check could not run."""
+    result (as `grader check --json` writes it, a dict whose repr is one line), or None when the
+    check could not run."""
     try:
         notebook = notebook_path(path)
         result, summary, page = run_check(notebook, assignment)
@@ -122,7 +142,7 @@ def check(path: str | os.PathLike | None = None, assignment: str | None = None, 
     if show:
         from IPython.display import display
         display(Report(result, summary, page, saved_note(notebook)))
-    return result
+    return CheckedResult(result)
 
 
 def grade_magic(line: str) -> None:
