@@ -400,3 +400,57 @@ def test_infer_lists_square_weights_beside_the_general_scale_and_names_the_spec_
     named = infer(tmp_path / "solution.ipynb", tmp_path / "course.toml", TEST_SETTINGS, name="hw3",
                   title="Homework 3")
     assert tomllib.loads(named.text)["title"] == "Homework 3" and tomllib.loads(named.text)["name"] == "hw3"
+
+
+# A GPT-2 style multi-head attention, written from the model's public description: one packed
+# layer {"w", "b"} projects to Q | K | V, heads are contiguous column blocks, a causal mask, then
+# the output layer {"w", "b"}; each layer is applied by a helper that takes w and b as keywords.
+GPT_LAYERS = '''def dense(x, w, b):
+    return x @ w + b
+
+def causal_attention(q, k, v):
+    n = q.shape[0]
+    s = q @ k.T / np.sqrt(q.shape[-1]) + np.triu(np.full((n, n), -1e10), 1)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)) @ v
+
+def mha(x, c_attn, c_proj, n_head):
+    q, k, v = np.split(dense(x, **c_attn), 3, axis=-1)
+    heads = [causal_attention(a, b, c) for a, b, c in
+             zip(np.split(q, n_head, axis=-1), np.split(k, n_head, axis=-1), np.split(v, n_head, axis=-1))]
+    return dense(np.hstack(heads), **c_proj)'''
+
+
+def test_a_dict_passed_on_as_keywords_has_the_callees_parameters_as_keys_and_its_layer_says_their_roles():
+    from grader.authoring.spec_tools.roles import key_role
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(GPT_LAYERS)])
+    mha = next(s for s in notebook_functions(nb) if s.name == "mha")
+    assert [(p.name, p.keys) for p in mha.params] == [("x", ()), ("c_attn", ("w", "b")), ("c_proj", ("w", "b")),
+                                                     ("n_head", ())]
+    assert [key_role("c_attn", k) for k in ("w", "b")] == ["wqkv", "bqkv"]
+    assert [key_role("c_proj", k) for k in ("w", "b")] == ["wo", "bo"]
+    assert key_role("params", "W_q") == "wq" and key_role("params", "w") is None
+
+
+@pytest.mark.slow
+def test_weights_as_keyword_dicts_are_inferred_and_a_missing_causal_mask_is_named(tmp_path):
+    from conftest import TEST_SETTINGS, expect_slow
+    from grader.authoring.spec_tools.infer import infer
+    from grader.grade import grade_path
+    expect_slow()
+
+    def written(name: str, source: str) -> Path:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import numpy as np"),
+                                             nbformat.v4.new_code_cell(source)])
+        nbformat.write(nb, tmp_path / name)
+        return tmp_path / name
+    inferred = infer(written("solution.ipynb", GPT_LAYERS), tmp_path / "course.toml", TEST_SETTINGS, ["mha"])
+    table = inferred.functions["mha"].table
+    assert table["params"][1] == {"name": "c_attn", "role": "dict", "keys": {"w": "wqkv", "b": "bqkv"}}
+    assert table.get("causal") is True and inferred.score[0] == inferred.score[1] > 0
+    (tmp_path / "course.toml").write_text(inferred.text)
+    unmasked = grade_path(written("unmasked.ipynb", GPT_LAYERS.replace(" + np.triu(np.full((n, n), -1e10), 1)", "")),
+                          load_assignment(str(tmp_path / "course.toml")), TEST_SETTINGS)
+    assert unmasked.score < unmasked.max_score
+    assert any(c.diagnosis and "causal" in c.diagnosis for c in unmasked.checks), \
+        [(c.name, c.diagnosis) for c in unmasked.checks]

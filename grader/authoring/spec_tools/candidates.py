@@ -19,7 +19,7 @@ from grader.errors import SpecError
 from grader.reference.masks import FORMS
 from grader.calling.class_table import CONSTRUCT_ROLES
 from grader.calling.class_table import WEIGHT_ROLES as OBJECT_WEIGHT_ROLES
-from grader.authoring.spec_tools.roles import Guess, guesses, normalised
+from grader.authoring.spec_tools.roles import Guess, guesses, key_role, normalised
 from grader.authoring.spec_tools.signatures import ClassSignature, Parameter, Signature
 
 # More candidates than this for one function are not tried (the simplest are kept).
@@ -47,7 +47,7 @@ def _param_options(param: Parameter) -> list:
     options: list[tuple[str, dict | None]] = []
     for guess in guesses(param.name):
         if guess.role == "dict":
-            keys = {key: inner.role for key in param.keys for inner in guesses(key)[:1] if inner.role != "dict"}
+            keys = {key: role for key in param.keys if (role := key_role(param.name, key)) is not None}
             if keys:
                 options.append((f"{param.name}: a dict", {"name": param.name, "role": "dict", "keys": keys}))
             continue

@@ -44,8 +44,16 @@ NAME_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"causal|iscausal|usecausal|causalmask|autoregressive", ("causal",)),
     (r"scale|scaled|usescale|usescaling|scaling|doscale|doscaling", ("scale",)),
     # A parameter used as a dict: its keys' own names say their roles (see Guess.keys).
-    (r"params|parameters|weights|w|p|theta|state|statedict|paramdict|layer|module|projections", ("dict",)),
+    (r"params|parameters|weights|w|p|theta|state|statedict|paramdict|layer|module|projections"
+     r"|cattn|cproj|inproj|outproj|oproj|qkvproj|attn", ("dict",)),
 )
+
+# A layer's weight and bias passed as one dict, {"w": ..., "b": ...}, whose keys say only
+# "weight" and "bias": the dict's own name says which layer (GPT-2's c_attn, the packed
+# query, key and value projection, and c_proj, the output projection).
+LAYER_DICTS = ((r"cattn|attn|inproj|qkvproj", {"weight": "wqkv", "bias": "bqkv"}),
+               (r"cproj|outproj|oproj", {"weight": "wo", "bias": "bo"}))
+LAYER_KEYS = {"w": "weight", "weight": "weight", "kernel": "weight", "b": "bias", "bias": "bias"}
 
 ROLE_LETTER = {"query": "q", "queries": "q", "key": "k", "keys": "k", "value": "v", "values": "v"}
 
@@ -78,3 +86,14 @@ def guesses(name: str) -> list[Guess]:
             if guess not in found:
                 found.append(guess)
     return found
+
+
+def key_role(dict_name: str, key: str) -> str | None:
+    """The role of a key of a dict parameter: a layer's weight or bias by the dict's name
+    (LAYER_DICTS), else what the key's own name proposes first; None when neither says."""
+    part = LAYER_KEYS.get(normalised(key))
+    for pattern, roles in LAYER_DICTS:
+        if part and re.fullmatch(pattern, normalised(dict_name)):
+            return roles[part]
+    found = [g for g in guesses(key)[:1] if g.role != "dict"]
+    return found[0].role if found else None

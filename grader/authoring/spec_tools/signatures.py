@@ -28,25 +28,45 @@ class Signature:
         return tuple(p.name for p in self.params)
 
 
-def _keys_read(function: ast.FunctionDef, name: str) -> tuple[str, ...]:
+def _keys_read(function: ast.FunctionDef, name: str, others: dict | None = None) -> tuple[str, ...]:
+    """The keys `function` reads from its parameter `name`: by subscription (`params["W_q"]`),
+    or by passing it on as keywords to another of the notebook's functions (`linear(x,
+    **c_attn)` with `def linear(x, w, b)`: the callee's parameters it is not given otherwise)."""
     keys: list[str] = []
     for node in ast.walk(function):
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == name \
                 and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
             if node.slice.value not in keys:
                 keys.append(node.slice.value)
+        for key in _keys_passed_on(node, name, others or {}):
+            if key not in keys:
+                keys.append(key)
     return tuple(keys)
 
 
-def _signature(node: ast.FunctionDef) -> Signature | None:
+def _keys_passed_on(node: ast.AST, name: str, others: dict) -> list[str]:
+    """The keys a call `callee(..., **name)` makes of `name`: the notebook function callee's
+    parameters that the call does not fill positionally or by another keyword."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in others
+            and any(k.arg is None and isinstance(k.value, ast.Name) and k.value.id == name for k in node.keywords)):
+        return []
+    callee = others[node.func.id].args
+    positional = [a.arg for a in [*callee.posonlyargs, *callee.args]]
+    given = {k.arg for k in node.keywords if k.arg is not None}
+    return [p for p in positional[len(node.args):] + [a.arg for a in callee.kwonlyargs] if p not in given]
+
+
+def _signature(node: ast.FunctionDef, others: dict | None = None) -> Signature | None:
     """Positional parameters only: the grader calls functions positionally (or by these names).
-    A function taking *args or required keyword-only arguments cannot be called that way."""
+    A function taking *args or required keyword-only arguments cannot be called that way.
+    `others`: the notebook's functions by name, which a parameter may be passed on to as keywords."""
     args = node.args
     if args.vararg is not None or any(d is None for d in args.kw_defaults):
         return None
     positional = [*args.posonlyargs, *args.args]
     first_default = len(positional) - len(args.defaults)
-    params = tuple(Parameter(a.arg, i >= first_default, _keys_read(node, a.arg)) for i, a in enumerate(positional))
+    params = tuple(Parameter(a.arg, i >= first_default, _keys_read(node, a.arg, others))
+                   for i, a in enumerate(positional))
     return Signature(node.name, params) if params else None
 
 
@@ -65,8 +85,10 @@ def notebook_functions(nb) -> list[Signature]:
     """The notebook's top-level functions that take parameters, each as last defined, in the
     order they are first defined; placeholders (a template's stubs) and private names left out."""
     found: dict[str, Signature | None] = {}
-    for node in _top_level(nb, ast.FunctionDef):
-        found[node.name] = None if is_stub(node) else _signature(node)
+    nodes = _top_level(nb, ast.FunctionDef)
+    others = {node.name: node for node in nodes}
+    for node in nodes:
+        found[node.name] = None if is_stub(node) else _signature(node, others)
     return [s for s in found.values() if s is not None]
 
 
