@@ -140,6 +140,8 @@ FUNCTION = '[[functions]]\nname = "self_attention"\nconvention = "rows_single"\n
     ('[tolerance]\nrtol = "1e-3"\n' + FUNCTION, "tolerance.rtol must be a non-negative number"),
     (FUNCTION + 'point = 3\n', "function 1: self_attention: unknown key 'point'"),
     ('[policy]\nforbiden = ["torch"]\n' + FUNCTION, "unknown key 'forbiden'"),
+    # A misspelt value, not only a misspelt key: never silently "after_published".
+    ('[lms]\nhidden_visibility = "after_due"\n' + FUNCTION, "lms.hidden_visibility must be one of hidden, "),
 ])
 @pytest.mark.slow
 def test_a_spec_is_checked_against_its_schema(tmp_path, text, words):

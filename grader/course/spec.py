@@ -71,7 +71,13 @@ class Assignment:
     source_file: str = ""   # the spec's file, when it is not a built-in: kept from the kernel's view
     limits: dict = field(default_factory=dict)
     support: Support | None = None   # the course's own modules the submission may import
+    # When Gradescope shows students its hidden checks ([lms] hidden_visibility).
+    hidden_visibility: str = "after_published"
     raw: dict = field(default_factory=dict, compare=False)
+
+
+# Gradescope's visibility settings of a test, for the checks a spec hides (its results format).
+HIDDEN_VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 
 
 def builtin_dir():
@@ -165,6 +171,10 @@ def parse(text: str, source: str, folder: Path | None = None, support: Support |
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     forbidden = tuple(policy.get("forbidden", DEFAULT_FORBIDDEN))
+    hidden_visibility = raw.get("lms", {}).get("hidden_visibility", "after_published")
+    if hidden_visibility not in HIDDEN_VISIBILITIES:
+        raise SpecError(f"{source}: lms.hidden_visibility must be one of {', '.join(HIDDEN_VISIBILITIES)}, "
+                        f"not {hidden_visibility!r}"[:300])
     if "support" not in raw:
         support = None
     elif support is None:
@@ -175,7 +185,8 @@ def parse(text: str, source: str, folder: Path | None = None, support: Support |
         name=raw.get("name", Path(source).stem), title=raw.get("title", ""),
         functions=tuple(_function(f, f"{source}: function {i + 1}") for i, f in enumerate(functions)),
         tolerance=_tolerance(tol, source),
-        forbidden=forbidden, penalty=penalty, source=source, limits=limits, support=support, raw=raw)
+        forbidden=forbidden, penalty=penalty, source=source, limits=limits, support=support,
+        hidden_visibility=hidden_visibility, raw=raw)
 
 
 def load_assignment(name_or_path: str) -> Assignment:

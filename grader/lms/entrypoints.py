@@ -23,7 +23,6 @@ from grader.course.spec import Assignment, SpecError, load_assignment, staff_ass
 from grader.report.view import CheckView, FunctionView, ResultView, result_view, where
 
 SUFFIXES = (".ipynb", ".py")
-VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 
 
 class Platform:
@@ -45,10 +44,7 @@ class Gradescope(Platform):
     name, default_root, submission_folder, spec_folder = "gradescope", "/autograder", "submission", "source"
 
     def render(self, result: GradeResult, problem: str, seconds: float, assignment: Assignment | None) -> dict:
-        hidden_as = (assignment.raw.get("lms", {}).get("hidden_visibility", "after_published")
-                     if assignment else "after_published")
-        if hidden_as not in VISIBILITIES:
-            hidden_as = "after_published"
+        hidden_as = assignment.hidden_visibility if assignment else "after_published"
         view = students_view(result)
         tests = [self.test(c, hidden_as) for c in view.checks]
         if problem:
