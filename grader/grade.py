@@ -556,6 +556,10 @@ async def _describe_functions(session, result: GradeResult, assignment: Assignme
         info = described["functions"].get(fn.name, FunctionInfo(found=False)).copy()
         info["stub"] = info.get("name", fn.name) in scan.stubs
         info.pop("defining_cell_failed", None)   # the grader's finding alone, never the kernel's
+        declared = {p.name for p in fn.convention.global_params}
+        if declared and isinstance(info.get("globals"), dict):
+            # The globals the spec says it reads its weights from are the convention, not a mistake.
+            info["globals"] = {k: v for k, v in info["globals"].items() if k not in declared}
         if not info.get("found") and (failure := failed_definition(fn, scan, result.errors)):
             info["defining_cell_failed"] = failure
         elif not info.get("found") and (renamed := renamed_definitions(fn, scan, assignment)):

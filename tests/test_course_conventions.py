@@ -384,3 +384,65 @@ def test_a_softmax_over_one_vector_is_inferred_as_a_helper_and_graded(tmp_path):
                                                    "    return np.ones(len(items_in)) / len(items_in)"),
                          assignment, TEST_SETTINGS)
     assert uniform.score == 0
+
+
+GLOBALS_SPEC = ('[[functions]]\nname = "self_attention"\n[functions.convention]\n'
+                'params = [{ name = "X", role = "x" }]\nglobals = { Wq = "wq", Wk = "wk", Wv = "wv" }\n'
+                'returns = ["output", "weights"]\n')
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("", None),
+    ('[functions.convention.class]\nmethod = "forward"\n', "globals: a class's weights go through its class table"),
+])
+def test_weights_as_notebook_globals_are_a_convention(extra, words):
+    from grader.course.spec import parse
+    from grader.errors import SpecError
+    if words is None:
+        conv = parse(GLOBALS_SPEC, "course.toml").functions[0].convention
+        assert [(p.name, p.role) for p in conv.global_params] == [("Wq", "wq"), ("Wk", "wk"), ("Wv", "wv")]
+        assert {"wq", "wk", "wv"} <= conv.roles
+        return
+    with pytest.raises(SpecError, match=words):
+        parse(GLOBALS_SPEC + extra, "course.toml")
+    with pytest.raises(SpecError, match="a global has the name of a parameter"):
+        parse(GLOBALS_SPEC.replace('Wq = "wq"', 'X = "wq"'), "course.toml")
+
+
+# A lab whose function reads its weights from the notebook's globals, written for this test.
+GLOBALS_LAB = '''def self_attention(X):
+    Q, K, V = X @ Wq, X @ Wk, X @ Wv
+    s = Q @ K.T / np.sqrt(K.shape[1])
+    w = np.exp(s - s.max(axis=1, keepdims=True))
+    w = w / w.sum(axis=1, keepdims=True)
+    return w @ V, w'''
+
+
+@pytest.mark.slow
+def test_weights_read_from_globals_are_inferred_set_by_the_grader_and_their_changes_seen(tmp_path):
+    import nbformat
+    from conftest import TEST_SETTINGS, expect_slow
+    from grader.authoring.spec_tools.infer import infer
+    from grader.course.spec import load_assignment
+    from grader.grade import grade_path
+    expect_slow()
+
+    def notebook(name: str, source: str):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+            "import numpy as np\nrng = np.random.default_rng(1)\n"
+            "Wq, Wk, Wv = (rng.normal(size=(6, 6)) for _ in range(3))"), nbformat.v4.new_code_cell(source)])
+        nbformat.write(nb, tmp_path / name)
+        return tmp_path / name
+    inferred = infer(notebook("solution.ipynb", GLOBALS_LAB), tmp_path / "course.toml", TEST_SETTINGS)
+    assert inferred.functions["self_attention"].table["globals"] == {"Wq": "wq", "Wk": "wk", "Wv": "wv"}
+    assert inferred.score[0] == inferred.score[1] > 0
+    (tmp_path / "course.toml").write_text(inferred.text)
+    assignment = load_assignment(str(tmp_path / "course.toml"))
+    unscaled = grade_path(notebook("unscaled.ipynb", GLOBALS_LAB.replace(" / np.sqrt(K.shape[1])", "")),
+                          assignment, TEST_SETTINGS)
+    assert any(c.diagnosis == "scores not scaled" for c in unscaled.checks), [c.diagnosis for c in unscaled.checks]
+    in_place = grade_path(notebook("in_place.ipynb", GLOBALS_LAB.replace("    Q, K, V", "    Wq *= 2.0\n    Q, K, V")
+                                   .replace("def self_attention(X):", "def self_attention(X):\n    global Wq")),
+                          assignment, TEST_SETTINGS)
+    unmodified = {c.name: c for c in in_place.checks}["self_attention.inputs_unmodified"]
+    assert unmodified.status == "failed" and "global `Wq`" in unmodified.message

@@ -83,18 +83,26 @@ def _params(raw, allowed: tuple, where: str) -> tuple[Param, ...]:
     return params
 
 
-def _attributes(raw, where: str) -> tuple[Param, ...]:
+def _attributes(raw, where: str, what: str = "attribute", set_on: str = "an object") -> tuple[Param, ...]:
+    """Weights given by name: attributes set on an object, or a function's notebook globals."""
     if not isinstance(raw, dict) or not raw:
-        _fail(where, "attributes must be a table { <attribute> = \"<role>\", ... }")
+        _fail(where, f"{what}s must be a table {{ <{what}> = \"<role>\", ... }}")
     found = []
     for name, value in raw.items():
         if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
-            _fail(where, f"attribute {name!r} is not a name to set on an object"[:200])
+            _fail(where, f"{what} {name!r} is not a name to set on {set_on}"[:200])
         table = {"role": value} if isinstance(value, str) else value
         if not isinstance(table, dict) or "name" in table:
-            _fail(where, f"attribute {name}: give a role, or a table {{ role = ..., heads = ... }}")
-        found.append(_class_param({**table, "name": name}, WEIGHT_ROLES, f"{where} attribute {name}"))
+            _fail(where, f"{what} {name}: give a role, or a table {{ role = ..., heads = ... }}")
+        found.append(_class_param({**table, "name": name}, WEIGHT_ROLES, f"{where} {what} {name}"))
     return tuple(found)
+
+
+def parse_globals(raw, where: str) -> tuple[Param, ...]:
+    """A function's `globals` table: the notebook globals it reads its weights from, each with
+    its role (global = role), which the grader sets, for each call, in the function's own copy
+    of the notebook's namespace."""
+    return _attributes(raw, f"{where}: globals", "global", "the notebook")
 
 
 def parse_class(raw, where: str) -> ClassCall:

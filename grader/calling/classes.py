@@ -35,10 +35,19 @@ def object_values(conv: Convention, case) -> list:
     return [_size(p.role, case) if p.role in SIZE_ROLES else next(arrays) for p in params]
 
 
+def global_values(conv: Convention, case) -> list:
+    """What a function's notebook globals are set to for `case`, one value per global,
+    exactly as the convention would pass each role to a function."""
+    return replace(conv, params=conv.global_params).call_arguments(case)
+
+
 def sent_arguments(probe, conv: Convention) -> list:
     """Every value of a call as the grader sends it, in the probe's dtype: the method's
-    arguments, then (for a class) what the object is given, slot by slot."""
+    arguments, then what the object is given, slot by slot (a class), or the notebook globals
+    the function reads (a convention with globals)."""
     args = probe.arguments(conv)
+    if conv.global_params:
+        return args + [probe.variant.convert(v) for v in global_values(conv, probe.case)]
     if conv.class_call is None:
         return args
     return args + [probe.variant.convert(v) for v in object_values(conv, probe.case)]
@@ -48,6 +57,9 @@ def request(conv: Convention, sent: list, layout) -> dict:
     """The part of a call's request that carries its values: `args`, and for a class the
     `object` the harness builds from them (names from the spec, values from the grader)."""
     encoded = [wire.encode_argument(a, layout) for a in sent]
+    if conv.global_params:
+        given = encoded[len(conv.params):]
+        return {"args": encoded[:len(conv.params)], "globals": [[p.name, v] for p, v in zip(conv.global_params, given)]}
     call = conv.class_call
     if call is None:
         return {"args": encoded}
@@ -115,6 +127,9 @@ def changed_messages(conv: Convention) -> list[str]:
     """For the inputs_unmodified check, what to say when a value the object was given comes
     back changed after the method ran, one message per slot (the harness reads attributes
     back from the object, and the constructor's and init method's arguments as passed)."""
+    if conv.global_params:
+        return [f"The function changed the notebook global `{p.name}` in place; work on a copy (e.g. "
+                f"`w = {p.name} * 2`, not `{p.name} *= 2`)." for p in conv.global_params]
     call = conv.class_call
     if call is None:
         return []

@@ -19,7 +19,7 @@ import numpy as np
 from grader.reference.attention import Case, attention
 from grader.reference.masks import FORMS, FULLY_MASKED_RULES
 
-from grader.calling.class_table import ClassCall, parse_class
+from grader.calling.class_table import ClassCall, parse_class, parse_globals
 from grader.calling.params import MASK_ROLES, WEIGHT_ROLES, Param, choice, fail, parse_param
 from grader.toml_text import load_toml
 
@@ -49,7 +49,7 @@ RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "heads": 4, "
 STEPS = ((1, "projections"), (2, "scores"), (3, "softmax"))
 
 CONVENTION_KEYS = ("description", "params", "returns", "weights", "tokens", "scaled", "axis", "square",
-                   "per_head_returns", "batch", "causal", "fully_masked", "class", "vector")
+                   "per_head_returns", "batch", "causal", "fully_masked", "class", "vector", "globals")
 # The shapes a mask may be passed in, unbatched and batched; the first is the default. A mask
 # shared by the whole batch is one Lq x Lk; "B x 1 x ..." broadcasts over a heads axis.
 MASK_SHAPES = {("mask", False): ("Lq x Lk",), ("mask", True): ("B x Lq x Lk", "B x 1 x Lq x Lk", "Lq x Lk"),
@@ -81,6 +81,9 @@ class Convention:
     # A softmax helper over one vector: it is given one query's row of scores (1-D) and returns
     # that row's weights; canonically a 1 x Lk matrix.
     vector: bool = False
+    # Weights the function reads from the notebook's globals (a lab's `Wq = ...` cell): the
+    # grader sets each, for each call, in the function's own copy of the notebook's namespace.
+    global_params: tuple[Param, ...] = ()
     flat: tuple[Param, ...] = field(default=(), compare=False)   # every role, dicts' keys included
 
     # What follows is derived from the declared roles and returns, never declared.
@@ -574,6 +577,14 @@ def parse_convention(raw, name: str, where: str) -> Convention:
         batched=choice(raw, "batch", (False, True), False, where),
         fully_masked=_fully_masked(raw, flat, where), vector=choice(raw, "vector", (False, True), False, where))
     conv = with_class(conv, raw, where)
+    if "globals" in raw:
+        if conv.class_call is not None:
+            fail(where, "globals: a class's weights go through its class table, not the notebook's globals")
+        names = parse_globals(raw["globals"], where)
+        if set(p.name for p in names) & set(conv.param_names):
+            fail(where, "globals: a global has the name of a parameter")
+        conv = replace(conv, global_params=names, flat=conv.flat + tuple(
+            inner for p in names for inner in ([i for _, i in p.keys] if p.role == "dict" else [p])))
     multi = conv.heads != "one"
     canonical = tuple(f"{p}_per_head" if multi and p in ("weights", "scores") else p for p in return_names)
     conv = replace(conv, returns=canonical)

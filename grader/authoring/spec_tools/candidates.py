@@ -179,6 +179,17 @@ def _object_params(table: dict | None) -> list[dict]:
             *({"name": n, "role": r} for n, r in table.get("attributes", {}).items())]
 
 
+def _weight_globals(signature: Signature) -> dict[str, str]:
+    """The notebook globals a function reads whose names propose a weight role (a lab's `Wq`),
+    each with that role: the weights its parameters do not bring."""
+    found: dict[str, str] = {}
+    for name in signature.globals_read:
+        role = _first_role(name, OBJECT_WEIGHT_ROLES)
+        if role is not None and role != "dict" and role not in found.values():
+            found[name] = role
+    return found
+
+
 def parseable(table: dict, name: str) -> str | None:
     """None when the candidate is a convention the grader can read; else why not."""
     try:
@@ -200,6 +211,7 @@ def candidates(signature: Signature, object_table: dict | None = None) -> Candid
             return Candidates([], f"its parameter `{param.name}` has a name no role is known by")
     found: list[Candidate] = []
     refusals: list[str] = []
+    given_globals = _weight_globals(signature) if object_table is None else {}
     for combination in itertools.product(*(enumerate(o) for o in per_param)):
         role_rank = sum(i for i, _ in combination)
         params = [table for _, (_, table) in combination if table is not OMITTED]
@@ -207,15 +219,18 @@ def candidates(signature: Signature, object_table: dict | None = None) -> Candid
             continue
         chosen = tuple(("role", label) for _, (label, _) in combination)
         plural = any(g.plural for p in signature.params for g in guesses(p.name)[:1])
-        dims = _dimensions(params + _object_params(object_table), plural)
+        held = [*_object_params(object_table), *({"name": n, "role": r} for n, r in given_globals.items())]
+        dims = _dimensions(params + held, plural)
         roles = {p["role"] for p in params} | {r for p in params if p["role"] == "dict" for r in p["keys"].values()}
         for picks in itertools.product(*(enumerate(options) for _, options in dims)):
             table = _apply(params, dims, tuple(option for _, option in picks))
             if not table.get("batch") and any("shape" in p for p in table["params"]):
                 continue   # without a batch a mask has one shape, the default
-            table["returns"] = _placeholder_returns(roles | {p["role"] for p in _object_params(object_table)})
+            table["returns"] = _placeholder_returns(roles | {p["role"] for p in held})
             if object_table is not None:
                 table["class"] = object_table
+            if given_globals:
+                table["globals"] = dict(given_globals)
             refusal = parseable(table, signature.name)
             if refusal:
                 refusals.append(refusal)

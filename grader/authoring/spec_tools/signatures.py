@@ -4,7 +4,7 @@ a dict (`params["W_qkv"]`), which is all a signature says about a packed argumen
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from grader.intake.notebook import code_cells
 from grader.intake.source_scan import is_stub, python_source
@@ -22,6 +22,8 @@ class Parameter:
 class Signature:
     name: str
     params: tuple[Parameter, ...]
+    # The notebook's top-level variables the function reads (a lab's `Wq = ...`), in order.
+    globals_read: tuple[str, ...] = ()
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -87,9 +89,41 @@ def notebook_functions(nb) -> list[Signature]:
     found: dict[str, Signature | None] = {}
     nodes = _top_level(nb, ast.FunctionDef)
     others = {node.name: node for node in nodes}
+    variables = _top_level_variables(nb)
     for node in nodes:
-        found[node.name] = None if is_stub(node) else _signature(node, others)
+        signature = None if is_stub(node) else _signature(node, others)
+        found[node.name] = signature and replace(signature, globals_read=_globals_read(node, variables))
     return [s for s in found.values() if s is not None]
+
+
+def _top_level_variables(nb) -> set[str]:
+    """The names the notebook's cells assign at their top level."""
+    names: set[str] = set()
+    for _, source in code_cells(nb):
+        try:
+            tree = syntax_tree.parse(python_source(source))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AnnAssign) else []
+            for target in targets:
+                for item in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if isinstance(item, ast.Name):
+                        names.add(item.id)
+    return names
+
+
+def _globals_read(function: ast.FunctionDef, variables: set[str]) -> tuple[str, ...]:
+    """The notebook variables `function` reads and never assigns itself, in first-use order."""
+    assigned = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    assigned |= {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    read: list[str] = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in variables \
+                and node.id not in assigned and node.id not in read:
+            read.append(node.id)
+    return tuple(read)
 
 
 def why_no_function(nb) -> str:

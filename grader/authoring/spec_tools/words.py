@@ -26,6 +26,9 @@ def describe(table: dict) -> str:
             "the weights through attributes " + ", ".join(made["attributes"]) if "attributes" in made else \
             "the weights through the constructor" if weighted else "holding no weights"
         words = [f"an object made as ({built}), {given}; its {made['method']} takes " + words[0]]
+    if table.get("globals"):
+        words.append("weights read from the notebook's globals " + ", ".join(
+            f"{n}={r}" for n, r in table["globals"].items()))
     if table.get("batch"):
         words.append("a leading batch axis")
     if table.get("tokens") == "columns":
