@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass, fields, make_dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -62,93 +62,123 @@ class Setting:
 # The seed students know: `grader check` uses it; `grade` and `lms` draw secret ones (seeds.py).
 PUBLIC_SEED = 20261122
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("assignment", str, None,
-            "built-in assignment name (see `grader assignments`) or path to a TOML spec; when omitted, "
-            "`rows` (`check` alone follows a notebook's metadata `grader.assignment` naming a built-in)"),
-    Setting("seed", int, PUBLIC_SEED, "seed of the randomized inputs (any size, such as the 128-bit seeds of "
-            "grading), recorded in the staff's result so a run can be replayed and shown to students only when it "
-            "is this public one; when omitted, `check` uses it while `grade` derives a secret one for each "
-            "submission from a secret kept in the output folder and the submission's bytes, and `lms` draws one "
-            "per run", minimum=0),
-    Setting("cell_timeout", float, 30.0, "seconds one notebook cell may run before it is interrupted", limit=True),
-    Setting("interrupt_grace", float, 5.0, "CPU seconds a cell or call may use after its interrupt before the kernel "
-            "is stopped (4 times as long on the clock while it waits without computing); the notebook then runs "
-            "again in a new kernel without that cell", limit=True),
-    Setting("notebook_timeout", float, 300.0, "seconds the whole notebook may run", limit=True),
-    Setting("call_timeout", float, 10.0, "seconds one call of a student function may run", limit=True),
-    Setting("probe_timeout", float, 120.0, "seconds all calls of one submission's functions may take together; "
-            "calls past it are not made and their checks fail", limit=True),
-    Setting("startup_timeout", float, 60.0, "seconds a kernel and the grader's code in it may take to start",
-            limit=True),
-    Setting("output_limit", int, 1_000_000, "characters of output the whole notebook may print; the rest is discarded",
-            limit=True),
-    Setting("cell_output_limit", int, 200_000, "characters of output one cell may print; the rest is discarded",
-            limit=True),
-    Setting("sandbox", bool, None, "isolate the kernel (limits, namespaces, cgroups, unprivileged user); when "
-            "omitted, as far as the machine allows it; --sandbox requires all of it and stops with exit 3 where the "
-            "machine cannot give it; --no-sandbox runs the kernel as a plain subprocess", limit=True, in_spec=False),
-    Setting("fork_server", bool, True, "start each kernel by forking a warm parent that has already imported "
-            "ipykernel, numpy and matplotlib, into the same sandbox a fresh kernel gets; where that sandbox or the "
-            "server is not available, kernels start fresh and the result says why", limit=True, in_spec=False,
-            shapes_result=False),
-    Setting("memory_limit", int, 2048, "MiB of memory one submission may use", limit=True),
-    Setting("max_processes", int, 64, "processes one submission may run at once", limit=True),
-    Setting("cpu_limit", float, 600.0, "seconds of CPU time one submission's kernel may use", limit=True),
-    Setting("cpu_cores", float, 1.0, "cores one submission's processes may keep busy together (a cgroup CPU quota), "
-            "so that a neighbour graded at the same time keeps its share", limit=True),
-    Setting("folder_limit", int, 256, "MiB the kernel's folder may hold (its home, working and temporary folder, "
-            "and its /tmp, /var/tmp and /dev/shm, which lie inside it); writing more fails with "
-            "\"No space left on device\"", limit=True),
-    Setting("json", Path, None, "write the result as JSON to this path", ("check",), shapes_result=False),
-    Setting("html", Path, None, "write the self-contained HTML report to this path", ("check",), shapes_result=False),
-    Setting("watch", bool, False, "grade again each time the file is saved, printing only what changed (Ctrl-C "
-            "stops)", ("check",), shapes_result=False),
-    Setting("staff", bool, False, "show hidden checks' messages (teaching staff view)", ("check", "grade")),
-    Setting("workers", int, None, "submissions graded at once, each in its own kernel (none: the number of cores)",
-            ("grade",), shapes_result=False),
-    Setting("overrides", Path, None, "CSV of staff overrides (student, score or points, reason), applied to grades.csv "
-            "and the gradebook exports and kept in OUTDIR for later runs", ("grade",), shapes_result=False),
-    Setting("lms_assignment", str, None, "the assignment's column in the Canvas gradebook export, as Canvas names it "
-            "(e.g. 'Homework 3 (1234)'; none: the assignment's title)", ("grade",), shapes_result=False),
-    Setting("force", bool, False, "regrade submissions whose results are up to date", ("grade",), shapes_result=False),
-    Setting("scheduler", str, None, "the address of an existing Dask cluster's scheduler to grade on instead of local "
-            "workers: tls://HOST:PORT with the --tls-* files, or tcp://127.0.0.1:PORT on this machine",
-            ("grade",), shapes_result=False),
-    Setting("connect_timeout", float, 30.0, "seconds to wait for the Dask cluster given by --scheduler",
-            ("grade",), shapes_result=False),
-    Setting("tls_ca_file", Path, None, "the Dask cluster's CA certificate (PEM), which every scheduler, worker and "
-            "client certificate of the cluster is signed by", ("grade",), shapes_result=False),
-    Setting("tls_cert", Path, None, "this machine's certificate (PEM) for the Dask cluster, signed by its CA",
-            ("grade",), shapes_result=False),
-    Setting("tls_key", Path, None, "the private key (PEM) of --tls-cert", ("grade",), shapes_result=False),
-    Setting("insecure_scheduler", bool, False, "send work to an unencrypted --scheduler address that is not this "
-            "machine's loopback (whoever reaches it can run code on the workers): only on a network the staff "
-            "alone reach", ("grade",), shapes_result=False),
-    Setting("root", Path, None, "the platform's folder (none: /autograder for gradescope, /grade for prairielearn)",
-            ("lms",), shapes_result=False),
-)
+# Each setting is one field below: its name, its type (the annotation), its default and its
+# help (setting()); Limits holds the limits on one submission's kernel, the only settings
+# that reach the kernel and the sandbox (their `in_spec` ones a spec's [limits] may set too),
+# and Settings adds every other. SETTINGS, the command line and docs/settings.md come from them.
 
+
+def setting(default: Any, help: str, commands: tuple = ("check", "grade", "lms"), shapes_result: bool = True,
+            in_spec: bool = True, minimum: float | None = None) -> Any:
+    """A field of Limits or Settings with the rest of its declaration (see Setting)."""
+    return field(default=default, metadata={"help": help, "commands": commands, "shapes_result": shapes_result,
+                                            "in_spec": in_spec, "minimum": minimum})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one submission's kernel may do and use: all that reaches the kernel and the sandbox."""
+    cell_timeout: float = setting(30.0, 'seconds one notebook cell may run before it is interrupted')
+    interrupt_grace: float = setting(5.0,
+            'CPU seconds a cell or call may use after its interrupt before the kernel is stopped (4 times as long'
+            ' on the clock while it waits without computing); the notebook then runs again in a new kernel '
+            'without that cell')
+    notebook_timeout: float = setting(300.0, 'seconds the whole notebook may run')
+    call_timeout: float = setting(10.0, 'seconds one call of a student function may run')
+    probe_timeout: float = setting(120.0,
+            "seconds all calls of one submission's functions may take together; calls past it are not made and "
+            'their checks fail')
+    startup_timeout: float = setting(60.0, "seconds a kernel and the grader's code in it may take to start")
+    output_limit: int = setting(1000000, 'characters of output the whole notebook may print; the rest is discarded')
+    cell_output_limit: int = setting(200000, 'characters of output one cell may print; the rest is discarded')
+    sandbox: bool | None = setting(None,
+            'isolate the kernel (limits, namespaces, cgroups, unprivileged user); when omitted, as far as the '
+            'machine allows it; --sandbox requires all of it and stops with exit 3 where the machine cannot give '
+            'it; --no-sandbox runs the kernel as a plain subprocess', in_spec=False)
+    fork_server: bool = setting(True,
+            'start each kernel by forking a warm parent that has already imported ipykernel, numpy and '
+            'matplotlib, into the same sandbox a fresh kernel gets; where that sandbox or the server is not '
+            'available, kernels start fresh and the result says why', shapes_result=False, in_spec=False)
+    memory_limit: int = setting(2048, 'MiB of memory one submission may use')
+    max_processes: int = setting(64, 'processes one submission may run at once')
+    cpu_limit: float = setting(600.0, "seconds of CPU time one submission's kernel may use")
+    cpu_cores: float = setting(1.0,
+            "cores one submission's processes may keep busy together (a cgroup CPU quota), so that a neighbour "
+            'graded at the same time keeps its share')
+    folder_limit: int = setting(256,
+            "MiB the kernel's folder may hold (its home, working and temporary folder, and its /tmp, /var/tmp and"
+            ' /dev/shm, which lie inside it); writing more fails with "No space left on device"')
+
+
+@dataclass(frozen=True)
+class Settings(Limits):
+    """Every setting of a run: the limits, then what only the grader process reads."""
+    assignment: str | None = setting(None,
+            'built-in assignment name (see `grader assignments`) or path to a TOML spec; when omitted, `rows` '
+            "(`check` alone follows a notebook's metadata `grader.assignment` naming a built-in)")
+    seed: int = setting(PUBLIC_SEED,
+            'seed of the randomized inputs (any size, such as the 128-bit seeds of grading), recorded in the '
+            "staff's result so a run can be replayed and shown to students only when it is this public one; when "
+            'omitted, `check` uses it while `grade` derives a secret one for each submission from a secret kept '
+            "in the output folder and the submission's bytes, and `lms` draws one per run", minimum=0)
+    json: Path | None = setting(None, 'write the result as JSON to this path', commands=('check',), shapes_result=False)
+    html: Path | None = setting(None, 'write the self-contained HTML report to this path',
+            commands=('check',), shapes_result=False)
+    watch: bool = setting(False, 'grade again each time the file is saved, printing only what changed (Ctrl-C stops)',
+            commands=('check',), shapes_result=False)
+    staff: bool = setting(False, "show hidden checks' messages (teaching staff view)", commands=('check', 'grade'))
+    workers: int | None = setting(None,
+            'submissions graded at once, each in its own kernel (none: the number of cores)',
+            commands=('grade',), shapes_result=False)
+    overrides: Path | None = setting(None,
+            'CSV of staff overrides (student, score or points, reason), applied to grades.csv and the gradebook '
+            'exports and kept in OUTDIR for later runs', commands=('grade',), shapes_result=False)
+    lms_assignment: str | None = setting(None,
+            "the assignment's column in the Canvas gradebook export, as Canvas names it (e.g. 'Homework 3 "
+            "(1234)'; none: the assignment's title)", commands=('grade',), shapes_result=False)
+    force: bool = setting(False, 'regrade submissions whose results are up to date',
+            commands=('grade',), shapes_result=False)
+    scheduler: str | None = setting(None,
+            "the address of an existing Dask cluster's scheduler to grade on instead of local workers: "
+            'tls://HOST:PORT with the --tls-* files, or tcp://127.0.0.1:PORT on this machine',
+            commands=('grade',), shapes_result=False)
+    connect_timeout: float = setting(30.0, 'seconds to wait for the Dask cluster given by --scheduler',
+            commands=('grade',), shapes_result=False)
+    tls_ca_file: Path | None = setting(None,
+            "the Dask cluster's CA certificate (PEM), which every scheduler, worker and client certificate of the"
+            ' cluster is signed by', commands=('grade',), shapes_result=False)
+    tls_cert: Path | None = setting(None, "this machine's certificate (PEM) for the Dask cluster, signed by its CA",
+            commands=('grade',), shapes_result=False)
+    tls_key: Path | None = setting(None, 'the private key (PEM) of --tls-cert',
+            commands=('grade',), shapes_result=False)
+    insecure_scheduler: bool = setting(False,
+            "send work to an unencrypted --scheduler address that is not this machine's loopback (whoever reaches"
+            ' it can run code on the workers): only on a network the staff alone reach',
+            commands=('grade',), shapes_result=False)
+    root: Path | None = setting(None,
+            "the platform's folder (none: /autograder for gradescope, /grade for prairielearn)",
+            commands=('lms',), shapes_result=False)
+
+    @property
+    def limits(self) -> Limits:
+        """The settings that reach the kernel."""
+        return Limits(**{f.name: getattr(self, f.name) for f in fields(Limits)})
+
+
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "Path": Path}
+
+
+def _declared(f, limit: bool) -> Setting:
+    """A field's Setting: its type is the annotation's, `X | None` read as X."""
+    kind = _TYPES[str(f.type).split(" | ")[0]]
+    return Setting(f.name, kind, f.default, limit=limit, **f.metadata)
+
+
+_LIMIT_NAMES = {f.name for f in fields(Limits)}
+SETTINGS: tuple[Setting, ...] = tuple(_declared(f, f.name in _LIMIT_NAMES) for f in fields(Settings))
 BY_NAME = {s.name: s for s in SETTINGS}
-# What one submission's kernel may do and use: all that reaches the kernel and the sandbox.
-_LIMITS = make_dataclass("Limits", [(s.name, s.type, s.default) for s in SETTINGS if s.limit], frozen=True)
 # Settings an assignment spec may set in its [limits] table; the command line still wins.
 SPEC_SETTINGS = tuple(s.name for s in SETTINGS if s.limit and s.in_spec)
-
-
-def _limits(self):
-    return _LIMITS(**{f.name: getattr(self, f.name) for f in fields(_LIMITS)})
-
-
-_SETTINGS = make_dataclass("Settings", [(s.name, s.type, s.default) for s in SETTINGS], frozen=True,
-                           namespace={"limits": property(_limits, doc="The settings that reach the kernel.")})
-if TYPE_CHECKING:
-    # Both are made from SETTINGS, each setting's one declaration, which a type checker
-    # cannot read: to it their fields are of any type.
-    Limits = Any
-    Settings = Any
-else:
-    Limits, Settings = _LIMITS, _SETTINGS
 
 
 def validated_limits(limits: dict, where: str) -> dict:
@@ -193,7 +223,7 @@ def explicit_values(ns: argparse.Namespace) -> dict:
     return {s.name: getattr(ns, s.name) for s in SETTINGS if getattr(ns, s.name, None) is not None}
 
 
-def settings_from(explicit: dict, spec_limits: dict | None = None) -> "Settings":
+def settings_from(explicit: dict, spec_limits: dict | None = None) -> Settings:
     """Declared defaults, then a spec's [limits], then what the command line gave."""
     chosen = {s.name: s.default for s in SETTINGS}
     chosen.update({k: v for k, v in (spec_limits or {}).items() if k in SPEC_SETTINGS})
@@ -201,7 +231,7 @@ def settings_from(explicit: dict, spec_limits: dict | None = None) -> "Settings"
     return Settings(**chosen)
 
 
-def from_namespace(ns: argparse.Namespace, spec_limits: dict | None = None) -> "Settings":
+def from_namespace(ns: argparse.Namespace, spec_limits: dict | None = None) -> Settings:
     return settings_from(explicit_values(ns), spec_limits)
 
 
