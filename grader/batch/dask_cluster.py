@@ -14,6 +14,7 @@ import re
 import socket
 
 from grader.errors import SubmissionError
+from grader.settings import Settings
 
 ENCRYPTED = ("tls", "wss")
 IN_PROCESS = ("inproc",)
@@ -62,7 +63,7 @@ def is_loopback(host: str) -> bool:
     return bool(found) and all(ipaddress.ip_address(str(a).split("%", 1)[0]).is_loopback for a in found)
 
 
-def checked_address(address: str, settings) -> str:
+def checked_address(address: str, settings: Settings) -> str:
     """The scheduler address, once it is safe to send work to; else a SubmissionError in one
     line saying what would make it so."""
     scheme, host = _host(address)
@@ -83,7 +84,7 @@ def checked_address(address: str, settings) -> str:
                           "only the staff reach")
 
 
-def security(settings):
+def security(settings: Settings):
     """distributed's Security for the client from the TLS files given, requiring encryption;
     None without them (Dask's own configuration then applies)."""
     if settings.tls_ca_file is None:

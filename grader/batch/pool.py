@@ -16,6 +16,7 @@ from grader.batch.tasks import grade_task, reason
 from grader.errors import MachineFault
 from grader.intake.notebook import SubmissionError, one_line, read_submission
 from grader.sandbox.isolation import Sandbox, run_id
+from grader.settings import Settings
 
 
 def local_pool(workers: int, context=None):
@@ -47,7 +48,7 @@ def _dask_wait(futures):
     return dask_wait(futures, return_when="FIRST_COMPLETED")
 
 
-def dask_pool(scheduler: str, settings):
+def dask_pool(scheduler: str, settings: Settings):
     """An executor on an existing Dask cluster (distributed's Client is one), over TLS with the
     cluster's certificates where they are given (grader/batch/dask_cluster.py)."""
     try:

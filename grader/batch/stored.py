@@ -20,10 +20,10 @@ from grader.intake.notebook import SubmissionError, read_submission
 from grader.report.html import write_html
 from grader.report.view import problem_line, stopped_at_timeout
 from grader.result import GradeResult, ResultFormatError
-from grader.settings import SETTINGS, settings_from
+from grader.settings import SETTINGS, settings_from, Settings
 
 
-def batch_key(content: bytes, assignment, settings) -> str:
+def batch_key(content: bytes, assignment, settings: Settings) -> str:
     """What a stored result depends on: the submission's bytes, the spec's content and its
     support modules', every setting that shapes a result (see Setting.shapes_result) and the
     grader's version."""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from grader import kernel_side
 from grader.sandbox.isolation import Sandbox, interpreter_paths, namespaces_available, scrubbed_environment
+from grader.settings import Settings
 
 SERVER_START_SECONDS = 60
 # The files the server runs: the launcher loads the other two by their paths.
@@ -120,7 +121,7 @@ def _start(folder: Path) -> None:
                          stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=folder, start_new_session=True)
 
 
-def worth_starting(settings) -> bool:
+def worth_starting(settings: Settings) -> bool:
     """Whether a run with these settings would fork its kernels, as far as can be told before
     the first one: then the server is started early (`grader check`) or before the batch's
     workers."""
