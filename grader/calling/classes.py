@@ -47,11 +47,12 @@ def sent_arguments(probe, conv: Convention) -> list:
 def request(conv: Convention, sent: list, layout) -> dict:
     """The part of a call's request that carries its values: `args`, and for a class the
     `object` the harness builds from them (names from the spec, values from the grader)."""
-    encoded = [wire.encode_argument(a, layout) for a in sent]
+    given_to_method = len(conv.params)
+    method = wire.encode_arguments(sent[:given_to_method], layout)
     call = conv.class_call
     if call is None:
-        return {"args": encoded}
-    method, given = encoded[:len(conv.params)], encoded[len(conv.params):]
+        return {"args": method}
+    given = [wire.encode_argument(a, layout) for a in sent[given_to_method:]]
     slots = call.slots()
     of = {stage: [(p.name, value) for (where, p), value in zip(slots, given) if where == stage] for stage in STAGES}
     return {"args": method, "object": {
