@@ -3,15 +3,16 @@
 key, value, key_padding_mask, attn_mask)`), written in a course's TOML spec: the cases drawn to
 fit (all three sequences different, and X given as all three), the checks that hold (the queries'
 order permutes the output, the keys' and values' order together does not matter, query = key =
-value is self-attention), and the mistakes of reading the wrong input named, end to end in a
-real kernel."""
+value is self-attention), the mistakes of reading the wrong input named, and the spec inferred
+from a worked solution, end to end in a real kernel."""
+import subprocess
 import sys
 
 import nbformat
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
+from conftest import FIXTURES, GRADER, ROOT, grade, graded_at_full_marks, planted_mistakes_named
 from grader.calling import cases
 from grader.calling.returns import Tolerance
 from grader.course.spec import load_assignment, parse
@@ -243,6 +244,28 @@ def attend(query, key, value, W_q, W_k, W_v):
     check = checks["self_attention_inputs"]
     assert check.status == "failed" and "one array passed three times" in check.message, check.message
     assert checks["random_shapes"].status == "passed"
+
+
+def _run(*args):
+    return subprocess.run([*GRADER, *map(str, args)], capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_infer_describes_the_framework_form_and_audit_catches_its_mistakes(tmp_path):
+    spec = tmp_path / "framework.toml"
+    done = _run("spec", "infer", THREE / "worked.ipynb", "-o", spec)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Q=x, K=key_tokens, V=value_tokens" in done.stdout
+    assert "query=x, key=key_tokens, value=value_tokens, key_padding_mask=key_padding (form ignore)" in done.stdout
+    checked = _run("spec", "check", spec, THREE / "worked.ipynb")
+    assert checked.returncode == 0 and "earns every point" in checked.stdout, checked.stdout + checked.stderr
+    audited = _run("audit", spec)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    for title in ("keys and values projected from each other's inputs",
+                  "values projected from the key input (the value input is ignored)"):
+        assert title in audited.stdout
+    for notebook, planted in (("mistakes.ipynb", MISTAKES), ("unscaled.ipynb", UNSCALED)):
+        planted_mistakes_named(THREE / notebook, str(spec), planted)
 
 
 def test_the_docs_example_of_three_inputs_is_the_built_in_module_s_convention():
