@@ -9,6 +9,11 @@ Cross-attention: with `memory` (Lk x D_mem), queries come from X and keys and va
 memory, so W_k and W_v are D_mem x d_k and D_mem x d_v; D_mem may differ from D, and Lk from
 Lq = N. Without it, the memory is X itself (self-attention).
 
+Three input sequences (the framework form `forward(query, key, value)`): with `values` too,
+the keys are projected from the memory and the values from `values` (Lk x D_mem as well), so
+K = memory W_k and V = values W_v. Self-attention is the case query = key = value: no memory
+and no values, X is all three.
+
 Masks (see `masks.py`): `mask` is the attention mask a course passes (Lq x Lk, True where query
 i may attend key j), `key_mask` its key-padding mask for this sequence (Lk, True for a real
 key), and `causal` a causal mask the function builds itself (query i attends keys j <= i); a
@@ -48,6 +53,7 @@ class Case:
     scaled: bool = True
     label: str = ""
     memory: np.ndarray | None = None     # cross-attention: keys and values from these Lk rows
+    values: np.ndarray | None = None     # three inputs: values from these Lk rows, keys from the memory
     mask: np.ndarray | None = None       # Lq x Lk, True where query i may attend key j
     key_mask: np.ndarray | None = None   # Lk, True for a real key, False for padding
     causal: bool = False                 # the function masks keys j > i itself
@@ -70,6 +76,9 @@ class Case:
             raise ValueError(f"the mask is {np.shape(self.mask)}, not Lq x Lk = {(self.n, self.lk)}")
         if self.key_mask is not None and np.shape(self.key_mask) != (self.lk,):
             raise ValueError(f"the key mask is {np.shape(self.key_mask)}, not Lk = ({self.lk},)")
+        if self.values is not None and (self.memory is None or np.shape(self.values)[0] != self.lk):
+            # Each key has its value: the two sequences are one set of Lk tokens read twice.
+            raise ValueError("the values' sequence needs the keys' one (memory) of the same length")
 
     @property
     def elements(self) -> tuple["Case", ...]:
@@ -86,8 +95,13 @@ class Case:
 
     @property
     def keys(self) -> np.ndarray:
-        """The sequence keys and values are projected from: the memory, or X itself."""
+        """The sequence keys (and values, without their own) are projected from: the memory, or X."""
         return self.x if self.memory is None else self.memory
+
+    @property
+    def value_source(self) -> np.ndarray:
+        """The sequence values are projected from: their own, else the keys' one."""
+        return self.keys if self.values is None else self.values
 
     @property
     def lk(self) -> int:
@@ -122,11 +136,24 @@ class Case:
             raise ValueError("a self-attention case has no memory to permute")
         if self.causal:
             raise ValueError("a causal case has no permuted equivalent: the mask depends on the order")
-        return replace(self, memory=self.memory[order],
+        values = None if self.values is None else self.values[order]
+        return replace(self, memory=self.memory[order], values=values,
                        mask=None if self.mask is None else self.mask[:, order],
                        key_mask=None if self.key_mask is None else self.key_mask[order],
                        batch_rest=tuple(e.memory_permuted(order) for e in self.batch_rest),
-                       label=f"{self.label} (memory permuted)")
+                       label=f"{self.label} ({'memory' if self.values is None else 'key and value inputs'} permuted)")
+
+    def as_self_attention(self, same_array: bool) -> "Case":
+        """The problem with X as its query, key and value sequences: the same array given three
+        times (no memory), or equal copies of it. Its keys' weights must take X's width."""
+        if self.heads[0].wk.shape[0] != self.d or self.heads[0].wv.shape[0] != self.d:
+            raise ValueError("the key and value weights do not take X's width, so X cannot be the keys")
+        if self.lk != self.n and (self.mask is not None or self.key_mask is not None):
+            raise ValueError("the masks are for another number of keys than X has tokens")
+        memory, values = (None, None) if same_array else (self.x.copy(), self.x.copy())
+        how = "one array passed three times" if same_array else "equal copies"
+        return replace(self, memory=memory, values=values, label=f"{self.label} (query = key = value: {how})",
+                       batch_rest=tuple(e.as_self_attention(same_array) for e in self.batch_rest))
 
     def fused(self, name: str) -> np.ndarray:
         """The heads' matrices side by side: head i is the i-th contiguous column block."""
@@ -146,8 +173,8 @@ def _project(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
 
 def head_projections(case: Case, head: Head) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x = case.x.astype(np.float64)
-    keys = x if case.memory is None else case.memory.astype(np.float64)
-    return _project(x, head.wq, head.bq), _project(keys, head.wk, head.bk), _project(keys, head.wv, head.bv)
+    keys, values = case.keys.astype(np.float64), case.value_source.astype(np.float64)
+    return _project(x, head.wq, head.bq), _project(keys, head.wk, head.bk), _project(values, head.wv, head.bv)
 
 
 def scores(q: np.ndarray, k: np.ndarray, scaled: bool = True) -> np.ndarray:
@@ -178,10 +205,11 @@ def attention(case: Case) -> dict:
 
 
 def batch_elements(x: np.ndarray, heads: tuple[Head, ...], *, memory: np.ndarray | None = None,
-                   mask: np.ndarray | None = None, key_mask: np.ndarray | None = None,
-                   label: str = "", **common) -> list[Case]:
+                   values: np.ndarray | None = None, mask: np.ndarray | None = None,
+                   key_mask: np.ndarray | None = None, label: str = "", **common) -> list[Case]:
     """A course's batch as canonical cases, one per element, sharing the weights: x is
-    B x Lq x D, memory B x Lk x D_mem, mask Lq x Lk (shared) or B x Lq x Lk, key_mask B x Lk.
+    B x Lq x D, memory (and values) B x Lk x D_mem, mask Lq x Lk (shared) or B x Lq x Lk,
+    key_mask B x Lk.
     `common` holds the other Case fields (wo, bo, scaled, causal, fully_masked)."""
     x = np.asarray(x)
     if x.ndim != 3:
@@ -194,8 +222,9 @@ def batch_elements(x: np.ndarray, heads: tuple[Head, ...], *, memory: np.ndarray
         a = np.asarray(a)
         return a[i] if a.ndim == per_element_ndim + 1 else a
 
-    return [Case(x=x[i], heads=tuple(heads), memory=element(memory, i, 2), mask=element(mask, i, 2),
-                 key_mask=element(key_mask, i, 1), label=f"{label} [batch element {i}]".strip(), **common)
+    return [Case(x=x[i], heads=tuple(heads), memory=element(memory, i, 2), values=element(values, i, 2),
+                 mask=element(mask, i, 2), key_mask=element(key_mask, i, 1),
+                 label=f"{label} [batch element {i}]".strip(), **common)
             for i in range(b)]
 
 

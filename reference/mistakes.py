@@ -11,6 +11,8 @@ shapes say ("scaled", "model_dim", "heads", "fused_heads", "projection", "biases
   mask             - it takes an attention or key-padding mask
   causal           - it builds a causal mask itself (no argument, or a flag)
   cross            - keys and values come from a second sequence (the case's memory)
+  three_inputs     - keys and values come from sequences of their own, passed apart
+                     (query, key and value; the case's memory and values)
   batch            - it takes a leading batch axis
   stacked_heads    - it holds the heads on an array axis (B x H x N x d) and splits fused
                      projections into it itself
@@ -50,7 +52,10 @@ class Variant:
     mask: str = "before"            # before | after_softmax | inverted | multiplied | wrong_sign | ignored
     causal: str = "lower"           # lower | strict (diagonal excluded) | upper (upper triangle kept) | ignored
     causal_step: str = "before"     # before | after_softmax | multiplied: how the causal mask is applied
-    kv_source: str = "memory"       # memory | x (keys and values from X) | swapped (queries from the memory)
+    # memory | x (keys and values from X) | swapped (queries from the memory) | kv_swapped (keys
+    # from the values' sequence, values from the keys') | values_from_keys | values_from_queries
+    # | keys_from_queries (_SOURCES)
+    kv_source: str = "memory"
     layout: str = "right"           # right | transposed (x @ W for a framework-layout W)
     projection_bias: str = "added"  # added | missing
 
@@ -115,15 +120,26 @@ def _project(x, w, b, how):
     return x @ w + b
 
 
-def _sources(case: Case, v: Variant) -> tuple[np.ndarray, np.ndarray]:
-    """The sequences queries, and keys and values, are projected from."""
-    x = case.x.astype(np.float64)
-    memory = x if case.memory is None else case.memory.astype(np.float64)
-    if v.kv_source == "x":
-        return x, x
-    if v.kv_source == "swapped":
-        return memory, x
-    return x, memory
+# Where queries, keys and values are projected from, by kv_source: indices into the case's
+# (X, keys' sequence, values' sequence).
+_SOURCES = {"memory": (0, 1, 2), "x": (0, 0, 0), "swapped": (1, 0, 0), "kv_swapped": (0, 2, 1),
+            "values_from_keys": (0, 1, 1), "values_from_queries": (0, 1, 0), "keys_from_queries": (0, 0, 2)}
+
+
+def _sources(case: Case, v: Variant) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sequences queries, keys and values are projected from."""
+    sequences = tuple(s.astype(np.float64) for s in (case.x, case.keys, case.value_source))
+    return tuple(sequences[i] for i in _SOURCES[v.kv_source])  # type: ignore[return-value]
+
+
+def _sources_fit(case: Case, v: Variant) -> bool:
+    """Whether code taking its sequences as `v.kv_source` says runs on the case's shapes: each
+    sequence as wide as its weights take, as many keys as values, and the masks' Lq x Lk."""
+    xq, xk, xv = _sources(case, v)
+    head = case.heads[0]
+    widths = (xq.shape[1], xk.shape[1], xv.shape[1]) == (head.wq.shape[0], head.wk.shape[0], head.wv.shape[0])
+    masked = case.keep is not None
+    return widths and xk.shape[0] == xv.shape[0] and (not masked or (xq.shape[0], xk.shape[0]) == (case.n, case.lk))
 
 
 # The ways a student applies a mask: the right one (-inf before the softmax), then the wrong ones.
@@ -211,10 +227,10 @@ def _scored(case: Case, q, k, values, v: Variant) -> dict:
 
 
 def _head_scores(case: Case, head, v: Variant) -> dict:
-    xq, xkv = _sources(case, v)
+    xq, xk, xv = _sources(case, v)
     q = _project(xq, head.wq, head.bq, v.biases)
-    k = _project(xkv, head.wk, head.bk, v.biases)
-    values = _project(xkv, head.wv, head.bv, v.biases) if v.values == "v" else xkv
+    k = _project(xk, head.wk, head.bk, v.biases)
+    values = _project(xv, head.wv, head.bv, v.biases) if v.values == "v" else xv
     return _scored(case, q, k, values, v)
 
 
@@ -234,15 +250,15 @@ def _reshaped_scores(case: Case, heads: list, v: Variant) -> list:
     """Fused Q, K and V split into heads by reshaping L x H*d straight to H x L x d: each head
     takes a run of the flattened matrix, so its rows mix tokens and features."""
     n = len(heads)
-    xq, xkv = _sources(case, v)
+    xq, xk, xv = _sources(case, v)
 
     def fused(source, w, b):
         biases = [getattr(h, b) for h in heads]
         bias = None if any(x is None for x in biases) else np.concatenate(biases)
         return _project(source, np.concatenate([getattr(h, w) for h in heads], axis=1), bias, v.biases)
 
-    q, k = fused(xq, "wq", "bq"), fused(xkv, "wk", "bk")
-    values = fused(xkv, "wv", "bv") if v.values == "v" else xkv
+    q, k = fused(xq, "wq", "bq"), fused(xk, "wk", "bk")
+    values = fused(xv, "wv", "bv") if v.values == "v" else xv
     qs, ks, vs = (a.reshape(n, a.shape[0], a.shape[1] // n) for a in (q, k, values))
     return [_scored(case, qs[i], ks[i], vs[i], v) for i in range(n)]
 
@@ -272,11 +288,12 @@ def _possible(case: Case, v: Variant) -> Variant:
         undo["softmax"] = "rows"                        # a vector of Lq sums meets Lk columns
     if v.heads == "tokens" and (case.memory is not None or case.keep is not None):
         undo["heads"] = "blocks"
-    if v.heads == "reshaped" and any(w.shape[1] % len(case.heads) for w in
-                                     (case.fused("wq"), case.fused("wk"), case.fused("wv"))):
+    # The values' width: their projection's, or their own sequence's when taken unprojected.
+    value_width = case.fused("wv").shape[1] if v.values == "v" else case.value_source.shape[1]
+    if v.heads == "reshaped" and any(width % len(case.heads) for width in
+                                     (case.fused("wq").shape[1], case.fused("wk").shape[1], value_width)):
         undo["heads"] = "blocks"
-    if v.kv_source != "memory" and case.memory is not None and (
-            case.memory.shape[1] != case.d or (case.keep is not None and case.n != case.lk)):
+    if v.kv_source != "memory" and not _sources_fit(case, v):
         undo["kv_source"] = "memory"
     if v.layout == "transposed" and not all(_square(a) for a in (
             case.fused("wq"), case.fused("wk"), case.fused("wv"), case.wo)):
@@ -552,6 +569,24 @@ MISTAKES: tuple[Mistake, ...] = (
        "the two sequences are swapped.",
        "Look at which input each projection reads: Q from X, K and V from the memory.",
        needs={"cross"}, kv_source="swapped"),
+    # Three inputs: each mistake reads one sequence where another belongs.
+    _m("keys_values_swapped", "keys and values projected from each other's inputs",
+       "K is projected from the value input and V from the key input: the key and value sequences "
+       "are swapped.",
+       "Look at which input each projection reads: K = key @ W_k and V = value @ W_v.",
+       needs={"three_inputs"}, kv_source="kv_swapped"),
+    _m("values_from_key_input", "values projected from the key input (the value input is ignored)",
+       "V is projected from the key sequence instead of the value sequence, so the value input is never used.",
+       "Look at what V is computed from: the value input, V = value @ W_v, not the key input.",
+       needs={"three_inputs"}, kv_source="values_from_keys"),
+    _m("values_from_query_input", "values projected from the query input (the value input is ignored)",
+       "V is projected from the query sequence instead of the value sequence, so the value input is never used.",
+       "Look at what V is computed from: the value input, V = value @ W_v, not the query input.",
+       needs={"three_inputs"}, kv_source="values_from_queries"),
+    _m("keys_from_query_input", "keys projected from the query input (the key input is ignored)",
+       "K is projected from the query sequence instead of the key sequence, so the key input is never used.",
+       "Look at what K is computed from: the key input, K = key @ W_k, not the query input.",
+       needs={"three_inputs"}, kv_source="keys_from_queries"),
     _m("heads_split_by_reshape", "heads split with a reshape that mixes tokens and features",
        "Q, K and V are reshaped from (tokens, heads * d_k) straight to (heads, tokens, d_k), so each head "
        "holds pieces of several tokens instead of its own d_k features of every token.",

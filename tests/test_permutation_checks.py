@@ -1,6 +1,6 @@
 """The permutation checks judge what the student returned: a part whose permuted axis does not
-run over the tokens (or the memory's rows) fails the check with its shape, never ends it as
-the grader's error."""
+run over the tokens (or the memory's rows, or the key and value inputs') fails the check with
+its shape, never ends it as the grader's error."""
 import numpy as np
 import pytest
 
@@ -10,7 +10,7 @@ from grader.course.spec import builtin_names, load_assignment
 from grader.judging.checks import CHECKS, Context, Outcome, check_probes
 
 SEED = 20261122
-KINDS = ("permutation_equivariance", "memory_permutation")
+KINDS = ("permutation_equivariance", "memory_permutation", "key_value_permutation")
 
 
 def _axes_of(fn, kind):

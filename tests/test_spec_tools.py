@@ -68,6 +68,7 @@ SOLUTIONS = [
     (SAMPLES / "two_head_sheet_002.ipynb", "two-head"),
     (FIXTURES / "masks" / "worked.ipynb", "masks"),
     (FIXTURES / "cross" / "worked.ipynb", "cross"),
+    (FIXTURES / "three_inputs" / "worked.ipynb", "framework"),
     (FIXTURES / "batch" / "worked.ipynb", "batched"),
     (FIXTURES / "classes" / "worked.ipynb", str(FIXTURES / "classes" / "course.toml")),
     (FIXTURES / "conventions" / "worked.ipynb", str(FIXTURES / "conventions" / "course.toml")),
@@ -235,6 +236,8 @@ def test_a_solution_inside_the_course_package_is_inferred_with_its_support_and_c
     ("Wqs", Guess("wq", plural=True)), ("beta_k2", Guess("bk", head=2)), ("omega_c", Guess("wo")),
     ("b_o", Guess("bo")), ("encoder_out", Guess("memory")), ("num_heads", Guess("n_heads")), ("H", Guess("n_heads")),
     ("attn_mask", Guess("mask")), ("is_causal", Guess("causal")), ("X", Guess("x")), ("in_proj_weight", Guess("wqkv")),
+    ("q_proj_weight", Guess("wq")), ("K_in", Guess("key_tokens")), ("x_v", Guess("value_tokens")),
+    ("key_padding_mask", Guess("key_padding")),
 ])
 def test_a_parameter_name_proposes_its_role_first(name, first):
     assert guesses(name)[0] == first
@@ -243,6 +246,32 @@ def test_a_parameter_name_proposes_its_role_first(name, first):
 def test_x_may_be_the_tokens_or_a_softmax_helper_s_scores_and_an_unknown_name_nothing():
     assert [g.role for g in guesses("x")] == ["x", "scores"]
     assert guesses("title") == []
+
+
+@pytest.mark.parametrize("names, sequences", [(("Q", "K", "V"), ("x", "key_tokens", "value_tokens")),
+                                              (("query", "key", "value"), ("x", "key_tokens", "value_tokens"))])
+def test_q_k_v_are_given_projected_or_the_three_sequences_a_function_projects(names, sequences):
+    for name, letter, sequence in zip(names, "qkv", sequences):
+        assert [g.role for g in guesses(name)] == [letter, sequence]
+
+
+def test_a_function_of_query_key_and_value_and_their_projections_is_a_candidate(tmp_path):
+    path = notebook(tmp_path / "n.ipynb", "def mha(Q, K, V, W_q, W_k, W_v, W_o, num_heads):\n    return Q")
+    (signature,) = notebook_functions(nbformat.read(path, as_version=4))
+    first = candidates(signature).found[0].table
+    assert [p["role"] for p in first["params"][:3]] == ["x", "key_tokens", "value_tokens"]
+
+
+def test_masks_taken_together_share_one_form_and_are_read_before_they_are_left_out(tmp_path):
+    path = notebook(tmp_path / "n.ipynb", "def forward(query, key, value, W_q, W_k, W_v, key_padding_mask=None, "
+                                          "attn_mask=None):\n    return query")
+    (signature,) = notebook_functions(nbformat.read(path, as_version=4))
+    found = candidates(signature).found
+    masks = [{p["name"]: p.get("form") for p in c.table["params"] if p["name"].endswith("mask")} for c in found]
+    assert all(len(set(m.values())) <= 1 for m in masks)
+    both = next(i for i, m in enumerate(masks) if len(m) == 2 and "ignore" in m.values())
+    neither = next((i for i, m in enumerate(masks) if not m), len(found))
+    assert both < neither
 
 
 def test_the_simplest_candidate_comes_first_and_each_is_a_convention(tmp_path):

@@ -22,10 +22,22 @@ LARGE_SCORE = 800.0
 # a function taking its keys and values from the wrong sequence still runs and is named.
 MEMORY_EXTRA_TOKENS = 2
 WIDE_MEMORY_FROM = 7
+# Three inputs (query, key, value): the key and value sequences are as long and as wide as X's
+# on the shorter cases, so that a function reading the query input for its keys or values
+# still runs and is named, and longer and wider (as a memory is) from WIDE_MEMORY_FROM on.
 
 
 def memory_shape(n: int, d: int) -> tuple[int, int]:
     return n + MEMORY_EXTRA_TOKENS, d + 2 if n >= WIDE_MEMORY_FROM else d
+
+
+def key_value_shape(conv: Convention, n: int, d: int) -> tuple[int, int]:
+    """The shape of the sequence keys (and values) are projected from: a memory's, or the key
+    and value inputs'; X's width when one matrix projects Q, K and V side by side."""
+    rows, width = memory_shape(n, d)
+    if conv.three_inputs and n < WIDE_MEMORY_FROM:
+        rows = n
+    return rows, d if conv.packed else width
 
 
 def head_count(conv: Convention, requested: int) -> int:
@@ -62,13 +74,14 @@ def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: i
     label = label or f"random N = {n}, D = {d}" + (f", H = {n_heads}" if conv.heads != "one" else "")
     case = Case(x=x, heads=tuple(heads), wo=wo, label=f"{label}, B = {batch}" if conv.batched else label)
     if conv.cross:
-        rows, width = memory_shape(n, d)
-        case = with_course_features(case, rng, memory_rows=rows, d_memory=width)
+        rows, width = key_value_shape(conv, n, d)
+        case = with_course_features(case, rng, memory_rows=rows, d_memory=width, values=conv.three_inputs)
         if integral and case.memory is not None:   # with_course_features gave it one
-            case = replace(case, memory=rng.integers(-2, 3, size=case.memory.shape))
+            values = None if case.values is None else rng.integers(-2, 3, size=case.values.shape)
+            case = replace(case, memory=rng.integers(-2, 3, size=case.memory.shape), values=values)
     case = with_convention_features(conv, case, rng)
     rest = tuple(_other_element(conv, case, rng, i, integral) for i in range(1, batch))
-    return conv.prepare(replace(case, batch_rest=rest))
+    return conv.prepare(_shared_mask_leaves_a_key(conv, replace(case, batch_rest=rest)))
 
 
 def _other_element(conv: Convention, first: Case, rng: np.random.Generator, index: int, integral: bool) -> Case:
@@ -77,12 +90,26 @@ def _other_element(conv: Convention, first: Case, rng: np.random.Generator, inde
     def like(a):
         return None if a is None else rng.integers(-2, 3, size=a.shape) if integral else rng.normal(size=a.shape)
 
-    element = replace(first, x=like(first.x), memory=like(first.memory), mask=None, key_mask=None, causal=False,
-                      label=f"{first.label} [batch element {index}]")
+    element = replace(first, x=like(first.x), memory=like(first.memory), values=like(first.values), mask=None,
+                      key_mask=None, causal=False, label=f"{first.label} [batch element {index}]")
     element = with_convention_features(conv, element, rng, element=index)
     if any(p.role == "mask" and conv.mask_shape(p) == "Lq x Lk" for p in conv.flat):
         element = replace(element, mask=first.mask)
     return element
+
+
+def _shared_mask_leaves_a_key(conv: Convention, case: Case) -> Case:
+    """The batch, its shared mask (Lq x Lk) keeping the first key for each query that would
+    have no real key left in some element: the elements pad different keys, and no query of
+    the grader's cases is left with nothing to attend."""
+    shared = any(p.role == "mask" and conv.mask_shape(p) == "Lq x Lk" for p in conv.flat)
+    paddings = [e.key_mask for e in case.elements if e.key_mask is not None]
+    if not shared or case.mask is None or len(paddings) != len(case.elements):
+        return case
+    keep = case.mask.copy()
+    for real in paddings:
+        keep[~(keep & real[None, :]).any(axis=1), 0] = True
+    return replace(case, mask=keep, batch_rest=tuple(replace(e, mask=keep) for e in case.batch_rest))
 
 
 def with_convention_features(conv: Convention, case: Case, rng: np.random.Generator, element: int = 0) -> Case:
@@ -154,7 +181,8 @@ def shaped_like(sheet_cases: list[Case], seed: int) -> list[Case]:
     for case in sheet_cases:
         heads = tuple(Head(like(h.wq), like(h.wk), like(h.wv), like(h.bq), like(h.bk), like(h.bv))
                       for h in case.heads)
-        shaped.append(replace(case, x=like(case.x), memory=like(case.memory), heads=heads, wo=like(case.wo),
+        shaped.append(replace(case, x=like(case.x), memory=like(case.memory), values=like(case.values),
+                              heads=heads, wo=like(case.wo),
                               bo=like(case.bo),
                               label=f"random values in the shapes of the {case.label}"))
     return shaped
@@ -186,10 +214,12 @@ def revealing_keep(rng: np.random.Generator, lq: int, lk: int) -> np.ndarray:
 
 
 def with_course_features(case: Case, rng: np.random.Generator, *, memory_rows: int | None = None,
-                         d_memory: int | None = None, mask: bool = False, key_padding: bool = False,
-                         causal: bool = False, projection_bias: bool = False, padded_from: int = 0) -> Case:
+                         d_memory: int | None = None, values: bool = False, mask: bool = False,
+                         key_padding: bool = False, causal: bool = False, projection_bias: bool = False,
+                         padded_from: int = 0) -> Case:
     """The case with the features a course's convention adds: a memory of `memory_rows` tokens
-    of width `d_memory` (new key and value weights to match; cross-attention), an attention
+    of width `d_memory` (new key and value weights to match; cross-attention), a values'
+    sequence of its own in the same shape (`values`: the key and value inputs), an attention
     mask, key padding (the last third of the keys and `padded_from` more, the first key always
     real), a causal mask, and a
     bias for the output projection. Each is drawn so that its known mistakes show."""
@@ -197,14 +227,16 @@ def with_course_features(case: Case, rng: np.random.Generator, *, memory_rows: i
         width = case.d if d_memory is None else d_memory
         heads = tuple(replace(h, wk=rng.normal(size=(width, h.wk.shape[1])), wv=rng.normal(size=(width, h.wv.shape[1])))
                       for h in case.heads)
-        case = replace(case, memory=rng.normal(size=(memory_rows, width)), heads=heads)
+        case = replace(case, memory=rng.normal(size=(memory_rows, width)), heads=heads,
+                       values=rng.normal(size=(memory_rows, width)) if values else None)
     lk = case.lk
     key_mask = case.key_mask
     if key_padding:
         key_mask = np.arange(lk) < lk - (lk // 3 + padded_from) % lk
     bo = np.asarray(rng.normal(size=case.wo.shape[1])) if projection_bias and case.wo is not None else case.bo
     # A case is known by its label (the predictions are cached by it): the label says what was added.
-    added = [word for word, on in [(f"a memory of {memory_rows} tokens", memory_rows is not None), ("a mask", mask),
+    sequences = f"key and value inputs of {memory_rows} tokens" if values else f"a memory of {memory_rows} tokens"
+    added = [word for word, on in [(sequences, memory_rows is not None), ("a mask", mask),
                                    ("key padding", key_padding), ("a causal mask", causal),
                                    ("an output bias", bo is not case.bo)] if on]
     label = f"{case.label} with {', '.join(added)}" if added else case.label

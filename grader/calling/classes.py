@@ -56,14 +56,15 @@ def sent_arguments(probe, conv: Convention) -> list:
 def request(conv: Convention, sent: list, layout) -> dict:
     """The part of a call's request that carries its values: `args`, and for a class the
     `object` the harness builds from them (names from the spec, values from the grader)."""
-    encoded = [wire.encode_argument(a, layout) for a in sent]
+    given_to_method = len(conv.params)
+    method = wire.encode_arguments(sent[:given_to_method], layout)
     if conv.global_params:
-        given = encoded[len(conv.params):]
-        return {"args": encoded[:len(conv.params)], "globals": [[p.name, v] for p, v in zip(conv.global_params, given)]}
+        given = [wire.encode_argument(a, layout) for a in sent[given_to_method:]]
+        return {"args": method, "globals": [[p.name, v] for p, v in zip(conv.global_params, given)]}
     call = conv.class_call
     if call is None:
-        return {"args": encoded}
-    method, given = encoded[:len(conv.params)], encoded[len(conv.params):]
+        return {"args": method}
+    given = [wire.encode_argument(a, layout) for a in sent[given_to_method:]]
     slots = call.slots()
     of = {stage: [(p.name, value) for (where, p), value in zip(slots, given) if where == stage] for stage in STAGES}
     return {"args": method, "object": {

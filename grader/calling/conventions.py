@@ -20,7 +20,7 @@ from grader.reference.attention import Case, attention
 from grader.reference.masks import FORMS, FULLY_MASKED_RULES
 
 from grader.calling.class_table import ClassCall, parse_class, parse_globals
-from grader.calling.params import MASK_ROLES, WEIGHT_ROLES, Param, choice, fail, parse_param
+from grader.calling.params import MASK_ROLES, SEQUENCE_ROLES, WEIGHT_ROLES, Param, choice, fail, parse_param
 from grader.toml_text import load_toml
 
 # How tokens index each canonical part, for the permutation property.
@@ -56,7 +56,7 @@ MASK_SHAPES = {("mask", False): ("Lq x Lk",), ("mask", True): ("B x Lq x Lk", "B
                ("key_padding", False): ("Lk",), ("key_padding", True): ("B x Lk", "B x 1 x 1 x Lk")}
 # The roles whose argument is one per batch element (stacked on a leading batch axis when
 # batched); every other role (weights, biases, flags, the head count) is shared by the batch.
-PER_ELEMENT_ROLES = ("x", "memory", "q", "k", "v", "scores", "mask", "key_padding")
+PER_ELEMENT_ROLES = ("x", *SEQUENCE_ROLES, "q", "k", "v", "scores", "mask", "key_padding")
 # What a row with no key left to attend gives when a convention does not say: the rule its
 # mask form implies by arithmetic (an additive -inf mask gives NaN), else all weights zero.
 DEFAULT_FULLY_MASKED = "zeros"
@@ -151,8 +151,20 @@ class Convention:
 
     @property
     def cross(self) -> bool:
-        """Keys and values come from a second sequence (the memory), queries from X."""
-        return "memory" in self.roles
+        """Keys and values come from a sequence other than X (the memory, or the key and value
+        inputs), queries from X."""
+        return bool(self.roles & set(SEQUENCE_ROLES))
+
+    @property
+    def three_inputs(self) -> bool:
+        """Queries, keys and values come from three sequences passed apart (`forward(query, key,
+        value)`), which are X itself in self-attention."""
+        return "value_tokens" in self.roles
+
+    @property
+    def packed(self) -> bool:
+        """Q, K and V are projected by one matrix side by side, so the sequences have X's width."""
+        return "wqkv" in self.roles
 
     def token_axes(self, part: str) -> tuple:
         """The axes of a returned part that the query tokens index (for the permutation check)."""
@@ -273,9 +285,21 @@ class Convention:
             return self._argument(param, element, lambda: reference(element))
 
         if not self.batched:
-            return [argument(p, elements[0]) for p in self.params]
-        return [self._batched(p, [argument(p, e) for e in elements]) if p.role in PER_ELEMENT_ROLES
-                else argument(p, elements[0]) for p in self.params]
+            arguments = [argument(p, elements[0]) for p in self.params]
+        else:
+            arguments = [self._batched(p, [argument(p, e) for e in elements]) if p.role in PER_ELEMENT_ROLES
+                         else argument(p, elements[0]) for p in self.params]
+        return self._one_array_for_x(arguments, elements)
+
+    def _one_array_for_x(self, arguments: list, elements: list[Case]) -> list:
+        """Where X is the keys' and values' sequence too (self-attention: no memory), the key
+        and value inputs are X's own argument, the same array object three times, as a caller
+        writing `attn(x, x, x)` passes it (a function may take another path when `key is query`)."""
+        if any(e.memory is not None for e in elements):
+            return arguments
+        given = dict(zip((p.role for p in self.params), arguments))
+        return [given["x"] if p.role in ("key_tokens", "value_tokens") and "x" in given else a
+                for p, a in zip(self.params, arguments)]
 
     def _batched(self, param: Param, values: list):
         """One argument for the whole batch from each element's: stacked on a leading axis
@@ -310,8 +334,10 @@ class Convention:
             return self._bias(_given(case.bo, "an output projection bias"))
         if role == "x":
             return self._tokens(case.x)
-        if role == "memory":
+        if role in ("memory", "key_tokens"):
             return self._tokens(case.keys)
+        if role == "value_tokens":
+            return self._tokens(case.value_source)
         if role == "wo":
             return self._matrix(_given(case.wo, "an output projection"))
         if role == "wqkv":
@@ -351,6 +377,9 @@ class Convention:
         if (case.memory is not None) != self.cross:
             return "it has a second sequence (memory), the convention none" if case.memory is not None else \
                 "the convention takes a second sequence (memory, cross-attention), it has none"
+        if (case.values is not None) != self.three_inputs and case.memory is not None:
+            return "its keys and values come from one sequence, the convention takes them apart" \
+                if self.three_inputs else "it has a values' sequence of its own, the convention none"
         if (case.mask is not None or case.key_mask is not None) and not self.masked:
             return "it has a mask, the convention takes none"
         return None
@@ -492,6 +521,7 @@ def _check_roles(conv: Convention, where: str) -> None:
         fail(where, "square applies to single-head conventions on the tokens X only")
     if "memory" in roles and start != 0:
         fail(where, "a memory (cross-attention) needs the tokens X as input (role x) and projections from them")
+    _check_sequences(roles, start, where)
     if "bo" in roles and "wo" not in roles:
         fail(where, "an output projection bias (bo) needs the output projection (wo)")
     if conv.causal_inside and "causal" in roles:
@@ -511,6 +541,22 @@ def _check_roles(conv: Convention, where: str) -> None:
             if conv.mask_shape(p) not in allowed:
                 fail(where, f"param {p.name}: shape {p.shape!r} is not one of {', '.join(map(repr, allowed))}"
                              + ("" if conv.batched else " (without batch = true)"))
+
+
+def _check_sequences(roles: set, start: int, where: str) -> None:
+    """Key and value inputs come as a pair, beside the queries' X, and never with a memory
+    (which is both)."""
+    apart = roles & {"key_tokens", "value_tokens"}
+    if not apart:
+        return
+    if len(apart) == 1:
+        missing = ({"key_tokens", "value_tokens"} - apart).pop()
+        fail(where, f"role {apart.pop()!r} needs role {missing!r} too (the key and value inputs, passed apart)")
+    if "memory" in roles:
+        fail(where, "give the keys' and values' sequence as one memory, or as key_tokens and value_tokens, not both")
+    if start != 0:
+        fail(where, "key and value inputs (key_tokens, value_tokens) need the queries' tokens X as input (role x) "
+                    "and projections from them")
 
 
 def implied_fully_masked(flat: tuple) -> str:

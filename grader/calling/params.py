@@ -14,6 +14,8 @@ from grader.reference.masks import FORMS
 ROLES = {
     "x": "the tokens X",
     "memory": "the second sequence keys and values are projected from (cross-attention; Lk x D_mem)",
+    "key_tokens": "the sequence keys are projected from, passed apart from the values' (query, key, value)",
+    "value_tokens": "the sequence values are projected from, passed apart from the keys' (query, key, value)",
     "q": "the queries Q", "k": "the keys K", "v": "the values V",
     "scores": "the attention scores (the input of a softmax helper)",
     "wq": "the query projection", "wk": "the key projection", "wv": "the value projection",
@@ -38,6 +40,8 @@ HEAD_FORMS = ("fused", "per_head", "axis")
 HEAD_FORM_ROLES = (*WEIGHT_ROLES, "q", "k", "v")   # the roles that hold one matrix or vector per head
 PARAM_KEYS = ("name", "role", "heads", "head", "keys", "form", "shape")
 MASK_ROLES = ("mask", "key_padding")
+# The sequences keys and values are projected from, when it is not X (self-attention).
+SEQUENCE_ROLES = ("memory", "key_tokens", "value_tokens")
 
 
 @dataclass(frozen=True)

@@ -123,11 +123,11 @@ def attempt_probes(conv: Convention, seed: int) -> list[Probe]:
     keys = [drawn(h.wk) for h in base.heads]
     nudge = [drawn(h.wk) for h in base.heads]
     nudged = [[h.wk + k * NUDGE * step for h, k in zip(base.heads, nudge)] for step in (1, 2)]
-    # Values that change at the first and the last token only (exactly where the keys' sequence
+    # Values that change at the first and the last token only (exactly where the values' sequence
     # has no more rows than columns, as the base case's N = 5 < D = 6; a memory of Lk > D rows
     # has not). Under a causal mask every query sees the first, and under one kept the wrong
     # way round the last: either way the tokens between them see a change.
-    source = base.keys.astype(np.float64)
+    source = base.value_source.astype(np.float64)
     ends = []
     for wv, bv in values[0]:
         target = np.zeros((source.shape[0], wv.shape[1]))
@@ -234,7 +234,7 @@ def attempt_problem(conv: Convention, results: list[tuple[Probe, Outcome]]) -> s
     if _largest(first) <= ROUNDING * NUDGE * scale or _off(twice - v1, 2 * first) > 0.05 * _largest(first):
         return "its output does not change smoothly with the keys"
     changed = ends - v1
-    if _full_row_rank(results[-1][0].case.keys.astype(np.float64)) and changed.shape[0] > 2 \
+    if _full_row_rank(results[-1][0].case.value_source.astype(np.float64)) and changed.shape[0] > 2 \
             and _largest(changed[1:-1]) <= CHANGED * _largest(changed):
         return "changing the first and last tokens' values changes only their own outputs, so it mixes no tokens"
     return _weights_problem(conv, results)

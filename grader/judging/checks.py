@@ -347,27 +347,34 @@ def judge_permutation(fn, ctx: Context, results) -> Verdict:
     return Verdict("passed", f"Permuting the tokens (order {order.tolist()}) permutes the results the same way.")
 
 
+def _keys_owner(conv: Convention) -> str:
+    """Whose rows the memory-permutation check reorders, in words."""
+    return "key and value inputs'" if conv.three_inputs else "memory's"
+
+
 def judge_memory_permutation(fn, ctx: Context, results) -> Verdict:
     """Cross-attention attends a set of keys with their values: reordering the memory's rows
-    reorders the keys' axis of what is returned and leaves the output as it was."""
+    (or the key and value inputs' rows, in the same order) reorders the keys' axis of what is
+    returned and leaves the output as it was."""
     (base_probe, base), (probe, permuted) = results
     unusable = _unusable(results, fn.convention.returns)
     if unusable:
         return unusable
     order = make.memory_permutation(base_probe.case.lk, ctx.seed)
+    owner = _keys_owner(fn.convention)
     for part, value in base.parts.values.items():
         axes = fn.convention.memory_axes(part)
-        off_axis = _axes_not_over(base_probe, part, value, axes, len(order), f"memory's {len(order)} rows (keys)")
+        off_axis = _axes_not_over(base_probe, part, value, axes, len(order), f"{owner} {len(order)} rows (keys)")
         if off_axis:
             return off_axis
         problem = compare(permuted.parts.values[part], _permute(value, order, axes), ctx.tolerance,
                           against="the original order's result" + (", permuted" if axes else ""))
         if problem:
-            return Verdict("failed", f"Permuting the memory's rows (keys and values together, order "
+            return Verdict("failed", f"Permuting the {owner} rows (keys and values together, order "
                                      f"{order.tolist()}) should leave the {PART_WORDS[part]} "
                                      f"{'permuted the same way' if axes else 'unchanged'}, "
                                      f"but the result {problem}.")
-    return Verdict("passed", f"Permuting the memory's rows (order {order.tolist()}) leaves the output unchanged.")
+    return Verdict("passed", f"Permuting the {owner} rows (order {order.tolist()}) leaves the output unchanged.")
 
 
 def _causal_parts(conv: Convention) -> list[str]:
@@ -560,6 +567,13 @@ def _memory_permutation(fn, ctx):
     return [Probe(base), Probe(base.memory_permuted(make.memory_permutation(base.lk, ctx.seed)))]
 
 
+def _self_attention(fn, ctx):
+    """The base case with X as query, key and value: one array passed three times, and equal
+    copies of it."""
+    base = make.base_case(fn.convention, ctx.seed)
+    return [Probe(base.as_self_attention(same_array=True)), Probe(base.as_self_attention(same_array=False))]
+
+
 def future_start(n: int) -> int:
     """The first token the causal check changes: the later half of the sequence."""
     return max(1, n // 2)
@@ -610,7 +624,12 @@ CHECKS: dict[str, CheckKind] = {c.name: c for c in [
               lambda conv, f: not conv.causal and not conv.vector, _permutation, judge_permutation),
     # Keys and values move together, so the memory's order is not the problem's (unless causal).
     CheckKind("memory_permutation", "Permuting the memory's rows leaves a cross-attention output unchanged", 1,
-              lambda conv, f: conv.cross and not conv.causal, _memory_permutation, judge_memory_permutation),
+              lambda conv, f: conv.cross and not conv.three_inputs and not conv.causal, _memory_permutation,
+              judge_memory_permutation),
+    CheckKind("key_value_permutation", "Permuting the keys and values together leaves the output unchanged", 1,
+              lambda conv, f: conv.three_inputs and not conv.causal, _memory_permutation, judge_memory_permutation),
+    CheckKind("self_attention_inputs", "Query = key = value gives self-attention", 1,
+              lambda conv, f: conv.three_inputs, _self_attention, judge_against_reference),
     CheckKind("batch_elements", "Each batch element is computed on its own", 1,
               lambda conv, f: conv.batched, _batch_alone, judge_batch_elements),
     CheckKind("causal_future", "Under a causal mask, a token ignores the tokens after it", 1,

@@ -74,6 +74,8 @@ def features(conv: Convention) -> set[str]:
         found.add("projection_bias")
     if conv.cross:
         found.add("cross")
+    if conv.three_inputs:
+        found.add("three_inputs")
     if conv.batched:
         found.add("batch")
     if conv.stacked_heads:

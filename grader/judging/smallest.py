@@ -55,13 +55,14 @@ def candidates(conv: Convention, seed: int) -> list[Case]:
             x = rng.integers(-2, 3, size=(n, d))
             wo = small(heads * d_k, d) if conv.projection else None
             label = f"{LABEL} N = {n}, D = {d}, H = {heads}"
-            # Cross-attention: one key more than queries, of X's width, so that taking the
-            # keys and values from the wrong sequence still runs and shows.
+            # Cross-attention (and three inputs): one key more than queries, of X's width, so
+            # that taking the keys and values from the wrong sequence still runs and shows.
             memory = rng.integers(-2, 3, size=(n + 1, d)) if conv.cross else None
+            values = rng.integers(-2, 3, size=(n + 1, d)) if conv.three_inputs else None
             if memory is not None:
-                label += f", memory of {n + 1} tokens"
+                label += f", {'key and value inputs' if conv.three_inputs else 'memory'} of {n + 1} tokens"
             label += _which_values(draw)
-            case = Case(x=x, heads=head_list, wo=wo, label=label, memory=memory)
+            case = Case(x=x, heads=head_list, wo=wo, label=label, memory=memory, values=values)
             found.append(conv.prepare(with_convention_features(conv, case, rng)))
     return found
 

@@ -257,7 +257,7 @@ def _call(request):
     name, fn = _find(request["names"])
     if fn is None:
         return {"found": False}
-    args = [wire.decode_argument(a) for a in request["args"]]
+    args = wire.decode_arguments(request["args"])
     params = request["params"]
     spec, step, given_after, by_keyword = request.get("object"), {"at": "method"}, None, False
     try:

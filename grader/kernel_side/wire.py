@@ -83,6 +83,31 @@ def encode_argument(value, layout: Layout = Layout.C) -> dict:
             "shape": list(value.shape), "layout": layout.value}
 
 
+def encode_arguments(values: list, layout: Layout = Layout.C) -> list[dict]:
+    """A call's arguments, each as encode_argument sends it, except an array that is the very
+    object of an earlier argument: that goes as a reference to it, so that the function is
+    handed one object twice, as `attn(x, x, x)` hands it (a function may take another path
+    when `key is query`)."""
+    encoded: list[dict] = []
+    for index, value in enumerate(values):
+        earlier = next((i for i in range(index) if isinstance(value, np.ndarray) and values[i] is value), None)
+        encoded.append({"same_as": earlier} if earlier is not None else encode_argument(value, layout))
+    return encoded
+
+
+def decode_arguments(encoded: list) -> list:
+    """A call's arguments as the student function receives them: a reference to an earlier
+    argument (encode_arguments) is that argument's own object."""
+    decoded: list = []
+    for item in encoded:
+        earlier = item.get("same_as") if isinstance(item, dict) else None
+        if type(earlier) is int and 0 <= earlier < len(decoded):
+            decoded.append(decoded[earlier])
+        else:
+            decoded.append(decode_argument(item))
+    return decoded
+
+
 def _raw_array(encoded: dict) -> np.ndarray:
     """A fresh, writable array from an argument's raw bytes, dtype and shape. Raises BadValue
     unless the dtype is a real numeric one and the bytes are exactly what the shape holds."""

@@ -24,6 +24,10 @@ from grader.authoring.spec_tools.signatures import ClassSignature, Parameter, Si
 
 # More candidates than this for one function are not tried (the simplest are kept).
 MAX_CANDIDATES = 400
+# What leaving a mask parameter to its default adds to a candidate's rank: more than spelling
+# the mask in any form and shape, so that a function whose masks fit is graded with them (a spec
+# that leaves them out never grades them).
+MASK_LEFT_OUT = 8
 WEIGHT_ROLES = {"wq", "wk", "wv", "wqkv", "wo"}
 OMITTED = None   # a parameter with a default, left out of the call
 
@@ -42,8 +46,8 @@ class Candidates:
 
 
 def _param_options(param: Parameter) -> list:
-    """(option, table) pairs for one parameter: each role its name proposes, then, for one with a
-    default, leaving it out."""
+    """(option, table, rank) triples for one parameter: each role its name proposes, then, for
+    one with a default, leaving it out (after any reading of a mask: MASK_LEFT_OUT)."""
     options: list[tuple[str, dict | None]] = []
     for guess in guesses(param.name):
         if guess.role == "dict":
@@ -52,9 +56,11 @@ def _param_options(param: Parameter) -> list:
                 options.append((f"{param.name}: a dict", {"name": param.name, "role": "dict", "keys": keys}))
             continue
         options.append((f"{param.name}: {guess.role}", _param_table(param.name, guess)))
+    ranked = [(label, table, rank) for rank, (label, table) in enumerate(options)]
     if param.has_default:
-        options.append((f"{param.name}: left to its default", OMITTED))
-    return options
+        a_mask = any(table is not None and table["role"] in MASK_ROLES for _, table in options)
+        ranked.append((f"{param.name}: left to its default", OMITTED, MASK_LEFT_OUT if a_mask else len(options)))
+    return ranked
 
 
 def _param_table(name: str, guess: Guess) -> dict:
@@ -90,11 +96,15 @@ def _dimensions(params: list[dict], plural: bool) -> list[tuple[str, list]]:
     if not helper and roles & {"x", "q", "k", "v"}:
         dims.append(("batch", [False, True]))
     # Class-based conventions would join here as a dimension of their own (`class`).
-    for p in params:
-        if p["role"] in MASK_ROLES:
-            dims.append((f"form:{p['name']}", list(FORMS)))
-            # Only with a batch: a shape other than the default (candidates() drops the rest).
-            dims.append((f"shape:{p['name']}", [None, *MASK_SHAPES[(p["role"], True)][1:]]))
+    masks = [p for p in params if p["role"] in MASK_ROLES]
+    if masks:
+        # Masks a function takes together are spelled alike (an attention mask and a key-padding
+        # mask both True = ignore, say): one form for them all, since a form each would multiply
+        # the candidates past those tried.
+        dims.append((f"form:{', '.join(p['name'] for p in masks)}", list(FORMS)))
+    for p in masks:
+        # Only with a batch: a shape other than the default (candidates() drops the rest).
+        dims.append((f"shape:{p['name']}", [None, *MASK_SHAPES[(p["role"], True)][1:]]))
     return dims
 
 
@@ -113,9 +123,11 @@ def _apply(params: list[dict], dims: list[tuple[str, list]], picks: tuple) -> di
     table: dict = {"params": [dict(p, keys=dict(p["keys"])) if "keys" in p else dict(p) for p in params]}
     for (dim, options), pick in zip(dims, picks):
         if dim.startswith(("form:", "shape:")):
-            key, name = dim.split(":", 1)
+            key, names = dim.split(":", 1)
             if pick is not None:
-                next(p for p in table["params"] if p["name"] == name)[key] = pick
+                for p in table["params"]:
+                    if p["name"] in names.split(", "):
+                        p[key] = pick
         elif dim == "heads":
             if pick != "fused":
                 for p in table["params"]:
@@ -212,12 +224,12 @@ def candidates(signature: Signature, object_table: dict | None = None) -> Candid
     found: list[Candidate] = []
     refusals: list[str] = []
     given_globals = _weight_globals(signature) if object_table is None else {}
-    for combination in itertools.product(*(enumerate(o) for o in per_param)):
-        role_rank = sum(i for i, _ in combination)
-        params = [table for _, (_, table) in combination if table is not OMITTED]
+    for combination in itertools.product(*per_param):
+        role_rank = sum(rank for _, _, rank in combination)
+        params = [table for _, table, _ in combination if table is not OMITTED]
         if not params:
             continue
-        chosen = tuple(("role", label) for _, (label, _) in combination)
+        chosen = tuple(("role", label) for label, _, _ in combination)
         plural = any(g.plural for p in signature.params for g in guesses(p.name)[:1])
         held = [*_object_params(object_table), *({"name": n, "role": r} for n, r in given_globals.items())]
         dims = _dimensions(params + held, plural)

@@ -5,7 +5,8 @@ A name is compared normalised (lower case, without underscores: W_q, Wq and w_q 
 name). Each row is a pattern matched against the whole name and the roles it proposes, in
 order of preference. `{which}` in a role is the q, k or v the name spells (query, key, value
 count too); a trailing `s` (Wqs) proposes one matrix per head, a trailing digit (omega_q1)
-that head's own matrix. A role the grader does not know yet (key padding, say) may be
+that head's own matrix; `{sequence}` the sequence that q, k or v is projected from (x,
+key_tokens, value_tokens). A role the grader does not know yet (key padding, say) may be
 proposed all the same: the candidate is refused when its convention is parsed, and the output
 says why, so a new role needs one row here and nothing else.
 """
@@ -25,11 +26,17 @@ NAME_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"scores?|logits?|z|a|arr|array|mat|matrix|data|datain|itemsin|s|e|attnscores|attentionscores", ("scores",)),
     (r"memory|mem|encoderout|encoderoutputs?|enc|encoded|encoder|context|ctx|y|source|src|kv|xkv|crossinput"
      r"|encoderhiddenstates?", ("memory",)),
-    (WHICH, ("{which}",)),
+    # Q, K, V (or query, key, value) are given as projected, or are the three sequences the
+    # function projects itself (`forward(query, key, value)` beside W_q, W_k, W_v): `{sequence}`.
+    (WHICH, ("{which}", "{sequence}")),
+    (WHICH + r"(in|input|inputs|tokens|seq|sequence|x|embeds?|embeddings?)", ("{sequence}", "{which}")),
+    (r"x" + WHICH, ("{sequence}", "{which}")),
     (WEIGHT + WHICH + PLURAL + HEAD, ("w{which}",)),
     (WHICH + r"(w|weight|weights|proj|projection)" + PLURAL, ("w{which}",)),
     (BIAS + WHICH + PLURAL + HEAD, ("b{which}",)),
     (WHICH + r"(b|bias)" + PLURAL, ("b{which}",)),
+    (WHICH + r"proj(w|weight)", ("w{which}",)),
+    (WHICH + r"proj(b|bias)", ("b{which}",)),
     (r"(w|weight|weights|omega)?qkv(w|weight|weights)?|inprojweight|wattn|cattnweight", ("wqkv",)),
     (BIAS + r"qkv|qkv(b|bias)|inprojbias|cattnbias", ("bqkv",)),
     (WEIGHT + r"(o|out|output|c)" + HEAD + r"|outproj(weight)?|(o|out)(w|weight|proj)", ("wo",)),
@@ -56,6 +63,8 @@ LAYER_DICTS = ((r"cattn|attn|inproj|qkvproj", {"weight": "wqkv", "bias": "bqkv"}
 LAYER_KEYS = {"w": "weight", "weight": "weight", "kernel": "weight", "b": "bias", "bias": "bias"}
 
 ROLE_LETTER = {"query": "q", "queries": "q", "key": "k", "keys": "k", "value": "v", "values": "v"}
+# The sequence each of q, k and v is projected from, as a role: the queries' is the tokens X.
+SEQUENCE_ROLE = {"q": "x", "k": "key_tokens", "v": "value_tokens"}
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,9 @@ def guesses(name: str) -> list[Guess]:
         which = ROLE_LETTER.get(which, which) if which is not None else None
         head = groups.get("head")
         for role in roles:
-            guess = Guess(role.format(which=which), bool(groups.get("plural")), int(head) if head else None)
+            sequence = SEQUENCE_ROLE.get(which or "")
+            guess = Guess(role.format(which=which, sequence=sequence), bool(groups.get("plural")),
+                          int(head) if head else None)
             if guess not in found:
                 found.append(guess)
     return found
