@@ -340,3 +340,86 @@ def test_a_student_folder_holding_their_whole_package_is_one_submission(tmp_path
     assert "1 graded" in done.stdout, done.stdout
     rows = (out / "grades.csv").read_text().splitlines()
     assert len(rows) == 2 and rows[1].startswith("alice,") and ",18,18" in rows[1], rows
+
+
+# A course's own layers (its support package), written for this test from the usual handout
+# description: Linear(in, out) keeps W (out x in) and b, applied as A @ W.T + b, and
+# Softmax(dim) normalises along dim. The student's MultiHeadAttention builds on them, takes its
+# weights through init_weights and attends from query to key and value.
+LAYERS = '''import numpy as np
+
+
+class Linear:
+    def __init__(self, in_features, out_features):
+        self.W = np.zeros((out_features, in_features))
+        self.b = np.zeros(out_features)
+
+    def init_weights(self, W, b):
+        self.W, self.b = W, b
+
+    def forward(self, A):
+        return A @ self.W.T + self.b
+
+
+class Softmax:
+    def __init__(self, dim=-1):
+        self.dim = dim
+
+    def forward(self, Z):
+        e = np.exp(Z - Z.max(axis=self.dim, keepdims=True))
+        return e / e.sum(axis=self.dim, keepdims=True)
+'''
+LAYERED_ATTENTION = '''class MultiHeadAttention:
+    def __init__(self, embed_dim, num_heads):
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.q_proj, self.k_proj = Linear(embed_dim, embed_dim), Linear(embed_dim, embed_dim)
+        self.v_proj, self.out_proj = Linear(embed_dim, embed_dim), Linear(embed_dim, embed_dim)
+        self.softmax = Softmax(dim=-1)
+
+    def init_weights(self, Wq, bq, Wk, bk, Wv, bv, Wo, bo):
+        for layer, W, b in ((self.q_proj, Wq, bq), (self.k_proj, Wk, bk), (self.v_proj, Wv, bv),
+                            (self.out_proj, Wo, bo)):
+            layer.init_weights(W, b)
+
+    def forward(self, query, key, value):
+        q, k, v = self.q_proj.forward(query), self.k_proj.forward(key), self.v_proj.forward(value)
+        d = self.embed_dim // self.num_heads
+        heads = []
+        for h in range(self.num_heads):
+            part = slice(h * d, (h + 1) * d)
+            w = self.softmax.forward(q[..., part] @ np.swapaxes(k[..., part], -1, -2) / np.sqrt(d))
+            heads.append(w @ v[..., part])
+        return self.out_proj.forward(np.concatenate(heads, axis=-1))'''
+
+
+@pytest.mark.slow
+def test_a_class_built_from_the_course_s_own_layers_is_inferred_graded_and_its_mistake_named(tmp_path):
+    import nbformat
+    from conftest import TEST_SETTINGS, expect_slow
+    from grader.authoring.spec_tools.infer import infer
+    from grader.grade import grade_path
+    expect_slow()
+    (tmp_path / "mytorch").mkdir()
+    (tmp_path / "mytorch" / "__init__.py").write_text("")
+    (tmp_path / "mytorch" / "nn.py").write_text(LAYERS)
+
+    def notebook(name: str, source: str) -> Path:
+        nb = nbformat.v4.new_notebook(cells=[
+            nbformat.v4.new_markdown_cell("# Attention from the course's layers"),
+            nbformat.v4.new_code_cell("import numpy as np\nfrom mytorch.nn import Linear, Softmax"),
+            nbformat.v4.new_code_cell(source)])
+        nbformat.write(nb, tmp_path / name)
+        return tmp_path / name
+    spec = tmp_path / "course.toml"
+    inferred = infer(notebook("solution.ipynb", LAYERED_ATTENTION), spec, TEST_SETTINGS,
+                     support=tmp_path / "mytorch")
+    assert inferred.score[0] == inferred.score[1] > 0, inferred.left_out
+    table = inferred.functions["MultiHeadAttention"].table
+    assert table["class"]["init"]["method"] == "init_weights"
+    assert [p["role"] for p in table["params"]] == ["x", "key_tokens", "value_tokens"]
+    spec.write_text(inferred.text)
+    mistaken = LAYERED_ATTENTION.replace("Softmax(dim=-1)", "Softmax(dim=-2)")
+    wrong_axis = grade_path(notebook("wrong_axis.ipynb", mistaken), load_assignment(str(spec)), TEST_SETTINGS)
+    assert wrong_axis.score < wrong_axis.max_score
+    assert any(c.diagnosis and "softmax over the wrong axis" in c.diagnosis for c in wrong_axis.checks), \
+        [(c.name, c.diagnosis) for c in wrong_axis.checks]
