@@ -420,3 +420,51 @@ def test_a_weightless_class_is_inferred_graded_at_full_marks_and_its_mistake_nam
     assert unscaled.score < unscaled.max_score
     assert any(c.diagnosis and "scal" in c.diagnosis for c in unscaled.checks), \
         [(c.name, c.diagnosis) for c in unscaled.checks]
+
+
+# A cross-attention class that draws its own random weights when it is made, then attends
+# from query to key_value, written for this test from the usual handout description.
+RANDOM_CROSS = '''class MultiHeadCrossAttention:
+    def __init__(self, d_model, num_heads):
+        self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
+        self.W_q = np.random.randn(d_model, d_model) * 0.1
+        self.W_k = np.random.randn(d_model, d_model) * 0.1
+        self.W_v = np.random.randn(d_model, d_model) * 0.1
+        self.W_o = np.random.randn(d_model, d_model) * 0.1
+
+    def forward(self, query, key_value):
+        Q, K, V = query @ self.W_q, key_value @ self.W_k, key_value @ self.W_v
+        heads = []
+        for h in range(self.num_heads):
+            part = slice(h * self.d_k, (h + 1) * self.d_k)
+            s = Q[:, part] @ K[:, part].T / np.sqrt(self.d_k)
+            w = np.exp(s - s.max(axis=1, keepdims=True))
+            heads.append(w / w.sum(axis=1, keepdims=True) @ V[:, part])
+        return np.concatenate(heads, axis=1) @ self.W_o'''
+
+
+@pytest.mark.slow
+def test_a_class_drawing_its_own_random_weights_is_graded_on_the_graders(tmp_path):
+    """Its weights are set over the random ones for each call, so it earns full marks; the
+    same class taking its keys and values from the query's tokens is named for it."""
+    from conftest import TEST_SETTINGS, expect_slow
+    from grader.authoring.spec_tools.infer import infer
+    from grader.grade import grade_path
+    expect_slow()
+
+    def notebook(name: str, source: str) -> Path:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import numpy as np"),
+                                             nbformat.v4.new_code_cell(source)])
+        nbformat.write(nb, tmp_path / name)
+        return tmp_path / name
+    inferred = infer(notebook("solution.ipynb", RANDOM_CROSS), tmp_path / "course.toml", TEST_SETTINGS)
+    table = inferred.functions["MultiHeadCrossAttention"].table
+    assert [(p["name"], p["role"]) for p in table["params"]] == [("query", "x"), ("key_value", "memory")]
+    assert inferred.score[0] == inferred.score[1] > 0
+    (tmp_path / "course.toml").write_text(inferred.text)
+    mistaken = RANDOM_CROSS.replace("key_value @ self.W_k, key_value @ self.W_v", "query @ self.W_k, query @ self.W_v")
+    result = grade_path(notebook("self_not_cross.ipynb", mistaken), load_assignment(str(tmp_path / "course.toml")),
+                        TEST_SETTINGS)
+    assert result.score < result.max_score
+    assert any(c.diagnosis == "keys and values taken from the queries' sequence" for c in result.checks), \
+        [c.diagnosis for c in result.checks]

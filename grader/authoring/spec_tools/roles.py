@@ -25,7 +25,7 @@ NAME_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"x|xs|input|inputs|token|tokens|embedding|embeddings|emb|seq|sequence|hiddenstates?|xin", ("x", "scores")),
     (r"scores?|logits?|z|a|arr|array|mat|matrix|data|datain|itemsin|s|e|attnscores|attentionscores", ("scores",)),
     (r"memory|mem|encoderout|encoderoutputs?|enc|encoded|encoder|context|ctx|y|source|src|kv|xkv|crossinput"
-     r"|encoderhiddenstates?", ("memory",)),
+     r"|encoderhiddenstates?|keyvalues?|keysvalues|kvinputs?|kvin|kvseq|kvsequence", ("memory",)),
     # Q, K, V (or query, key, value) are given as projected, or are the three sequences the
     # function projects itself (`forward(query, key, value)` beside W_q, W_k, W_v): `{sequence}`.
     (WHICH, ("{which}", "{sequence}")),
