@@ -286,6 +286,14 @@ class _Grading:
         return info
 
 
+def _earned(points: float, status: CheckStatus, verdict: Verdict) -> float:
+    """All of a passed check's points; of a failed one, the share its verdict gives (a comparing
+    check pays the parts returned right when others were not returned); else none."""
+    if status == "passed":
+        return points
+    return points * verdict.earned if status == "failed" else 0.0
+
+
 def _judge(grading: _Grading, kinds, ctx: Context) -> None:
     fn, prober = grading.fn, grading.prober
     assert prober is not None, "a function is judged only once its calls are planned"
@@ -308,7 +316,7 @@ def _judge(grading: _Grading, kinds, ctx: Context) -> None:
         status = _status(verdict.status, points) if not check.policy else verdict.status
         grading.verdicts[kind] = status
         grading.results[kind] = CheckResult(f"{fn.name}.{kind}", fn.name, kind, check.title, status,
-                                            points if status == "passed" else 0.0, points, verdict.message,
+                                            _earned(points, status, verdict), points, verdict.message,
                                             diagnosis=diagnosis, hidden=kind in fn.hidden, figures=verdict.figures,
                                             advice=advice)
 

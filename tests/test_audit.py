@@ -219,6 +219,20 @@ def test_non_answers_in_the_expected_shapes_earn_nothing_though_some_checks_pass
         assert fn.non_answer_points == 0
 
 
+def test_memory_layout_and_dtypes_catch_no_known_mistake_and_are_not_measured():
+    """They compare a function with its own answers on plain inputs, and a mistake computes the
+    same wrong values in every layout and dtype: the checks that compare values charge it, once."""
+    for fn in audited("rows").values():
+        for m in fn.mistakes:
+            assert not {"memory_layout", "dtypes"} & set(m.caught_by), m.title
+        assert {"memory_layout", "dtypes"} <= set(fn.beyond_mistakes)
+        assert not {"memory_layout", "dtypes"} & set(fn.silent_checks)
+    axis = mistake(audited("rows")["self_attention"], "softmax_wrong_axis")
+    assert axis.caught_by == ["fixed", "random_shapes", "weights_distribution", "numerical_stability"]
+    unscaled = mistake(audited("rows")["self_attention"], "no_scaling")
+    assert unscaled.caught_by == ["fixed", "random_shapes"] and unscaled.points == 6
+
+
 def test_a_reference_that_loses_points_makes_the_spec_wrong():
     """The closing verdict and the exit status, on an audit whose reference failed a check."""
     reference = Graded("reference", (), 9.0, 12.0, ["random_shapes"])

@@ -65,7 +65,7 @@ def test_batch_of_an_lms_export(tmp_path):
     assert sorted(r["student"] for r in rows) == ["111", "222", "333"]   # one row per student
     by_file = {r["submission"]: r for r in rows}
     # Canvas's later submission (id 2) counts, whatever it scores; the note says so.
-    assert by_file["doejane_111_2_hw_resubmitted.ipynb"]["score"] == "8"
+    assert by_file["doejane_111_2_hw_resubmitted.ipynb"]["score"] == "12"
     assert "latest of 2 files (by Canvas attachment id)" in by_file["doejane_111_2_hw_resubmitted.ipynb"]["duplicates"]
     assert "doejane_111_1_hw.ipynb" in by_file["doejane_111_2_hw_resubmitted.ipynb"]["duplicates"]
     assert by_file["attention.ipynb"]["status"] == "error" and by_file["attention.ipynb"]["name"] == "Ann Lee"

@@ -90,7 +90,7 @@ def test_a_dict_return_without_a_key_says_which():
     conv = load_assignment(str(SPEC)).functions[-1].convention
     parts = canonical_parts(conv, payloads.encoded_value(encode_value({"out": np.ones((2, 2))})))
     assert parts.structure == ["returned a dict without the key 'attn'; expected a dict with keys 'out', 'attn'"]
-    assert "output" in parts.values and parts.missing("weights") == "was not returned"
+    assert "output" in parts.values and parts.missing("weights") == "were not returned"
     parts = canonical_parts(conv, payloads.encoded_value(encode_value((np.ones((2, 2)), np.eye(2)))))
     assert parts.structure[0].startswith("returned tuple(")
     assert "where a dict with keys 'out', 'attn' was expected" in parts.structure[0]

@@ -7,7 +7,9 @@ It worked two ways: the visible `weights_distribution` was called on the hidden
 and the visible `memory_layout` on the very case the hidden `dtypes` converts to float32 (the
 function is wrong on Fortran-ordered and on float32 inputs). Every student-facing rendering is
 searched for the expected weights the hidden checks' figures hold in the staff's result:
-`grader check` (terminal, JSON, HTML) and both LMS results files with their report.
+`grader check` (terminal, JSON, HTML) and both LMS results files with their report. The second
+way is closed by what those two checks are: they compare a function with its own answers on
+plain inputs, so neither shows an expected value of any case.
 """
 import html
 import json
@@ -65,7 +67,7 @@ fixed_data = "sheet_000_heads"
 hidden = ["random_shapes", "dtypes"]
 '''
 # (hidden check, the visible check that met its cases)
-ROUTES = {"random_shapes": "weights_distribution", "dtypes": "memory_layout"}
+ROUTES = {"random_shapes": "weights_distribution"}
 
 
 def heat_tables(document: str) -> list[np.ndarray]:
@@ -132,6 +134,17 @@ def test_no_student_rendering_shows_a_hidden_cases_expected_weights(renderings, 
             document = renderings[where]["html"]
             assert not shown(matrix, heat_tables(document)), f"{where}'s report shows a {hidden_kind} case's weights"
     assert heat_tables(student["html"]), "the student's report shows no heatmap: nothing would be tested"
+
+
+def test_the_checks_that_compare_a_function_with_itself_show_no_expected_value(renderings):
+    """The attack still makes the visible memory_layout and the hidden dtypes fail, on the case
+    the one shares with the other, but what they show is the function's own answers, never a
+    reference's: there are no heatmaps of that case to leak."""
+    staff = renderings["staff"]["json"]["checks"]
+    met = {c["kind"]: c for c in staff if c["function"] == "self_attention"}
+    assert met["memory_layout"]["status"] == met["dtypes"]["status"] == "failed"
+    assert "differs from its own result on the same inputs" in met["memory_layout"]["message"]
+    assert [c["name"] for c in staff if c["kind"] in ("memory_layout", "dtypes") and c["figures"]] == []
 
 
 def test_no_student_rendering_names_what_only_hidden_checks_say(renderings):

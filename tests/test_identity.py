@@ -23,7 +23,7 @@ from grader.lms.entrypoints import find_submission
 FAST = ["--cell-timeout", "4", "--call-timeout", "2", "--workers", "2", "--seed", "7"]
 GOOD = SUBMISSIONS / "worked_solution.ipynb"        # 25 / 25
 BLANK = SUBMISSIONS / "blank_template.ipynb"        # 0 / 25
-SCALING = SUBMISSIONS / "mistake_no_scaling.ipynb"  # 8 / 25
+SCALING = SUBMISSIONS / "mistake_no_scaling.ipynb"  # 12 / 25
 OUTSIDE = "is a symbolic link to a file outside the submission"
 SECRET = "COURSE-ONLY-LINE-5d1e9"
 
@@ -181,7 +181,7 @@ def test_a_student_cannot_take_another_students_grade_in_any_gradebook(tmp_path)
     for attacker in ("222", "555", "777"):
         assert rows[attacker]["score"] == "0", rows[attacker]
     assert rows["333"]["submission"] == "bobsmith_333_100_hw.ipynb"
-    assert (rows["alice"]["score"], rows["bob"]["score"]) == ("25", "8")
+    assert (rows["alice"]["score"], rows["bob"]["score"]) == ("25", "12")
     canvas_rows = {r[1]: r for r in csv.reader(io.StringIO((out / CANVAS_FILE).read_text()))}
     assert canvas_rows["333"][5] == "25" and canvas_rows["222"][5] == "0"
     moodle_rows = {r["Identifier"]: r for r in _csv(out / MOODLE_FILE)}
@@ -201,7 +201,7 @@ def test_canvas_students_named_in_any_script_or_anonymous_stay_in_the_gradebooks
     assert code == 0, stderr
     rows = {r["student"]: r for r in _csv(out / "grades.csv")}
     assert (rows["12345"]["name"], rows["12345"]["score"]) == ("müllerzoë", "25")
-    assert rows["anon_Xb3kP"]["score"] == "8" and rows["222"]["status"] == "error"
+    assert rows["anon_Xb3kP"]["score"] == "12" and rows["222"]["status"] == "error"
     canvas = list(csv.reader(io.StringIO((out / CANVAS_FILE).read_text())))
     assert [r[1] for r in canvas[2:]] == ["12345"] and canvas[2][0] == "müllerzoë"
     assert f"{CANVAS_FILE} leaves out anon_Xb3kP: anonymous" in stderr
@@ -269,9 +269,9 @@ def test_grade_never_follows_a_link_out_of_a_submission(tmp_path, course):
     for name, result in theirs.items():
         assert result["status"] == "error" and result["score"] == 0, name
         assert result["errors"][0]["evalue"] == f"{name} {OUTSIDE}"
-    assert [(r["submission"], r["score"]) for r in results if r["student"] == "444"] == [("attention.ipynb", 8)]
+    assert [(r["submission"], r["score"]) for r in results if r["student"] == "444"] == [("attention.ipynb", 12)]
     rows = {r["student"]: r for r in _csv(out / "grades.csv")}
-    assert rows["222"]["score"] == "" and rows["333"]["score"] == "0" and rows["444"]["score"] == "8"
+    assert rows["222"]["score"] == "" and rows["333"]["score"] == "0" and rows["444"]["score"] == "12"
     assert rows["555"]["status"] == "error"
     assert SECRET not in _outputs(out) + stdout + stderr
 

@@ -1,7 +1,8 @@
 """The sheet's printed answers earn the `fixed` points only when the function computes them.
 
 The attack: a function with a real mistake (scores not scaled) that returns the answers the
-assignment sheet prints when it is given the sheet's data scored 14/25 instead of 8/25. It
+assignment sheet prints when it is given the sheet's data earned the 6 points of `fixed` its
+mistake loses (14/25 instead of 8/25, when memory_layout and dtypes still charged it again). It
 recognised the data with np.array_equal; the same works by the data's shape alone. Either way
 it now scores no more than the same function without the special case, and its `fixed` checks
 say why; a function whose known mistake gives the sheet's answers on the sheet's data keeps
@@ -98,6 +99,6 @@ def test_printed_answers_for_the_sheets_data_earn_nothing(tmp_path, honest, how)
     assert [c.status for c in fixed] == ["failed", "failed"], [c.message for c in fixed]
     assert all(c.message.startswith(SHEET_ONLY) for c in fixed), [c.message for c in fixed]
     # No more than without the special case (answering by shape also spoils the base case, 5 x 6).
-    assert honest.score == 8 and cheat.score <= honest.score, (cheat.score, honest.score)
+    assert honest.score == 12 and cheat.score <= honest.score, (cheat.score, honest.score)
     # The honest function fails the sheet's data on its own, and says why.
     assert {c.diagnosis for c in honest.checks if c.kind == "fixed"} == {"scores not scaled"}

@@ -60,12 +60,12 @@ def test_watch_grades_each_save_and_stops_on_ctrl_c(tmp_path):
 
     try:
         first = read_until("watching hw.ipynb")
-        assert any("6 / 25 points" in line for line in first)
+        assert any("10 / 25 points" in line for line in first)
         time.sleep(1.1)   # a save in a later second, as an editor's would be
         shutil.copy(SUBMISSIONS / "worked_solution.ipynb", notebook)
         second = read_until("likely mistake softmax over the wrong axis -> none")
         said = "\n".join(second)
-        assert "hw.ipynb saved: score 6 -> 25 / 25 (+19)" in said
+        assert "hw.ipynb saved: score 10 -> 25 / 25 (+15)" in said
         assert "self_attention.fixed: failed -> passed (+3)" in said
         assert "permutation_equivariance" not in said   # it passed before and after
     finally:

@@ -11,8 +11,10 @@ The reference itself is graded the same way first: a spec on which it loses poin
 
 The computations work in float64 on each case as it is: an input variant (float32, integer,
 Fortran-ordered or non-contiguous inputs) changes what a student's code is given, never what
-this audit computes, so the `dtypes` and `memory_layout` checks catch here only what a mistake
-does on any input, never a student's truncating integer division or in-place slip.
+this audit computes. The `dtypes` and `memory_layout` checks compare a function's answer on
+such inputs with its own answer on plain ones, so no known mistake (a computation, whatever the
+inputs' layout or dtype) is theirs to catch: a student's truncating integer division or
+layout-dependent code is, and the audit cannot make one.
 """
 from __future__ import annotations
 
@@ -35,9 +37,11 @@ from grader.course.spec import Assignment, FunctionSpec
 # Where a check's verdict says it caught the computation (an informational check says "info").
 CAUGHT = ("failed", "info", "error")
 # Checks whose subject no known mistake is about: a mistake is a computation, and these judge
-# what a function does to its arguments and which libraries it uses, so they never catch one.
+# what a function does to its arguments, which libraries it uses, and whether its answer
+# depends on the inputs' layout or dtype, so they never catch one.
 BEYOND_MISTAKES = {"inputs_unmodified": "changes to the arguments in place",
-                   "forbidden_libraries": "the libraries a function uses"}
+                   "forbidden_libraries": "the libraries a function uses",
+                   "memory_layout": "the inputs' memory layout", "dtypes": "the inputs' dtypes"}
 
 
 @dataclass
@@ -212,11 +216,11 @@ class _Computation:
                 self.overflowing.add(probe.key)
         returned = ", ".join(PART_WORDS[p] for p in conv.returns if p in values)
         # A part this computation cannot give in the convention's form (each batch element's
-        # of another shape) is one it does not return.
+        # of another shape) comes back in a form no check can use, as a student's would.
         parts = Parts(values=dict(values), returned=f"what it computes ({returned})")
         for part in conv.returns:
             if part not in values:
-                parts.unreadable[part] = "was not returned"
+                parts.unreadable[part] = "has batch elements of different shapes"
         return Outcome("ok", parts=parts, sent=sent, inputs_after=sent)
 
 

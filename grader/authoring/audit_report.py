@@ -9,7 +9,8 @@ from grader.report.printable import printable
 
 FLOAT64_NOTE = ("Each mistake is computed in float64 on every case as it is: float32, integer, Fortran-ordered "
                 "and non-contiguous inputs change what a student's code is given, not what these computations "
-                "do, so the dtypes and memory_layout checks catch here only what a mistake does on any input.")
+                "do. The dtypes and memory_layout checks compare a function's answer on such inputs with its own "
+                "answer on plain ones, so they catch no known mistake here, by design.")
 
 
 def _score(g: Graded) -> str:

@@ -37,6 +37,9 @@ PART_WORDS = {"output": "output", "weights": "attention weights", "scores": "att
               "weights_per_head": "per-head attention weights", "scores_per_head": "per-head attention scores",
               "heads": "heads' outputs (before the output projection)", "q": "Q", "k": "K", "v": "V"}
 
+# The parts whose words are plural ("the attention weights were ...").
+PLURAL_PARTS = ("weights", "scores", "weights_per_head", "scores_per_head", "heads")
+
 # Canonical parts that are one array per head.
 PER_HEAD_PARTS = ("weights_per_head", "scores_per_head", "heads")
 

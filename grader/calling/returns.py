@@ -9,10 +9,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from grader.calling.conventions import PART_WORDS, PER_HEAD_PARTS, Convention
+from grader.calling.conventions import PART_WORDS, PER_HEAD_PARTS, PLURAL_PARTS, Convention
 from grader.kernel_side.wire import BadValue, decode_array
 
-NOT_RETURNED = "was not returned"   # why a part is missing when nothing came back for it at all
+
+def not_returned(part: str) -> str:
+    """Why a part is missing when nothing came back for it at all, as a clause after its name:
+    "the output was not returned", "the attention weights were not returned"."""
+    return f"{'were' if part in PLURAL_PARTS else 'was'} not returned"
 
 
 def describe_value(encoded: dict) -> str:
@@ -41,18 +45,22 @@ class Parts:
     values: dict = field(default_factory=dict)
     structure: list[str] = field(default_factory=list)   # what is wrong with the shape of the return
     returned: str = ""
-    # Parts the convention returns that are absent or could not be decoded: part -> why.
+    # Parts that came back but could not be decoded: part -> why. A part the convention returns
+    # that is neither here nor among the values was not returned at all.
     unreadable: dict = field(default_factory=dict)
 
     def missing(self, part: str) -> str:
         """Why an expected part is not among the values, as a clause after its name."""
-        return self.unreadable.get(part, NOT_RETURNED)
+        return self.unreadable.get(part) or not_returned(part)
+
+    def came_back(self, part: str) -> bool:
+        """Whether anything came back for the part, readable or not."""
+        return part in self.values or part in self.unreadable
 
     @property
     def problems(self) -> list[str]:
         """The structure's problems, then each part that came back but cannot be used."""
-        return self.structure + [f"the {PART_WORDS[name]} {why}" for name, why in self.unreadable.items()
-                                 if why != NOT_RETURNED]
+        return self.structure + [f"the {PART_WORDS[name]} {why}" for name, why in self.unreadable.items()]
 
 
 class Unreadable(Exception):
@@ -103,7 +111,8 @@ def _tokens_as_rows(value):
     return value.T if value.ndim == 2 else value
 
 
-def _wanted(conv: Convention) -> str:
+def wanted(conv: Convention) -> str:
+    """What the convention asks a function to return, in words."""
     if conv.return_keys is not None:
         return "a dict with keys " + ", ".join(repr(k) for k in conv.return_keys)
     return "(" + ", ".join(PART_WORDS[p] for p in conv.returns) + ")"
@@ -114,23 +123,23 @@ def _pairs(conv: Convention, encoded: dict, parts: Parts) -> list:
     expected = conv.returns
     if conv.return_keys is not None:
         if encoded.get("kind") != "mapping":
-            parts.structure.append(f"returned {parts.returned} where {_wanted(conv)} was expected")
+            parts.structure.append(f"returned {parts.returned} where {wanted(conv)} was expected")
             return []
         items = dict(zip(encoded["keys"], encoded["items"]))
         absent = [k for k in conv.return_keys if k not in items]
         if absent:
             parts.structure.append(f"returned a dict without the key{'s' * (len(absent) > 1)} "
-                                   f"{', '.join(repr(k) for k in absent)}; expected {_wanted(conv)}")
+                                   f"{', '.join(repr(k) for k in absent)}; expected {wanted(conv)}")
         return [(part, items[key]) for part, key in zip(expected, conv.return_keys) if key in items]
     if conv.returns_tuple:
         if encoded.get("kind") == "sequence":
             items = encoded["items"]
             if len(items) != len(expected):
                 count = f"{len(items)} value{'s' * (len(items) != 1)}"
-                parts.structure.append(f"returned {count}; expected {len(expected)}: {_wanted(conv)}")
+                parts.structure.append(f"returned {count}; expected {len(expected)}: {wanted(conv)}")
             return list(zip(expected, items))
         lone = "output" if "output" in expected else expected[0]
-        parts.structure.append(f"returned only one value ({parts.returned}) where {_wanted(conv)} was expected; "
+        parts.structure.append(f"returned only one value ({parts.returned}) where {wanted(conv)} was expected; "
                                f"it is checked as the {PART_WORDS[lone]}")
         return [(lone, encoded)]
     if encoded.get("kind") == "sequence" and encoded.get("items") and expected[0] not in PER_HEAD_PARTS:
@@ -151,9 +160,6 @@ def canonical_parts(conv: Convention, encoded: dict) -> Parts:
         if conv.vector and isinstance(value, np.ndarray) and value.ndim == 1:
             value = value[None, :]   # one vector's weights: canonically a 1 x Lk matrix
         parts.values[name] = _tokens_as_rows(value) if conv.columns else value
-    for name in conv.returns:
-        if name not in parts.values and name not in parts.unreadable:
-            parts.unreadable[name] = NOT_RETURNED
     return parts
 
 

@@ -21,10 +21,10 @@ from grader.reference.sheets import FIXED_DATA
 
 from grader.calling import cases as make
 from grader.calling.classes import changed_messages
-from grader.calling.conventions import PART_WORDS, PER_HEAD_PARTS, Convention
+from grader.calling.conventions import PART_WORDS, PER_HEAD_PARTS, PLURAL_PARTS, Convention
 from grader.calling.params import MASK_ROLES
 from grader.judging.explain import CORRECT, Predictions, agrees, differs_from_reference, explanations, harmless
-from grader.calling.returns import Parts, Tolerance, compare
+from grader.calling.returns import Parts, Tolerance, compare, not_returned
 from grader.judging.seeds import hidden_cases_seed
 from grader.report.view import HIDDEN_CASE_MARK, SHAPED_AS_HIDDEN_MARK
 from grader.kernel_side.wire import Layout
@@ -33,30 +33,50 @@ FLOAT32_LOOSENING = 1e3
 HEATMAP_MAX_TOKENS = 12
 
 
+LAYOUT_RULE = ("The same values in another memory layout must give the same result: code that reads an array's "
+               "memory (its buffer, its strides, a ravel or reshape in memory order) instead of its indices "
+               "depends on the layout.")
+FLOAT32_RULE = ("float32 inputs must give what the same values in float64 give, to float32's precision: a result "
+                "kept in a lower precision (float16) or in an integer array loses it.")
+INTEGER_RULE = ("Integer inputs must give what the same values as floats give: an array made with np.zeros_like "
+                "or np.empty_like of an integer input, or a floor division, truncates; convert the inputs first "
+                "(X.astype(float)).")
+
+
 class InputVariant(Enum):
     """How a probe's inputs differ from its case's float64 C-ordered arrays: the words its label
     adds, the memory layout its matrices are sent in, the dtype its float arrays are converted
-    to, and the factor its tolerance is loosened by."""
+    to, the factor its tolerance is loosened by, and, for the checks that compare a function's
+    result on these inputs with its own result on the same case's plain inputs (those of a
+    variant with no rule), what those inputs are called and the rule broken when they differ."""
 
-    PLAIN = ("", Layout.C, None, 1.0)
-    FORTRAN = (", Fortran-ordered inputs", Layout.FORTRAN, None, 1.0)
-    STRIDED = (", non-contiguous inputs", Layout.STRIDED, None, 1.0)
+    PLAIN = ("", Layout.C, None, 1.0, "", "")
+    # An integer case's whole values as float64: what its integer inputs must give.
+    FLOATS = (", as floats", Layout.C, np.float64, 1.0, "", "")
+    FORTRAN = (", Fortran-ordered inputs", Layout.FORTRAN, None, 1.0, "C-ordered", LAYOUT_RULE)
+    STRIDED = (", non-contiguous inputs", Layout.STRIDED, None, 1.0, "C-ordered", LAYOUT_RULE)
     # float32 keeps about 7 significant digits, where the reference is computed in float64.
-    FLOAT32 = (", float32 inputs", Layout.C, np.float32, FLOAT32_LOOSENING)
-    INT = (", integer inputs", Layout.C, np.int64, 1.0)
+    FLOAT32 = (", float32 inputs", Layout.C, np.float32, FLOAT32_LOOSENING, "in float64", FLOAT32_RULE)
+    INT = (", integer inputs", Layout.C, np.int64, 1.0, "as floats", INTEGER_RULE)
 
-    def __init__(self, words: str, layout: Layout, dtype, loosening: float):
+    def __init__(self, words: str, layout: Layout, dtype, loosening: float, plain_words: str, rule: str):
         self.words, self.layout, self.dtype, self.loosening = words, layout, dtype, loosening
+        self.plain_words, self.rule = plain_words, rule
 
     def convert(self, value):
         """An argument in this variant's dtype: float arrays only (those in a list or a dict too),
         and to an integer dtype only when every value is whole, so that the inputs (and the
-        expected values) stay the case's."""
+        expected values) stay the case's; to float64, integer arrays too (an integer case's
+        whole values as floats)."""
         if isinstance(value, list):
             return [self.convert(v) for v in value]
         if isinstance(value, dict):
             return {k: self.convert(v) for k, v in value.items()}
-        if self.dtype is None or not isinstance(value, np.ndarray) or value.dtype.kind != "f":
+        if self.dtype is None or not isinstance(value, np.ndarray):
+            return value
+        if self.dtype is np.float64 and value.dtype.kind in "iu":
+            return value.astype(np.float64)
+        if value.dtype.kind != "f":
             return value
         if np.dtype(self.dtype).kind in "iu" and not np.array_equal(value, np.round(value)):
             return value
@@ -105,6 +125,16 @@ class Verdict:
     status: str                   # passed | failed | error
     message: str
     figures: list = field(default_factory=list)
+    # The share of the check's points earned, when it is not all (passed) or none (otherwise):
+    # a check comparing values pays the parts returned right when others were not returned.
+    share: float | None = None
+
+    @property
+    def earned(self) -> float:
+        """The fraction of the check's points this verdict gives."""
+        if self.share is not None:
+            return self.share
+        return 1.0 if self.status == "passed" else 0.0
 
 
 @dataclass(frozen=True)
@@ -188,9 +218,16 @@ def _only_overflow(conv: Convention, probe: Probe, parts: Parts, tol: Tolerance,
 
 def _reference_mismatch(conv: Convention, probe: Probe, parts: Parts, ctx: Context,
                         overflow_allowed: bool) -> Verdict | None:
+    """Why what one call returned is not the reference, or None: each part that came back is
+    compared (one that cannot be decoded fails); a part not returned at all is left to the
+    share the check pays (_paid), unless nothing came back."""
     tol = probe_tolerance(probe, ctx.tolerance)
     expected_parts = ctx.predictions.parts(conv, CORRECT, probe.case)
+    if not any(parts.came_back(part) for part in expected_parts):
+        return _missing_part(probe, parts, next(iter(expected_parts)))
     for part, expected in expected_parts.items():
+        if not parts.came_back(part):
+            continue
         if part not in parts.values:
             return _missing_part(probe, parts, part)
         problem = compare(parts.values[part], expected, tol, conv.columns)
@@ -202,14 +239,49 @@ def _reference_mismatch(conv: Convention, probe: Probe, parts: Parts, ctx: Conte
     return None
 
 
-def _judge_reference(fn, ctx: Context, results, overflow_allowed: bool) -> Verdict:
+def _not_returned(conv: Convention, results) -> list[str]:
+    """The parts the convention returns that some call did not return at all."""
+    return [part for part in conv.returns if any(not o.parts.came_back(part) for _, o in results)]
+
+
+def _words(parts: list[str]) -> str:
+    return " and the ".join(PART_WORDS[p] for p in parts)
+
+
+def _missing_clause(parts: list[str]) -> str:
+    """"the output was not returned", "the Q and the K were not returned": parts not returned."""
+    return f"the {_words(parts)} {not_returned(parts[0]) if len(parts) == 1 else 'were not returned'}"
+
+
+def _paid(conv: Convention, results) -> Verdict:
+    """A comparing check whose calls returned only some of the parts asked for, each of them
+    right: each part asked for is an equal share of its points, and the parts returned earn
+    theirs (a correct output returned alone where (output, weights) is asked earns half)."""
+    missing = _not_returned(conv, results)
+    returned = [p for p in conv.returns if p not in missing]
+    verb = "matches" if len(returned) == 1 and returned[0] not in PLURAL_PARTS else "match"
+    clause = _missing_clause(missing)
+    return Verdict("failed", f"{clause[0].upper()}{clause[1:]}, so this check gives only the share of the parts "
+                             f"returned right, {len(returned)} of the {len(conv.returns)} asked for: the "
+                             f"{_words(returned)} {verb} the reference on {len(results)} case(s): "
+                             f"{_labels(results)}.", share=len(returned) / len(conv.returns))
+
+
+def _labels(results) -> str:
+    return "; ".join(p.label for p, _ in results)
+
+
+def _judge_reference(fn, ctx: Context, results, overflow_allowed: bool, paid_by_part: bool = True) -> Verdict:
+    """Every call returned the reference's values. With `paid_by_part`, a part not returned
+    costs its share of the points (_paid); without, only the parts returned are judged."""
     for probe, outcome in results:
         verdict = _failed_call(probe, outcome) or _reference_mismatch(fn.convention, probe, outcome.parts, ctx,
                                                                       overflow_allowed)
         if verdict:
             return verdict
-    labels = "; ".join(p.label for p, _ in results)
-    return Verdict("passed", f"Matches the reference on {len(results)} case(s): {labels}.")
+    if paid_by_part and _not_returned(fn.convention, results):
+        return _paid(fn.convention, results)
+    return Verdict("passed", f"Matches the reference on {len(results)} case(s): {_labels(results)}.")
 
 
 def judge_against_reference(fn, ctx: Context, results) -> Verdict:
@@ -230,7 +302,7 @@ def judge_sheet(fn, ctx: Context, results) -> Verdict:
     told apart by shape) has memorised them."""
     sheet, twins = results[:len(results) // 2], results[len(results) // 2:]
     verdict = judge_against_reference(fn, ctx, sheet)
-    if verdict.status != "passed":
+    if not verdict.earned:
         return verdict
     for probe, outcome in twins:
         failed = _failed_call(probe, outcome)
@@ -248,7 +320,9 @@ def judge_sheet(fn, ctx: Context, results) -> Verdict:
 
 
 def judge_stability(fn, ctx: Context, results) -> Verdict:
-    return _judge_reference(fn, ctx, results, overflow_allowed=False)
+    """Whether the values stay finite: the parts returned are judged, and a part not returned
+    is the comparing checks' to charge."""
+    return _judge_reference(fn, ctx, results, overflow_allowed=False, paid_by_part=False)
 
 
 def _weights_in(parts: Parts) -> list:
@@ -314,6 +388,20 @@ def _unusable(results, parts) -> Verdict | None:
     return None
 
 
+def _returned_parts(results, parts) -> tuple[list[str], Verdict | None]:
+    """The parts a property check judges, and why its calls cannot be judged on them (or None):
+    those of `parts` that came back from some call. A part no call returned at all is charged
+    by the checks that compare values (its share of their points), by the weights' checks and
+    by return_structure, not again by each property; one returned in a form that cannot be
+    decoded is judged, and fails. When nothing came back, every part is judged, and fails."""
+    for p, o in results:
+        failed = _failed_call(p, o)
+        if failed:
+            return [], failed
+    returned = [part for part in parts if any(o.parts.came_back(part) for _, o in results)] or list(parts)
+    return returned, _unusable(results, returned)
+
+
 def _axes_not_over(probe, part: str, value, axes: tuple, length: int, what: str) -> Verdict | None:
     """A permutation check moves `axes` of a returned part. The returned values are the
     student's: an axis that does not run over the permuted `length` things is a wrong answer,
@@ -329,11 +417,12 @@ def _axes_not_over(probe, part: str, value, axes: tuple, length: int, what: str)
 
 def judge_permutation(fn, ctx: Context, results) -> Verdict:
     (base_probe, base), (probe, permuted) = results
-    unusable = _unusable(results, fn.convention.returns)
+    returned, unusable = _returned_parts(results, fn.convention.returns)
     if unusable:
         return unusable
     order = make.token_permutation(base_probe.case.n, ctx.seed)
-    for part, value in base.parts.values.items():
+    for part in returned:
+        value = base.parts.values[part]
         off_axis = _axes_not_over(base_probe, part, value, fn.convention.token_axes(part), len(order),
                                   f"{len(order)} tokens")
         if off_axis:
@@ -357,12 +446,13 @@ def judge_memory_permutation(fn, ctx: Context, results) -> Verdict:
     (or the key and value inputs' rows, in the same order) reorders the keys' axis of what is
     returned and leaves the output as it was."""
     (base_probe, base), (probe, permuted) = results
-    unusable = _unusable(results, fn.convention.returns)
+    returned, unusable = _returned_parts(results, fn.convention.returns)
     if unusable:
         return unusable
     order = make.memory_permutation(base_probe.case.lk, ctx.seed)
     owner = _keys_owner(fn.convention)
-    for part, value in base.parts.values.items():
+    for part in returned:
+        value = base.parts.values[part]
         axes = fn.convention.memory_axes(part)
         off_axis = _axes_not_over(base_probe, part, value, axes, len(order), f"{owner} {len(order)} rows (keys)")
         if off_axis:
@@ -396,11 +486,11 @@ def judge_causal(fn, ctx: Context, results) -> Verdict:
     """Under a causal mask query i attends only tokens up to i: changing the tokens after
     `kept` may change no row up to it."""
     (base_probe, base), (probe, changed) = results
-    unusable = _unusable(results, _causal_parts(fn.convention))
+    returned, unusable = _returned_parts(results, _causal_parts(fn.convention))
     if unusable:
         return unusable
     kept = future_start(base_probe.case.n) - 1
-    for part in _causal_parts(fn.convention):
+    for part in returned:
         axis = fn.convention.query_axis
         problem = compare(_rows(changed.parts.values[part], kept, axis), _rows(base.parts.values[part], kept, axis),
                           ctx.tolerance, against="the rows computed before the later tokens changed")
@@ -449,12 +539,13 @@ def _element(value, i: int):
 def judge_batch_elements(fn, ctx: Context, results) -> Verdict:
     """A batch's elements are independent problems sharing the weights: element i of the
     batch's result is the function's own result on that element alone (a batch of one)."""
-    unusable = _unusable(results, fn.convention.returns)
+    returned, unusable = _returned_parts(results, fn.convention.returns)
     if unusable:
         return unusable
     (base_probe, base), *alone = results
     for i, (_probe, single) in enumerate(alone):
-        for part, value in base.parts.values.items():
+        for part in returned:
+            value = base.parts.values[part]
             mine, own = _element(value, i), _element(single.parts.values[part], 0)
             if mine is None or own is None:
                 return Verdict("failed", f"On {base_probe.label}: the {PART_WORDS[part]} has no batch axis "
@@ -479,6 +570,36 @@ def _unchanged(sent, after) -> bool:
     if isinstance(sent, np.ndarray):
         return isinstance(after, np.ndarray) and after.shape == sent.shape and np.array_equal(after, sent)
     return True
+
+
+def judge_own_answers(fn, ctx: Context, results) -> Verdict:
+    """memory_layout and dtypes: the same values given in another layout or dtype give what the
+    function itself returns on them as C-ordered float64 arrays (within the variant's tolerance:
+    float32's precision for float32). What it returns is compared with its own answer, never
+    with the reference: a wrong value is the comparing checks' to charge, once."""
+    returned, unusable = _returned_parts(results, fn.convention.returns)
+    if unusable:
+        return unusable
+    plain = {p.case.label: o for p, o in results if not p.variant.rule}
+    variants = [(p, o) for p, o in results if p.variant.rule]
+    for probe, outcome in variants:
+        own = plain[probe.case.label]
+        against = f"its own result on the same inputs {probe.variant.plain_words}"
+        for part in returned:
+            problem = compare(outcome.parts.values[part], own.parts.values[part],
+                              probe_tolerance(probe, ctx.tolerance), fn.convention.columns, against=against)
+            if problem:
+                return Verdict("failed", f"On {probe.label}: the {PART_WORDS[part]} {problem}. {probe.variant.rule}")
+    return Verdict("passed", f"Returns {_own_answers_said([p.variant for p, _ in variants])}.")
+
+
+def _own_answers_said(variants: list[InputVariant]) -> str:
+    """"on Fortran-ordered inputs and non-contiguous inputs what it returns on the same inputs C-ordered"."""
+    by_plain: dict[str, list[str]] = {}
+    for variant in dict.fromkeys(variants):
+        by_plain.setdefault(variant.plain_words, []).append(variant.words.removeprefix(", "))
+    return ", and ".join(f"on {' and '.join(words)} what it returns on the same inputs {plain}"
+                         for plain, words in by_plain.items())
 
 
 def judge_unmodified(fn, ctx: Context, results) -> Verdict:
@@ -592,15 +713,23 @@ def _masked(conv: Convention) -> bool:
     return conv.masked or conv.causal
 
 
+# memory_layout's and dtypes' probes: first the variants, then the plain inputs each variant's
+# answer is compared with (judge_own_answers), the base case's already called for other checks.
+
 def _layouts(fn, ctx):
-    return [_base(fn, ctx, variant=InputVariant.FORTRAN), _base(fn, ctx, variant=InputVariant.STRIDED)]
+    """The base case Fortran-ordered and non-contiguous, then C-ordered."""
+    return [_base(fn, ctx, variant=InputVariant.FORTRAN), _base(fn, ctx, variant=InputVariant.STRIDED), _base(fn, ctx)]
 
 
 def _dtypes(fn, ctx):
-    probes = [_base(fn, ctx, variant=InputVariant.FLOAT32)]
+    """The base case in float32 and the integer case's whole values as integers, then the same
+    in float64."""
+    variants, plain = [_base(fn, ctx, variant=InputVariant.FLOAT32)], [_base(fn, ctx)]
     if fn.convention.int_inputs != "none":
-        probes.append(Probe(make.integer_case(fn.convention, ctx.seed), variant=InputVariant.INT))
-    return probes
+        whole = make.integer_case(fn.convention, ctx.seed)
+        variants.append(Probe(whole, variant=InputVariant.INT))
+        plain.append(Probe(whole, variant=InputVariant.FLOATS))
+    return variants + plain
 
 
 def _always(conv, has_fixed):
@@ -637,9 +766,11 @@ CHECKS: dict[str, CheckKind] = {c.name: c for c in [
     CheckKind("masked_keys_zero_weight", "Masked keys get zero weight", 1,
               lambda conv, f: _masked(conv) and _returns_weights(conv),
               lambda fn, ctx: [_base(fn, ctx), *_random(fn, ctx)], judge_masked_keys),
+    # These two judge a function against its own answer on plain inputs, never against the
+    # reference: a wrong value is charged by the comparing checks, once.
     CheckKind("memory_layout", "Fortran-ordered and non-contiguous inputs", 1, _always,
-              _layouts, judge_against_reference),
-    CheckKind("dtypes", "float32 and integer inputs", 1, _always, _dtypes, judge_against_reference),
+              _layouts, judge_own_answers),
+    CheckKind("dtypes", "float32 and integer inputs", 1, _always, _dtypes, judge_own_answers),
     CheckKind("inputs_unmodified", "Inputs are left unmodified", 1, _always,
               lambda fn, ctx: [_base(fn, ctx, return_inputs=True)], judge_unmodified),
     CheckKind("return_structure", "Return type and shapes", 1, _always,

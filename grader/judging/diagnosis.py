@@ -15,10 +15,16 @@ from grader.reference.mistakes import HARMLESS
 from grader.judging.checks import Outcome, Probe, probe_tolerance
 from grader.calling.conventions import PART_WORDS, Convention
 from grader.judging.explain import CORRECT, Predictions, agrees, differs_from_reference, explanations
-from grader.calling.returns import largest_difference
+from grader.calling.returns import largest_difference, wanted
 from grader.result import FunctionInfo
 
-NOT_DIAGNOSED = ("inputs_unmodified", "forbidden_libraries")
+# inputs_unmodified and forbidden_libraries judge no value; memory_layout and dtypes compare a
+# function with itself, so a known mistake (a computation on the case) explains none of their failures.
+NOT_DIAGNOSED = ("inputs_unmodified", "forbidden_libraries", "memory_layout", "dtypes")
+# How a part not returned is named in a diagnosis: "weights not returned".
+NOT_RETURNED_WORDS = {"output": "output", "weights": "weights", "weights_per_head": "weights",
+                      "scores": "scores", "scores_per_head": "scores", "heads": "heads' outputs",
+                      "q": "Q", "k": "K", "v": "V"}
 
 
 def _weights_only(observed) -> list:
@@ -83,8 +89,12 @@ def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: Fun
         return None, ""
     conv = fn.convention
     observed = [(p.case, o.parts.values, probe_tolerance(p, tol)) for p, o in usable if o.parts is not None]
-    if agrees(conv, CORRECT, observed, predictions):
-        return None, ""   # what came back is right: the failure is a missing or unreadable part
+    right = agrees(conv, CORRECT, observed, predictions)
+    missing = [part for part in conv.returns if any(not o.ok_parts.came_back(part) for _, o in usable)]
+    if missing and (right or kind == "return_structure"):
+        return not_returned_diagnosis(conv, missing)
+    if right:
+        return None, ""   # what came back is right: the failure is an unreadable part
     for explanation in explanations(conv):
         if agrees(conv, explanation, observed, predictions) and \
                 differs_from_reference(conv, explanation, observed, predictions) and \
@@ -102,6 +112,17 @@ def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: Fun
                        "comes after the softmax: look at how the weights multiply V (output = weights @ V) "
                        "and how the heads are put together.")
     return None, " " + what_is_known(conv, observed, predictions) + locate(conv, usable, tol, message)
+
+
+def not_returned_diagnosis(conv: Convention, missing: list[str]) -> tuple[str, str]:
+    """A function that returns fewer parts than asked for, the ones it returns right: the
+    mistake is the parts it leaves out ("weights not returned"), and what it returns is graded."""
+    title = " and ".join(dict.fromkeys(NOT_RETURNED_WORDS[p] for p in missing)) + " not returned"
+    returned = [PART_WORDS[p] for p in conv.returns if p not in missing]
+    left_out = " and the ".join(PART_WORDS[p] for p in missing)
+    return title, (f" The function returns the {' and the '.join(returned)} but not the {left_out}, where "
+                   f"{wanted(conv)} is asked for. What it returns is graded, and earns its share of the checks "
+                   f"that compare values; return the {left_out} too.")
 
 
 def _weight_matrices(values: dict) -> list:
