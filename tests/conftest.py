@@ -22,8 +22,11 @@ _current = {"slow": True}
 
 
 def pytest_runtest_setup(item):
-    """The `sandbox` marker's promise (pyproject.toml): its tests are skipped, not failed, where
-    the machine cannot make the full sandbox (no root, no unshare, no user to drop to)."""
+    """Whether the test is `slow`, known before any of its fixtures is made (a module-scoped
+    fixture that grades is made at the first test that asks for it); and the `sandbox`
+    marker's promise (pyproject.toml): its tests are skipped, not failed, where the machine
+    cannot make the full sandbox (no root, no unshare, no user to drop to)."""
+    _current["slow"] = item.get_closest_marker("slow") is not None
     if item.get_closest_marker("sandbox") is not None:
         from grader.sandbox.isolation import namespaces_available, unprivileged_ids
         if not namespaces_available() or unprivileged_ids() is None:

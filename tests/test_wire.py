@@ -200,10 +200,11 @@ def test_each_probe_variant_arrives_as_its_label_says():
     conv = CONVENTIONS["rows_single"]
     arrives = {InputVariant.PLAIN: ("float64", (True, False)), InputVariant.FORTRAN: ("float64", (False, True)),
                InputVariant.STRIDED: ("float64", (False, False)), InputVariant.FLOAT32: ("float32", (True, False)),
-               InputVariant.INT: ("int64", (True, False))}
+               InputVariant.INT: ("int64", (True, False)), InputVariant.FLOATS: ("float64", (True, False))}
     assert set(arrives) == set(InputVariant)
     for variant, (dtype, contiguous) in arrives.items():
-        case = cases.integer_case(conv, 5) if variant is InputVariant.INT else cases.base_case(conv, 5)
+        whole = variant in (InputVariant.INT, InputVariant.FLOATS)   # the integer case, as integers or floats
+        case = cases.integer_case(conv, 5) if whole else cases.base_case(conv, 5)
         probe = Probe(case, variant)
         assert probe.label == case.label + variant.words and (variant is InputVariant.PLAIN) == (variant.words == "")
         sent = probe.arguments(conv)

@@ -248,7 +248,10 @@ def candidates(signature: Signature, object_table: dict | None = None) -> Candid
                 refusals.append(refusal)
                 continue
             choices = chosen + tuple((dim, option) for (dim, _), (_, option) in zip(dims, picks))
-            found.append(Candidate(table, choices, role_rank + sum(i for i, _ in picks)))
+            # A softmax over one vector fits wherever a matrix reading over axis 0 does (a
+            # vector's only axis): the matrix reading says more, so it is tried first.
+            narrower = 1 if table.get("vector") else 0
+            found.append(Candidate(table, choices, role_rank + sum(i for i, _ in picks) + narrower))
     found.sort(key=lambda c: c.rank)
     if not found:
         return Candidates([], f"no reading of its parameters is a convention ({refusals[0] if refusals else 'none'})")

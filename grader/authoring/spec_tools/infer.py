@@ -182,7 +182,8 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
         if fitted.fits:
             fits[name] = fitted.fits
         else:
-            inferred.left_out[name] = f"no candidate convention fits: {fitted.why_none or 'none was tried'}"
+            kind = "a class: " if name in {c.name for c in classes} else ""
+            inferred.left_out[name] = f"{kind}no candidate convention fits: {fitted.why_none or 'none was tried'}"
     # The simplest fit of each function is graded with every check, with up to two others that
     # fit the probe in other ways beside it (what the output calls undecided); a function whose
     # choice loses points is graded again with its next fit.
