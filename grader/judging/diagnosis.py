@@ -14,7 +14,7 @@ from grader.reference.mistakes import HARMLESS
 
 from grader.judging.checks import Outcome, Probe, probe_tolerance
 from grader.calling.conventions import PART_WORDS, Convention
-from grader.judging.explain import (CORRECT, Predictions, agrees, differs_from_reference, explanations,
+from grader.judging.explain import (CORRECT, HANDED_BACK, Predictions, agrees, differs_from_reference, explanations,
                                    precision_agrees, trivial)
 from grader.calling.returns import largest_difference
 from grader.result import FunctionInfo
@@ -88,7 +88,7 @@ def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: Fun
         return None, ""   # what came back is right: the failure is a missing or unreadable part
     # What is only an argument handed back (X where scores are so large that a mistake's weights
     # are the identity) is explained by no computation.
-    handed_back = all(trivial(v, o.sent) for _, o in usable for v in o.ok_parts.values.values())
+    handed_back = all(trivial(v, o.sent) == HANDED_BACK for _, o in usable for v in o.ok_parts.values.values())
     for explanation in () if handed_back else explanations(conv):
         if agrees(conv, explanation, observed, predictions) and \
                 differs_from_reference(conv, explanation, observed, predictions) and \

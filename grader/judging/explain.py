@@ -21,6 +21,7 @@ from grader.calling.returns import Tolerance, same
 
 # A returned value this close to one of the function's arguments is that argument.
 ARGUMENT_TOLERANCE = Tolerance()
+HANDED_BACK = "one of its own arguments, unchanged"
 
 # The precisions told apart from a float64 computation (precision_of): rounding to this many
 # decimals (fewer is not rounding a result, it is an integer or a one-hot matrix) ...
@@ -311,5 +312,5 @@ def trivial(value, arguments: list) -> str | None:
                 return "uniform along each row"
         for arg in _arrays(arguments):
             if arg.ndim == a.ndim and (same(arg, a, ARGUMENT_TOLERANCE) or same(arg.T, a, ARGUMENT_TOLERANCE)):
-                return "one of its own arguments, unchanged"
+                return HANDED_BACK
     return None
