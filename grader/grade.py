@@ -303,6 +303,8 @@ def _judge(grading: _Grading, kinds, ctx: Context) -> None:
         diagnosis, advice = None, ""
         try:
             verdict = check.judge(fn, grading.contexts[kind], outcomes)
+            if not grading.non_answer_reason:   # a non-answer's checks say so, all of them (_withhold)
+                verdict = _on_answers(verdict, fn, points, outcomes, ctx)
             if verdict.status == "failed":
                 diagnosis, note = diagnose(fn, kind, results_to_diagnose(outcomes, verdict), ctx.tolerance,
                                            grading.info, ctx.predictions, verdict.message)
@@ -321,6 +323,19 @@ def _judge(grading: _Grading, kinds, ctx: Context) -> None:
                                             advice=advice)
 
 
+def _on_answers(verdict, fn: FunctionSpec, points: float, outcomes, ctx: Context):
+    """A check with points passes only on what computes attention: a property holds for zeros,
+    uniform weights or an argument too, so where the check's own calls got one of these (and
+    attention gives none there), it proves nothing, whatever the function did on other calls."""
+    if verdict.status != "passed" or not points:
+        return verdict
+    why = answers.trivial_answer(fn.convention, outcomes, ctx.tolerance, ctx.predictions)
+    if why is None:
+        return verdict
+    return Verdict("failed", f"{why[0].upper()}{why[1:]}, which is not attention: the property checked here holds "
+                             "for such a value too.")
+
+
 def _withhold(grading: _Grading, checks: list[CheckResult]) -> None:
     """A non-answer's checks score nothing, all of them once any has points (else every check
     already failed, saying why)."""
@@ -333,9 +348,12 @@ def _withhold(grading: _Grading, checks: list[CheckResult]) -> None:
         answers.withhold(grading.checks(), grading.non_answer_reason)
 
 
-def _plan(grading: _Grading, ctx: Context) -> list[Probe]:
-    """Each check's context and probes; returns the probes of the non-answer rule: its evidence,
-    then the attempt probes around one case."""
+def _plan(grading: _Grading, ctx: Context) -> tuple[list[Probe], list[Probe]]:
+    """Each check's context and probes; returns the probes of the non-answer rule to call before
+    the visible checks' (its evidence, then the attempt probes of the first attempt case) and
+    those to call after them (the other attempt cases). A function that answers only its first
+    calls is then judged a non-answer, and one that runs out of time is still judged on what it
+    computes (unexplained skips an attempt case none of whose calls was made)."""
     fn = grading.fn
     grading.contexts = {kind: check_context(ctx, kind in fn.hidden) for kind in fn.points}
     drawn = {kind: check_probes(kind, fn, grading.contexts[kind]) for kind in fn.points}
@@ -345,7 +363,8 @@ def _plan(grading: _Grading, ctx: Context) -> list[Probe]:
                          for kind, probes in drawn.items()}
     grading.evidence_for = mark_hidden_twins(evidence_probes(fn, ctx), twins)
     grading.attempt_for = answers.attempt_probes(fn.convention, ctx.seed)
-    return [*grading.evidence_for, *grading.attempt_for]
+    first, *later = answers.attempt_groups(fn.convention, grading.attempt_for)
+    return [*grading.evidence_for, *first], [p for group in later for p in group]
 
 
 def _visible(fn: FunctionSpec) -> list[str]:
@@ -358,12 +377,10 @@ def _judge_visible(grading: _Grading, ctx: Context) -> None:
     fn, prober = grading.fn, grading.prober
     assert prober is not None, "a function is judged only once its calls are planned"
     evidence = [(p, prober.outcome(p)) for p in grading.evidence_for]
-    attempt = None
-    if not answers.recognised(fn.convention, evidence, ctx.tolerance, ctx.predictions):
-        # A mistake the grader does not know, when the output still behaves as attention's.
-        attempt = answers.attempt_problem(fn.convention, [(p, prober.outcome(p)) for p in grading.attempt_for])
-    grading.non_answer = attempt is not None
-    grading.non_answer_reason = answers.reason(evidence, attempt) if attempt is not None else ""
+    attempts = [(p, prober.outcome(p)) for p in grading.attempt_for]
+    why = answers.unexplained(fn.convention, evidence, attempts, ctx.tolerance, ctx.predictions)
+    grading.non_answer = why is not None
+    grading.non_answer_reason = why or ""
     _judge(grading, _visible(fn), ctx)
     _withhold(grading, grading.checks())
 
@@ -413,10 +430,10 @@ async def _grade_visible(session, fn: FunctionSpec, info: FunctionInfo, scan, ct
                                                                    "placeholder body")}
         return grading
     prober = grading.prober = FunctionProber(session, fn, call_timeout, deadline)
-    rule_for = _plan(grading, ctx)
+    rule_first, rule_later = _plan(grading, ctx)
     # The evidence for the non-answer rule is called for first, so that a slow function which
-    # runs out of probing time is still judged on what it computes.
-    await prober.run([*rule_for, *(p for kind in _visible(fn) for p in grading.probes_of[kind])])
+    # runs out of probing time is still judged on what it computes; the rest of it last.
+    await prober.run([*rule_first, *(p for kind in _visible(fn) for p in grading.probes_of[kind]), *rule_later])
     _judge_visible(grading, ctx)
     found = await smallest.find(prober, fn, ctx, grading.checks(), name)
     grading.smallest_failing = found

@@ -58,6 +58,8 @@ class Variant:
     kv_source: str = "memory"
     layout: str = "right"           # right | transposed (x @ W for a framework-layout W)
     projection_bias: str = "added"  # added | missing
+    keys_from: str = "wk"           # wk | wq | wv: the weights the keys are projected with
+    queries_from: str = "wq"        # wq | wk | wv: the weights the queries are projected with
 
 
 @dataclass(frozen=True)
@@ -228,8 +230,8 @@ def _scored(case: Case, q, k, values, v: Variant) -> dict:
 
 def _head_scores(case: Case, head, v: Variant) -> dict:
     xq, xk, xv = _sources(case, v)
-    q = _project(xq, head.wq, head.bq, v.biases)
-    k = _project(xk, head.wk, head.bk, v.biases)
+    q = _project(xq, getattr(head, v.queries_from), head.bq, v.biases)
+    k = _project(xk, getattr(head, v.keys_from), head.bk, v.biases)
     values = _project(xv, head.wv, head.bv, v.biases) if v.values == "v" else xv
     return _scored(case, q, k, values, v)
 
@@ -257,7 +259,7 @@ def _reshaped_scores(case: Case, heads: list, v: Variant) -> list:
         bias = None if any(x is None for x in biases) else np.concatenate(biases)
         return _project(source, np.concatenate([getattr(h, w) for h in heads], axis=1), bias, v.biases)
 
-    q, k = fused(xq, "wq", "bq"), fused(xk, "wk", "bk")
+    q, k = fused(xq, v.queries_from, "bq"), fused(xk, v.keys_from, "bk")
     values = fused(xv, "wv", "bv") if v.values == "v" else xv
     qs, ks, vs = (a.reshape(n, a.shape[0], a.shape[1] // n) for a in (q, k, values))
     return [_scored(case, qs[i], ks[i], vs[i], v) for i in range(n)]
@@ -295,6 +297,11 @@ def _possible(case: Case, v: Variant) -> Variant:
         undo["heads"] = "blocks"
     if v.kv_source != "memory" and not _sources_fit(case, v):
         undo["kv_source"] = "memory"
+    # W_q of X's width meets a wider memory (or W_k, W_v of the memory's width meet X), or d_v != d_k.
+    if v.keys_from != "wk" and any(getattr(h, v.keys_from).shape != h.wk.shape for h in case.heads):
+        undo["keys_from"] = "wk"
+    if v.queries_from != "wq" and any(getattr(h, v.queries_from).shape != h.wq.shape for h in case.heads):
+        undo["queries_from"] = "wq"
     if v.layout == "transposed" and not all(_square(a) for a in (
             case.fused("wq"), case.fused("wk"), case.fused("wv"), case.wo)):
         undo["layout"] = "right"
@@ -641,11 +648,49 @@ MISTAKES: tuple[Mistake, ...] = (
        "about 745 below the matrix's largest one underflows to 0 / 0 = NaN.",
        "To be safe on any scores, subtract each row's own maximum (axis=-1, keepdims=True).",
        needs={"softmax", "tokens_as_rows"}, softmax="shift_whole"),
+    _m("keys_from_query_weights", "keys projected with the query weights (W_q instead of W_k)",
+       "Your keys are computed with the query weights, so K equals Q: each query is scored against the "
+       "other queries, and W_k is never used.",
+       "Look at the projection of the keys: K comes from the key weights W_k, Q from W_q.",
+       needs={"projections"}, keys_from="wq"),
+    _m("keys_from_value_weights", "keys projected with the value weights (W_v instead of W_k)",
+       "Your keys are computed with the value weights, so K equals V, and W_k is never used.",
+       "Look at the projection of the keys: K comes from the key weights W_k, V from W_v.",
+       needs={"projections"}, keys_from="wv"),
+    _m("queries_from_key_weights", "queries projected with the key weights (W_k instead of W_q)",
+       "Your queries are computed with the key weights, so Q equals K: each key is scored against the "
+       "other keys, and W_q is never used.",
+       "Look at the projection of the queries: Q comes from the query weights W_q, K from W_k.",
+       needs={"projections"}, queries_from="wk"),
+    _m("queries_from_value_weights", "queries projected with the value weights (W_v instead of W_q)",
+       "Your queries are computed with the value weights, so Q equals V, and W_q is never used.",
+       "Look at the projection of the queries: Q comes from the query weights W_q, V from W_v.",
+       needs={"projections"}, queries_from="wv"),
 )
 
 # Mistakes that give the reference on ordinary inputs and differ only where exp() leaves its
 # range: no sheet asks for the max-subtraction, so only the numerical_stability check names them.
 HARMLESS = ("softmax_overflow", "max_whole_matrix")
+
+# Precision slips: the reference's values (or a mistake's) returned with fewer digits than the
+# checks compare, rounded as the sheet prints them or computed in a smaller float type. They
+# predict no values of their own, only fewer digits of them, so they are told by the precision of
+# what is returned (grader/judging/explain.py, precision_of) and kept apart from MISTAKES; the
+# checks still compare to their tolerance, so a slip keeps only the points of the checks it
+# passes. `{precision}` in an explanation is what was found ("rounded to 4 decimals").
+PRECISION_SLIPS: tuple[Mistake, ...] = (
+    _m("rounded", "values rounded before they are returned",
+       "Your values are {precision}: they agree with attention to that many digits, but the checks compare "
+       "to a relative tolerance of about 1e-5, and rounded weights no longer sum exactly to 1.",
+       "Return the values as computed; round only when printing them (np.round on a copy, or "
+       "np.set_printoptions(precision=4))."),
+    _m("reduced_precision", "computed in reduced precision",
+       "Your values carry {precision}: they agree with attention to that precision, but the checks "
+       "compare to a relative tolerance of about 1e-5, which float64 (NumPy's default) meets.",
+       "Compute in float64: do not convert the inputs or the results to float16 or float32 "
+       "(.astype(np.float64) if they come in another dtype)."),
+)
+ROUNDED, REDUCED_PRECISION = PRECISION_SLIPS
 
 
 def _changed(v: Variant) -> dict:

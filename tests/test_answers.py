@@ -176,55 +176,81 @@ FORGERIES = {
 }
 
 
-def _called(conv, function):
+def _called_on(conv, function, probes):
     from grader.kernel import replies as payloads
-    from grader.judging.answers import attempt_probes
     from grader.calling.returns import canonical_parts
     from grader.kernel_side.wire import encode_value
     results = []
-    for probe in attempt_probes(conv, SEED):
+    for probe in probes:
         sent = probe.arguments(conv)
         parts = canonical_parts(conv, payloads.encoded_value(encode_value(function(*sent))))
         results.append((probe, Outcome("ok", parts=parts, sent=sent)))
     return results
 
 
+def _called(conv, function):
+    """The function's results on the first attempt case's probes."""
+    from grader.judging.answers import attempt_groups, attempt_probes
+    return _called_on(conv, function, attempt_groups(conv, attempt_probes(conv, SEED))[0])
+
+
+def _problems(conv, function):
+    """What the attempt test finds lacking on each attempt case (None where nothing)."""
+    from grader.judging.answers import attempt_groups, attempt_probes, attempt_problem
+    return [attempt_problem(conv, _called_on(conv, function, group))
+            for group in attempt_groups(conv, attempt_probes(conv, SEED))]
+
+
 @pytest.mark.parametrize("kind", sorted(ATTEMPTS))
 def test_a_mistake_the_grader_does_not_know_is_an_attempt(kind):
-    from grader.judging.answers import attempt_problem
     conv = CONVENTIONS["rows_single"]
-    assert attempt_problem(conv, _called(conv, ATTEMPTS[kind])) is None
+    assert _problems(conv, ATTEMPTS[kind]) == [None, None, None]
 
 
 @pytest.mark.parametrize("kind", sorted(FORGERIES))
 def test_forgeries_are_not_attempts(kind):
-    from grader.judging.answers import attempt_problem
     conv = CONVENTIONS["rows_single"]
-    assert attempt_problem(conv, _called(conv, FORGERIES[kind]))
+    assert all(_problems(conv, FORGERIES[kind]))
 
 
 @pytest.mark.parametrize("name", sorted(n for n in CONVENTIONS if "output" in CONVENTIONS[n].returns))
 def test_the_reference_is_an_attempt_in_every_convention_with_an_output(name):
-    from grader.judging.answers import attempt_probes, attempt_problem
+    from grader.judging.answers import attempt_groups, attempt_probes, attempt_problem
     conv = CONVENTIONS[name]
-    results = [(p, Outcome("ok", parts=Parts(values=conv.expected_parts(p.case)), sent=p.arguments(conv)))
-               for p in attempt_probes(conv, SEED)]
-    assert attempt_problem(conv, results) is None
+    for group in attempt_groups(conv, attempt_probes(conv, SEED)):
+        results = [(p, Outcome("ok", parts=Parts(values=conv.expected_parts(p.case)), sent=p.arguments(conv)))
+                   for p in group]
+        assert attempt_problem(conv, results) is None, group[0].label
 
 
-def test_the_attempt_probes_change_only_what_they_say():
-    """Between the values' probes only V changes; with the tokens redrawn V is kept exactly."""
-    from grader.judging.answers import ATTEMPT_LABELS, attempt_probes
+@pytest.mark.parametrize("case_index", range(3))
+def test_the_attempt_probes_change_only_what_they_say(case_index):
+    """Between the values' probes only V changes; with the tokens redrawn V is kept exactly;
+    values change at two tokens only; a moved query is one token's query only."""
+    from grader.judging.answers import ATTEMPT_LABELS, attempt_groups, attempt_probes
     from grader.reference.attention import attention
     conv = CONVENTIONS["rows_single"]
-    probes = dict(zip(ATTEMPT_LABELS, attempt_probes(conv, SEED)))
+    probes = {p.label.split(": ")[1]: p for p in attempt_groups(conv, attempt_probes(conv, SEED))[case_index]}
     heads = {label: attention(p.case)["heads"][0] for label, p in probes.items()}
     first, kept = heads["values 1"], heads["tokens redrawn, values 1 kept"]
     assert np.allclose(first["q"], heads["values 2"]["q"]) and np.allclose(first["k"], heads["values 2"]["k"])
     assert not np.allclose(first["v"], heads["values 2"]["v"])
     assert np.allclose(first["v"], kept["v"]) and not np.allclose(first["k"], kept["k"])
-    ends = heads["values 1, two tokens' changed"]["v"] - first["v"]
-    assert np.allclose(ends[1:-1], 0) and not np.allclose(ends[[0, -1]], 0)
+    ends = np.abs(heads["values 1, two tokens' changed"]["v"] - first["v"]).max(axis=1)
+    assert np.sum(ends > 1e-9) == 2
+    assert len(probes) == len(ATTEMPT_LABELS) + len(first["q"])
+    for label in set(probes) - set(ATTEMPT_LABELS):
+        moved = heads[label]
+        assert np.allclose(moved["k"], first["k"]) and np.allclose(moved["v"], first["v"])
+        assert np.sum(np.abs(moved["q"] - first["q"]).max(axis=1) > 1e-9) == 1
+
+
+def test_the_attempt_cases_are_drawn_from_the_seed_in_several_shapes():
+    from grader.judging.answers import ATTEMPT_CASES, attempt_cases
+    conv = CONVENTIONS["rows_single"]
+    shapes = {seed: [(c.n, c.d) for c in attempt_cases(conv, seed)] for seed in (SEED, SEED + 1, 7)}
+    assert all(len(set(s)) == ATTEMPT_CASES for s in shapes.values())
+    assert len({tuple(s) for s in shapes.values()}) > 1
 
 
 def test_the_reason_says_why_it_is_not_an_attempt_either():
@@ -245,3 +271,150 @@ def test_an_attempt_probe_that_was_not_answered_is_said_as_such():
     results[4] = (probe, Outcome("timeout", error="the call took longer than 2 s"))
     said = attempt_problem(conv, results)
     assert said == "it did not answer every call that tests this (the call took longer than 2 s)"
+
+
+# Whole gradings of the rule's hard cases, without a kernel: the fake kernel runs the real
+# harness in this process on the functions a source defines (tests/kernel_fakes.py).
+ATTENTION = '''
+import numpy as np
+
+def _attention(X, Wq, Wk, Wv):
+    X, Wq, Wk, Wv = (np.asarray(a, dtype=float) for a in (X, Wq, Wk, Wv))
+    Q, K, V = X @ Wq, X @ Wk, X @ Wv
+    scores = Q @ K.T / np.sqrt(K.shape[1])
+    weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+    weights = weights / weights.sum(axis=1, keepdims=True)
+    return weights @ V, weights
+
+def multi_head_attention(X, Wq, Wk, Wv, H):
+    d = Wq.shape[1] // H
+    heads = [self_attention(X, Wq[:, i*d:(i+1)*d], Wk[:, i*d:(i+1)*d], Wv[:, i*d:(i+1)*d]) for i in range(H)]
+    return np.concatenate([o for o, _ in heads], axis=1), [w for _, w in heads]
+'''
+NOTHING = "np.zeros((len(X), np.shape(Wv)[1])), np.full((len(X), len(X)), 1.0 / len(X))"
+
+
+def _graded(monkeypatch, source: str, assignment: str = "rows"):
+    import asyncio
+    from contextlib import asynccontextmanager
+
+    import nbformat
+
+    from kernel_fakes import HarnessKernel
+    from grader import grade
+    from grader.course.spec import load_assignment
+    from grader.kernel.run_record import ExecutionLog
+    from grader.settings import Settings
+    namespace: dict = {}
+    exec(source, namespace)
+    kernel = HarnessKernel(monkeypatch, namespace)
+
+    @asynccontextmanager
+    async def executed(*args, **kwargs):
+        yield kernel, ExecutionLog()
+    monkeypatch.setattr(grade, "executed_notebook", executed)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    return asyncio.run(grade.grade_notebook(nb, load_assignment(assignment), Settings(call_timeout=5), "x.ipynb"))
+
+
+def _rule_calls(assignment: str = "rows") -> int:
+    from grader.course.spec import load_assignment
+    from grader.judging.answers import attempt_probes
+    from grader.judging.checks import evidence_probes
+    from grader.settings import Settings
+    fn = load_assignment(assignment).functions[0]
+    ctx = Context(Settings().seed, TOL)
+    return len({p.key for p in [*evidence_probes(fn, ctx), *attempt_probes(fn.convention, ctx.seed)]})
+
+
+TUNED = {
+    # attention on one shape only, each of several (the base case's, an attempt case's)
+    **{f"shape {n} x {d}": f'''
+def self_attention(X, Wq, Wk, Wv):
+    return _attention(X, Wq, Wk, Wv) if np.shape(X) == ({n}, {d}) else ({NOTHING})
+''' for n, d in ((5, 6), (4, 6), (5, 8), (6, 9), (4, 12))},
+    # attention on the first calls only: as many as the rule makes, or far fewer
+    **{f"first {k} calls": f'''
+_calls = [0]
+def self_attention(X, Wq, Wk, Wv):
+    _calls[0] += 1
+    return _attention(X, Wq, Wk, Wv) if _calls[0] <= {k} else ({NOTHING})
+''' for k in (17, "RULE_CALLS")},
+    # the values blurred by one number computed from the queries, or from queries and keys
+    "blur from the queries": '''
+def self_attention(X, Wq, Wk, Wv):
+    X = np.asarray(X, dtype=float)
+    c = 1 / (1 + np.exp(-np.mean(X @ Wq)))
+    M = (1 - c) * np.eye(len(X)) + c / len(X)
+    return M @ (X @ Wv), M
+''',
+    "blur from the queries and keys": '''
+def self_attention(X, Wq, Wk, Wv):
+    X = np.asarray(X, dtype=float)
+    c = 1 / (1 + np.exp(-np.mean(X @ Wq) * np.mean(X @ Wk)))
+    M = (1 - c) * np.eye(len(X)) + c / len(X)
+    return M @ (X @ Wv), M
+''',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TUNED))
+def test_tuned_non_answers_earn_nothing(monkeypatch, kind):
+    source = ATTENTION + TUNED[kind].replace("RULE_CALLS", str(_rule_calls()))
+    result = _graded(monkeypatch, source)
+    assert result.score == 0, [(c.name, c.message) for c in result.checks if c.points]
+
+
+def _bfloat16(a):
+    """float32 with its mantissa cut to bfloat16's 7 bits."""
+    return (np.asarray(a, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+
+
+FEWER_DIGITS = {
+    "rounded to 3 decimals": ("lambda a: np.round(a, 3)", "values rounded before they are returned"),
+    "rounded to 5 decimals": ("lambda a: np.round(a, 5)", "values rounded before they are returned"),
+    "float32": ("lambda a: a.astype(np.float32)", None),
+    "bfloat16-like truncation": ("_bfloat16", "computed in reduced precision"),
+    "float16": ("lambda a: a.astype(np.float16)", "computed in reduced precision"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FEWER_DIGITS))
+def test_answers_with_fewer_digits_are_answers_and_named(monkeypatch, kind):
+    finish, named = FEWER_DIGITS[kind]
+    import inspect
+    source = ATTENTION + inspect.getsource(_bfloat16) + f'''
+_finish = {finish}
+def self_attention(X, Wq, Wk, Wv):
+    return tuple(_finish(a) for a in _attention(X, Wq, Wk, Wv))
+'''
+    result = _graded(monkeypatch, source)
+    assert not any(info.get("non_answer") for info in result.functions.values())
+    passed = {c.kind for c in result.checks if c.points}
+    assert {"permutation_equivariance", "inputs_unmodified", "return_structure"} <= passed
+    diagnoses = {c.diagnosis for c in result.checks if c.status == "failed"}
+    assert diagnoses <= {named}, diagnoses
+    if named:
+        assert named in diagnoses
+
+
+TYPOS = {"K = X @ Wq": "keys projected with the query weights (W_q instead of W_k)",
+         "K = X @ Wv": "keys projected with the value weights (W_v instead of W_k)",
+         "Q = X @ Wk": "queries projected with the key weights (W_k instead of W_q)"}
+
+
+@pytest.mark.parametrize("typo", sorted(TYPOS))
+def test_a_projection_from_the_wrong_weights_is_a_named_attempt(monkeypatch, typo):
+    role = typo[0]
+    wrong = typo.split("@ ")[1]
+    source = ATTENTION.replace(f"{role} = X @ W{role.lower()}", typo) + '''
+def self_attention(X, Wq, Wk, Wv):
+    return _attention(X, Wq, Wk, Wv)
+'''
+    source = source.replace("Q, K, V = X @ Wq, X @ Wk, X @ Wv",
+                            {"K": f"Q, K, V = X @ Wq, X @ {wrong}, X @ Wv",
+                             "Q": f"Q, K, V = X @ {wrong}, X @ Wk, X @ Wv"}[role])
+    result = _graded(monkeypatch, source)
+    assert not any(info.get("non_answer") for info in result.functions.values())
+    assert result.score > 0
+    assert TYPOS[typo] in {c.diagnosis for c in result.checks}

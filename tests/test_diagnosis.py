@@ -11,7 +11,7 @@ from grader.calling import cases
 from grader.calling.conventions import CONVENTIONS
 from grader.judging.explain import Explanation, Predictions, applicable, explanations
 from grader.reference.attention import attention
-from grader.reference.mistakes import HARMLESS, MISTAKES, Variant, mistaken_attention
+from grader.reference.mistakes import HARMLESS, MISTAKES, PRECISION_SLIPS, Variant, mistaken_attention
 from grader.calling.returns import Tolerance, same
 
 SEED = 20261122
@@ -27,13 +27,15 @@ def _differ(a: dict, b: dict) -> bool:
 
 
 # The conventions that can make a mistake besides the overflow (a projections-only convention
-# computes no step a known mistake changes).
+# can only project with the wrong weights).
 WITH_MISTAKES = sorted(n for n in CONVENTIONS if any(m.id != "softmax_overflow" for m in applicable(CONVENTIONS[n])))
 WITH_PAIRS = sorted(n for n in CONVENTIONS if any(len(e.mistakes) == 2 for e in explanations(CONVENTIONS[n])))
 
 
-def test_every_convention_but_the_projections_alone_can_make_mistakes_and_pairs_of_them():
-    assert set(CONVENTIONS) - set(WITH_MISTAKES) == {"qkv_projections"}
+def test_every_convention_can_make_mistakes_and_all_but_the_projections_alone_pairs_of_them():
+    assert set(CONVENTIONS) == set(WITH_MISTAKES)
+    assert {m.id for m in applicable(CONVENTIONS["qkv_projections"])} == {
+        "keys_from_query_weights", "keys_from_value_weights", "queries_from_key_weights", "queries_from_value_weights"}
     assert len(WITH_PAIRS) >= len(CONVENTIONS) - 2, WITH_PAIRS
 
 
@@ -134,7 +136,7 @@ def test_other_diagnoses(fixture, words, golden_graded):
 
 def test_the_mistakes_page_lists_every_diagnosis():
     page = (Path(__file__).resolve().parent.parent / "docs" / "mistakes.md").read_text()
-    for mistake in MISTAKES:
+    for mistake in (*MISTAKES, *PRECISION_SLIPS):
         assert mistake.title in page, mistake.title
     assert "reads notebook globals" in page and "weights right but combined wrongly with V" in page
 

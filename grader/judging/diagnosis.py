@@ -14,7 +14,8 @@ from grader.reference.mistakes import HARMLESS
 
 from grader.judging.checks import Outcome, Probe, probe_tolerance
 from grader.calling.conventions import PART_WORDS, Convention
-from grader.judging.explain import CORRECT, Predictions, agrees, differs_from_reference, explanations
+from grader.judging.explain import (CORRECT, HANDED_BACK, Predictions, agrees, differs_from_reference, explanations,
+                                   precision_agrees, trivial)
 from grader.calling.returns import largest_difference, wanted
 from grader.result import FunctionInfo
 
@@ -95,11 +96,17 @@ def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: Fun
         return not_returned_diagnosis(conv, missing)
     if right:
         return None, ""   # what came back is right: the failure is an unreadable part
-    for explanation in explanations(conv):
+    # What is only an argument handed back (X where scores are so large that a mistake's weights
+    # are the identity) is explained by no computation.
+    handed_back = all(trivial(v, o.sent) == HANDED_BACK for _, o in usable for v in o.ok_parts.values.values())
+    for explanation in () if handed_back else explanations(conv):
         if agrees(conv, explanation, observed, predictions) and \
                 differs_from_reference(conv, explanation, observed, predictions) and \
                 _finite_evidence(conv, explanation, observed, predictions):
             return explanation.title, f" {explanation.advice}"
+    slip = None if handed_back else precision_slip(conv, observed, predictions)
+    if slip:
+        return slip
     if info.get("globals"):
         shown = ", ".join(f"{k} = {v}" for k, v in info["globals"].items())
         title = f"reads notebook globals ({', '.join(info['globals'])})"
@@ -123,6 +130,22 @@ def not_returned_diagnosis(conv: Convention, missing: list[str]) -> tuple[str, s
     return title, (f" The function returns the {' and the '.join(returned)} but not the {left_out}, where "
                    f"{wanted(conv)} is asked for. What it returns is graded, and earns its share of the checks "
                    f"that compare values; return the {left_out} too.")
+
+
+def precision_slip(conv: Convention, observed, predictions: Predictions) -> tuple[str, str] | None:
+    """(diagnosis, what it means) when what was returned is the reference, or a known mistake,
+    at a reduced precision (rounded, or computed in float16): the precision slip is named, after
+    the mistake if there is one."""
+    for explanation in (CORRECT, *explanations(conv)):
+        precision = precision_agrees(conv, explanation, observed, predictions)
+        if precision is None:
+            continue
+        slip = precision.slip
+        said = f" {slip.explanation.format(precision=precision.words)} {slip.hint}"
+        if explanation.is_reference:
+            return slip.title, said
+        return f"{explanation.title}, and {slip.title}", f" {explanation.advice}{said}"
+    return None
 
 
 def _weight_matrices(values: dict) -> list:

@@ -13,13 +13,113 @@ from functools import lru_cache
 
 import numpy as np
 
-from grader.reference.mistakes import HARMLESS, MISTAKES, REFERENCE, Mistake, Variant, combined, mistaken_elements
+from grader.reference.mistakes import (HARMLESS, MISTAKES, REDUCED_PRECISION, REFERENCE, ROUNDED, Mistake, Variant,
+                                       combined, mistaken_elements)
 
 from grader.calling.conventions import Convention
 from grader.calling.returns import Tolerance, same
 
 # A returned value this close to one of the function's arguments is that argument.
 ARGUMENT_TOLERANCE = Tolerance()
+HANDED_BACK = "one of its own arguments, unchanged"
+
+# The precisions told apart from a float64 computation (precision_of): rounding to this many
+# decimals (fewer is not rounding a result, it is an integer or a one-hot matrix) ...
+ROUNDED_DECIMALS = range(2, 7)
+# ... or this many significant bits: bfloat16 keeps 8, float16 11, float32 24.
+REDUCED_BITS = range(6, 25)
+# What arithmetic in b significant bits leaves of attention, relative to its largest entry, in
+# units of 2**-b: float16 attention measured at up to about 40 (exp() amplifies the scores' error).
+LOW_PRECISION_ERROR = 128
+FLOAT_NAMES = {8: "bfloat16", 11: "float16", 24: "float32"}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The precision a returned value carries, when it is less than float64's: rounded to
+    `decimals` decimals, or `bits` significant bits."""
+    decimals: int | None = None
+    bits: int | None = None
+
+    @property
+    def words(self) -> str:
+        if self.decimals is not None:
+            return f"rounded to {self.decimals} decimals"
+        named = f", as {FLOAT_NAMES[self.bits]} gives" if self.bits in FLOAT_NAMES else ""
+        return f"only {self.bits} significant bits{named}"
+
+    @property
+    def slip(self) -> Mistake:
+        return ROUNDED if self.decimals is not None else REDUCED_PRECISION
+
+    def tolerance(self, tol: Tolerance, expected) -> Tolerance:
+        """`tol` widened by what this precision leaves of `expected` (rounding moves an entry by
+        up to half a unit of the last decimal, twice that at a tie or after rounded steps)."""
+        if self.decimals is not None:
+            return Tolerance(tol.rtol, tol.atol + 10.0 ** -self.decimals)
+        assert self.bits is not None, "a precision is rounded decimals or significant bits"
+        return Tolerance(tol.rtol, tol.atol + LOW_PRECISION_ERROR * 2.0 ** -self.bits * _largest(expected))
+
+
+def _largest(value) -> float:
+    arrays = value if isinstance(value, list) else [value]
+    finite = [np.abs(a[np.isfinite(a)]) for a in (np.asarray(x, dtype=np.float64) for x in arrays)]
+    return max((float(f.max()) for f in finite if f.size), default=0.0)
+
+
+def _finite_entries(value) -> np.ndarray:
+    arrays = value if isinstance(value, list) else [value]
+    flat = [np.asarray(a, dtype=np.float64).ravel() for a in arrays]
+    entries = np.concatenate(flat) if flat else np.zeros(0)
+    return entries[np.isfinite(entries)]
+
+
+def _decimals(entries: np.ndarray, dtype) -> int | None:
+    """The fewest decimals every entry is written with, up to the last of ROUNDED_DECIMALS: each
+    is within two units of its own last place (in the dtype it came in) of itself so rounded."""
+    spacing = 2 * np.abs(np.spacing(entries.astype(dtype))).astype(np.float64)
+    for decimals in range(ROUNDED_DECIMALS.stop):
+        if np.all(np.abs(entries - np.round(entries, decimals)) <= spacing):
+            return decimals
+    return None
+
+
+def _bits(entries: np.ndarray) -> int:
+    """The fewest significant bits that hold every entry exactly (53 for float64 results)."""
+    mantissas, _ = np.frexp(entries)
+    for bits in range(1, 54):
+        shifted = np.ldexp(mantissas, bits)
+        if np.array_equal(shifted, np.round(shifted)):
+            return bits
+    return 53
+
+
+def precision_of(value) -> Precision | None:
+    """The reduced precision a returned value shows, or None: every finite entry is a number of
+    ROUNDED_DECIMALS decimals, or holds in REDUCED_BITS significant bits. A float64 result has
+    neither (its entries need all 53 bits and no short decimal), so noise added to attention is
+    never taken for rounding; nor are integers, one-hot or identity matrices, which hold in a bit."""
+    try:
+        entries = _finite_entries(value)
+    except (TypeError, ValueError):
+        return None
+    if np.count_nonzero(entries) < 2:
+        return None
+    arrays = value if isinstance(value, list) else [value]
+    single = any(np.asarray(a).dtype == np.float32 for a in arrays)
+    decimals = _decimals(entries, np.float32 if single else np.float64)
+    if decimals is not None:
+        return Precision(decimals=decimals) if decimals in ROUNDED_DECIMALS else None
+    bits = _bits(entries)
+    return Precision(bits=bits) if bits in REDUCED_BITS else None
+
+
+def matches(value, expected, tol: Tolerance) -> bool:
+    """`value` is `expected` under the comparison rule, or to the reduced precision it shows."""
+    if same(value, expected, tol):
+        return True
+    precision = precision_of(value)
+    return precision is not None and same(value, expected, precision.tolerance(tol, expected))
 
 
 @dataclass(frozen=True)
@@ -143,6 +243,22 @@ def agrees(conv: Convention, explanation: Explanation, observed, predictions: Pr
     return compared
 
 
+def precision_agrees(conv: Convention, explanation: Explanation, observed,
+                     predictions: Predictions) -> Precision | None:
+    """The reduced precision at which the explanation predicts every part returned, on every
+    case (`observed` as for agrees), when some part shows one; else None."""
+    shown = None
+    for case, values, tol in observed:
+        wanted = predictions.parts(conv, explanation, case)
+        for part, value in values.items():
+            if part not in wanted:
+                continue
+            if not matches(value, wanted[part], tol):
+                return None
+            shown = shown or precision_of(value)
+    return shown
+
+
 def differs_from_reference(conv: Convention, explanation: Explanation, observed, predictions: Predictions) -> bool:
     """On some case, the explanation predicts a returned part other than the reference does:
     a mistake that changes nothing on these inputs explains nothing."""
@@ -198,5 +314,5 @@ def trivial(value, arguments: list) -> str | None:
                 return "uniform along each row"
         for arg in _arrays(arguments):
             if arg.ndim == a.ndim and (same(arg, a, ARGUMENT_TOLERANCE) or same(arg.T, a, ARGUMENT_TOLERANCE)):
-                return "one of its own arguments, unchanged"
+                return HANDED_BACK
     return None
