@@ -145,10 +145,17 @@ def _full_row_rank(a: np.ndarray) -> bool:
 def attempt_cases(conv: Convention, seed: int) -> list:
     """ATTEMPT_CASES random cases, each of a shape drawn from ATTEMPT_SHAPES by the grading seed."""
     rng = np.random.default_rng(seed + 13)
-    chosen = rng.choice(len(ATTEMPT_SHAPES), size=ATTEMPT_CASES, replace=False)
-    return [make.random_case(conv, rng, n, d, h, label=f"attempt case {i + 1}, N = {n}, D = {d}, H = {h}",
-                             batch=make.BASE_BATCH)
-            for i, (n, d, h) in enumerate(ATTEMPT_SHAPES[k] for k in chosen)]
+    # Only shapes whose features split evenly into the convention's heads (a convention with a
+    # set number of heads has that many whatever H is drawn): a course's code divides D by H.
+    fitting = [(n, d, h) for n, d, h in ATTEMPT_SHAPES if d % conv.head_count(h) == 0]
+    chosen = rng.choice(len(fitting), size=ATTEMPT_CASES, replace=False)
+    return [make.random_case(conv, rng, n, d, h, label=_attempt_label(conv, i, n, d, h), batch=make.BASE_BATCH)
+            for i, (n, d, h) in enumerate(fitting[k] for k in chosen)]
+
+
+def _attempt_label(conv: Convention, index: int, n: int, d: int, h: int) -> str:
+    heads = f", H = {conv.head_count(h)}" if conv.heads != "one" else ""
+    return f"attempt case {index + 1}, N = {n}, D = {d}{heads}"
 
 
 def attempt_probes(conv: Convention, seed: int) -> list[Probe]:
