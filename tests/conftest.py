@@ -74,6 +74,14 @@ def grade(path: Path, assignment: str, _fresh=None, **overrides):
     return _graded[key]
 
 
+def write_notebook(path: Path, *code: str, title: str | None = None) -> Path:
+    """A notebook at `path`: a Markdown heading `# title` when given, then a code cell each."""
+    import nbformat
+    cells = [nbformat.v4.new_markdown_cell(f"# {title}")] if title else []
+    nbformat.write(nbformat.v4.new_notebook(cells=cells + [nbformat.v4.new_code_cell(c) for c in code]), path)
+    return path
+
+
 def graded_at_full_marks(path: Path, assignment: str):
     """The notebook graded: every check passed (or informational), and some points to earn."""
     result = grade(path, assignment)

@@ -11,7 +11,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
+from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named, write_notebook
 from grader.calling import cases
 from grader.calling import class_table, classes
 from grader.kernel_side import harness
@@ -404,11 +404,7 @@ def test_a_weightless_class_is_inferred_graded_at_full_marks_and_its_mistake_nam
     expect_slow()
 
     def notebook(name: str, source: str) -> Path:
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Attention lab"),
-                                             nbformat.v4.new_code_cell("import numpy as np"),
-                                             nbformat.v4.new_code_cell(source)])
-        nbformat.write(nb, tmp_path / name)
-        return tmp_path / name
+        return write_notebook(tmp_path / name, "import numpy as np", source, title="Attention lab")
     solution = notebook("solution.ipynb", WEIGHTLESS)
     inferred = infer(solution, tmp_path / "course.toml", TEST_SETTINGS)
     (tmp_path / "course.toml").write_text(inferred.text)
@@ -453,10 +449,7 @@ def test_a_class_drawing_its_own_random_weights_is_graded_on_the_graders(tmp_pat
     expect_slow()
 
     def notebook(name: str, source: str) -> Path:
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import numpy as np"),
-                                             nbformat.v4.new_code_cell(source)])
-        nbformat.write(nb, tmp_path / name)
-        return tmp_path / name
+        return write_notebook(tmp_path / name, "import numpy as np", source)
     inferred = infer(notebook("solution.ipynb", RANDOM_CROSS), tmp_path / "course.toml", TEST_SETTINGS)
     table = inferred.functions["MultiHeadCrossAttention"].table
     assert [(p["name"], p["role"]) for p in table["params"]] == [("query", "x"), ("key_value", "memory")]

@@ -9,7 +9,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, ROOT, SUBMISSIONS, grade, graded_at_full_marks
+from conftest import FIXTURES, ROOT, SUBMISSIONS, grade, graded_at_full_marks, write_notebook
 from grader.calling import cases
 from grader.kernel import replies as payloads
 from grader.calling.conventions import CONVENTIONS
@@ -359,7 +359,6 @@ VECTOR_SOFTMAX = "def softmax(items_in):\n    e_x = np.exp(items_in - np.max(ite
 
 @pytest.mark.slow
 def test_a_softmax_over_one_vector_is_inferred_as_a_helper_and_graded(tmp_path):
-    import nbformat
     from conftest import TEST_SETTINGS, expect_slow
     from grader.authoring.spec_tools.infer import infer
     from grader.course.spec import load_assignment
@@ -367,11 +366,7 @@ def test_a_softmax_over_one_vector_is_inferred_as_a_helper_and_graded(tmp_path):
     expect_slow()
 
     def notebook(name: str, source: str):
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Softmax"),
-                                             nbformat.v4.new_code_cell("import numpy as np"),
-                                             nbformat.v4.new_code_cell(source)])
-        nbformat.write(nb, tmp_path / name)
-        return tmp_path / name
+        return write_notebook(tmp_path / name, "import numpy as np", source, title="Softmax")
     inferred = infer(notebook("solution.ipynb", VECTOR_SOFTMAX), tmp_path / "course.toml", TEST_SETTINGS)
     assert inferred.functions["softmax"].table.get("vector") is True
     assert inferred.score[0] == inferred.score[1] > 0
@@ -420,7 +415,6 @@ GLOBALS_LAB = '''def self_attention(X):
 
 @pytest.mark.slow
 def test_weights_read_from_globals_are_inferred_set_by_the_grader_and_their_changes_seen(tmp_path):
-    import nbformat
     from conftest import TEST_SETTINGS, expect_slow
     from grader.authoring.spec_tools.infer import infer
     from grader.course.spec import load_assignment
@@ -428,11 +422,8 @@ def test_weights_read_from_globals_are_inferred_set_by_the_grader_and_their_chan
     expect_slow()
 
     def notebook(name: str, source: str):
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-            "import numpy as np\nrng = np.random.default_rng(1)\n"
-            "Wq, Wk, Wv = (rng.normal(size=(6, 6)) for _ in range(3))"), nbformat.v4.new_code_cell(source)])
-        nbformat.write(nb, tmp_path / name)
-        return tmp_path / name
+        return write_notebook(tmp_path / name, "import numpy as np\nrng = np.random.default_rng(1)\n"
+                              "Wq, Wk, Wv = (rng.normal(size=(6, 6)) for _ in range(3))", source)
     inferred = infer(notebook("solution.ipynb", GLOBALS_LAB), tmp_path / "course.toml", TEST_SETTINGS)
     assert inferred.functions["self_attention"].table["globals"] == {"Wq": "wq", "Wk": "wk", "Wv": "wv"}
     assert inferred.score[0] == inferred.score[1] > 0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, GRADER, ROOT, grade, own_run_environment
+from conftest import FIXTURES, GRADER, ROOT, grade, own_run_environment, write_notebook
 from grader.student import in_notebook
 from grader.lms import entrypoints as lms
 from grader.lms import gradescope_zip as lms_package
@@ -394,7 +394,6 @@ LAYERED_ATTENTION = '''class MultiHeadAttention:
 
 @pytest.mark.slow
 def test_a_class_built_from_the_course_s_own_layers_is_inferred_graded_and_its_mistake_named(tmp_path):
-    import nbformat
     from conftest import TEST_SETTINGS, expect_slow
     from grader.authoring.spec_tools.infer import infer
     from grader.grade import grade_path
@@ -404,12 +403,8 @@ def test_a_class_built_from_the_course_s_own_layers_is_inferred_graded_and_its_m
     (tmp_path / "mytorch" / "nn.py").write_text(LAYERS)
 
     def notebook(name: str, source: str) -> Path:
-        nb = nbformat.v4.new_notebook(cells=[
-            nbformat.v4.new_markdown_cell("# Attention from the course's layers"),
-            nbformat.v4.new_code_cell("import numpy as np\nfrom mytorch.nn import Linear, Softmax"),
-            nbformat.v4.new_code_cell(source)])
-        nbformat.write(nb, tmp_path / name)
-        return tmp_path / name
+        return write_notebook(tmp_path / name, "import numpy as np\nfrom mytorch.nn import Linear, Softmax", source,
+                              title="Attention from the course's layers")
     spec = tmp_path / "course.toml"
     inferred = infer(notebook("solution.ipynb", LAYERED_ATTENTION), spec, TEST_SETTINGS,
                      support=tmp_path / "mytorch")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tomllib
 
-from conftest import FIXTURES, GRADER, ROOT, SAMPLES, SUBMISSIONS
+from conftest import FIXTURES, GRADER, ROOT, SAMPLES, SUBMISSIONS, write_notebook
 from grader.calling.conventions import parse_convention
 from grader.reference.attention import attention
 from grader.calling.returns import Tolerance
@@ -469,10 +469,7 @@ def test_weights_as_keyword_dicts_are_inferred_and_a_missing_causal_mask_is_name
     expect_slow()
 
     def written(name: str, source: str) -> Path:
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import numpy as np"),
-                                             nbformat.v4.new_code_cell(source)])
-        nbformat.write(nb, tmp_path / name)
-        return tmp_path / name
+        return write_notebook(tmp_path / name, "import numpy as np", source)
     inferred = infer(written("solution.ipynb", GPT_LAYERS), tmp_path / "course.toml", TEST_SETTINGS, ["mha"])
     table = inferred.functions["mha"].table
     assert table["params"][1] == {"name": "c_attn", "role": "dict", "keys": {"w": "wqkv", "b": "bqkv"}}
