@@ -461,3 +461,34 @@ def test_a_class_drawing_its_own_random_weights_is_graded_on_the_graders(tmp_pat
     assert result.score < result.max_score
     assert any(c.diagnosis == "keys and values taken from the queries' sequence" for c in result.checks), \
         [c.diagnosis for c in result.checks]
+
+
+# The same attention written for one leading batch axis only, looping over it.
+ONE_LEADING_AXIS = '''class ScaledDotProductAttention:
+    def forward(self, Q, K, V, mask=None):
+        outputs, weights = [], []
+        for b in range(Q.shape[0]):
+            scores = Q[b] @ K[b].T / np.sqrt(K.shape[-1])
+            w = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            outputs.append(w / w.sum(axis=-1, keepdims=True) @ V[b])
+            weights.append(w / w.sum(axis=-1, keepdims=True))
+        return np.stack(outputs), np.stack(weights)'''
+
+
+@pytest.mark.slow
+def test_a_function_for_any_leading_axes_earns_every_point_and_one_for_one_axis_fails_them(tmp_path):
+    from conftest import TEST_SETTINGS, expect_slow
+    from grader.grade import grade_path
+    expect_slow()
+    solution = write_notebook(tmp_path / "solution.ipynb", "import numpy as np", WEIGHTLESS)
+    spec = tmp_path / "any.toml"
+    spec.write_text(FUNCTION.replace("Attention", "ScaledDotProductAttention") +
+                    'params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name = "V", role = "v" }]\n'
+                    'returns = ["output", "weights"]\nbatch = "any"\n'
+                    '[functions.convention.class]\nmethod = "forward"\n')
+    assignment = load_assignment(str(spec))
+    graded = grade_path(solution, assignment, TEST_SETTINGS)
+    assert graded.score == graded.max_score > 0, [(c.name, c.message) for c in graded.checks if not c.points]
+    one_axis = grade_path(write_notebook(tmp_path / "one_axis.ipynb", "import numpy as np", ONE_LEADING_AXIS),
+                          assignment, TEST_SETTINGS)
+    assert one_axis.score < one_axis.max_score

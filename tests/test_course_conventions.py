@@ -437,3 +437,24 @@ def test_weights_read_from_globals_are_inferred_set_by_the_grader_and_their_chan
                           assignment, TEST_SETTINGS)
     unmodified = {c.name: c for c in in_place.checks}["self_attention.inputs_unmodified"]
     assert unmodified.status == "failed" and "global `Wq`" in unmodified.message
+
+
+def test_a_batch_on_any_leading_axes_comes_on_two_and_is_read_back_on_one():
+    from grader.calling import cases
+    from grader.calling.returns import canonical_parts
+    from grader.course.spec import parse
+    from grader.kernel_side import wire
+    spec = ('[[functions]]\nname = "attend"\n[functions.convention]\nparams = [{ name = "Q", role = "q" }, '
+            '{ name = "K", role = "k" }, { name = "V", role = "v" }]\nreturns = ["output", "weights"]\n'
+            'batch = "any"\n')
+    conv = parse(spec, "course.toml").functions[0].convention
+    assert conv.batched and conv.leading_axes
+    case = cases.base_case(conv, 5)
+    q, k, v = conv.call_arguments(case)
+    b = len(case.elements)
+    assert q.shape[:2] == ((2, b // 2) if b % 2 == 0 else (1, b)) and q.ndim == 4
+    expected = conv.expected_parts(case)
+    spread = [conv._spread(expected["output"]), conv._spread(expected["weights"])]
+    parts = canonical_parts(conv, wire.encode_value(tuple(spread)))
+    assert np.array_equal(parts.values["output"], expected["output"])
+    assert np.array_equal(parts.values["weights"], expected["weights"])

@@ -80,6 +80,10 @@ class Convention:
     causal_inside: bool = False      # the function builds a causal mask itself, with no argument
     fully_masked: str = DEFAULT_FULLY_MASKED   # what a row with every key masked gives
     batched: bool = False       # a leading batch axis on every per-element argument and return
+    # batch = "any": the batch comes on two leading axes (B elements as 2 x B/2, or 1 x B), as a
+    # function written for any leading axes (N, ..., L, E) is called; what it returns is read back
+    # with those two axes merged.
+    leading_axes: bool = False
     class_call: ClassCall | None = None   # a class: how its object is made; params are its method's
     # A softmax helper over one vector: it is given one query's row of scores (1-D) and returns
     # that row's weights; canonically a 1 x Lk matrix.
@@ -306,17 +310,26 @@ class Convention:
 
     def _batched(self, param: Param, values: list):
         """One argument for the whole batch from each element's: stacked on a leading axis
-        (each head's when they come as a list), or in the mask's declared shape."""
+        (each head's when they come as a list), or in the mask's declared shape; on two leading
+        axes for batch = "any"."""
         if isinstance(values[0], list):
-            return [np.stack([v[h] for v in values]) for h in range(len(values[0]))]
+            return [self._spread(np.stack([v[h] for v in values])) for h in range(len(values[0]))]
         if param.role in MASK_ROLES:
             shape = self.mask_shape(param)
             if shape == "Lq x Lk":
                 return values[0]   # one mask for the whole batch: the cases share it (cases.py)
             stacked = np.stack(values)
             extra = shape.count(" 1 ")
-            return stacked.reshape(stacked.shape[0], *(1,) * extra, *stacked.shape[1:])
-        return np.stack(values)
+            return self._spread(stacked.reshape(stacked.shape[0], *(1,) * extra, *stacked.shape[1:]))
+        return self._spread(np.stack(values))
+
+    def _spread(self, stacked: np.ndarray) -> np.ndarray:
+        """A batch's leading axis as two (batch = "any"): 2 x B/2 where B is even, else 1 x B."""
+        if not self.leading_axes:
+            return stacked
+        b = stacked.shape[0]
+        lead = (2, b // 2) if b % 2 == 0 else (1, b)
+        return stacked.reshape(*lead, *stacked.shape[1:])
 
     def _argument(self, param: Param, case: Case, reference):
         role = param.role
@@ -623,7 +636,8 @@ def parse_convention(raw, name: str, where: str) -> Convention:
         scaled=raw.get("scaled", True), square=raw.get("square", False),
         per_head_returns=choice(raw, "per_head_returns", ("list", "axis"), "list", where), flat=flat,
         causal_inside=choice(raw, "causal", (False, True), False, where),
-        batched=choice(raw, "batch", (False, True), False, where),
+        batched=choice(raw, "batch", (False, True, "any"), False, where) in (True, "any"),
+        leading_axes=raw.get("batch") == "any",
         fully_masked=_fully_masked(raw, flat, where), vector=choice(raw, "vector", (False, True), False, where))
     conv = with_class(conv, raw, where)
     if "globals" in raw:

@@ -104,6 +104,14 @@ def _per_head(encoded: dict, batched: bool = False) -> list:
     raise Unreadable(f"have shape {stacked.shape}; expected a list of N x N arrays, one per head")
 
 
+def _split_heads_axis(stacked: np.ndarray) -> list:
+    """Per-head arrays from one batched array with its heads axis after the batch axis."""
+    if stacked.ndim == 4:
+        return list(np.moveaxis(stacked, 1, 0))
+    raise Unreadable(f"have shape {stacked.shape}; expected a heads axis after the batch axes "
+                     "(B x H x ...) or a list of H arrays, one per head")
+
+
 def _tokens_as_rows(value):
     """A part returned with tokens as columns, turned to the canonical rows: each matrix transposed."""
     if isinstance(value, list):
@@ -149,11 +157,26 @@ def _pairs(conv: Convention, encoded: dict, parts: Parts) -> list:
     return [(expected[0], encoded)]
 
 
+def _merged_leading(value):
+    """A value returned on two leading batch axes (batch = "any") with them merged into one;
+    a value with fewer than three axes cannot hold them and is left as it is."""
+    if isinstance(value, list):
+        return [_merged_leading(v) for v in value]
+    return value.reshape(-1, *value.shape[2:]) if value.ndim >= 3 else value
+
+
 def canonical_parts(conv: Convention, encoded: dict) -> Parts:
     parts = Parts(returned=describe_value(encoded))
     for name, item in _pairs(conv, encoded, parts):
         try:
-            value = _per_head(item, conv.batched) if name in PER_HEAD_PARTS else _array(item)
+            if conv.leading_axes:
+                # Merged before anything is read off them, so that what follows sees one batch axis.
+                value = _merged_leading(_array(item)) if item.get("kind") == "array" else \
+                    [_merged_leading(v) for v in _per_head(item, False)] if name in PER_HEAD_PARTS else _array(item)
+                if name in PER_HEAD_PARTS and isinstance(value, np.ndarray):
+                    value = _split_heads_axis(value)
+            else:
+                value = _per_head(item, conv.batched) if name in PER_HEAD_PARTS else _array(item)
         except Unreadable as exc:
             parts.unreadable[name] = str(exc)
             continue

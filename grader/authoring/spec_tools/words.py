@@ -29,7 +29,9 @@ def describe(table: dict) -> str:
     if table.get("globals"):
         words.append("weights read from the notebook's globals " + ", ".join(
             f"{n}={r}" for n, r in table["globals"].items()))
-    if table.get("batch"):
+    if table.get("batch") == "any":
+        words.append("any leading batch axes")
+    elif table.get("batch"):
         words.append("a leading batch axis")
     if table.get("tokens") == "columns":
         words.append("tokens as columns")
