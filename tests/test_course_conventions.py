@@ -146,7 +146,7 @@ QKV = 'params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name 
     (QKV + 'returns = "output"\naxis = 0\n', "axis applies to a softmax helper"),
     (QKV + 'returns = "output"\nheads = 2\n', "unknown key 'heads' in the convention"),
     ('params = ["Q", "K", "V"]\nreturns = "output"\n', "param 'Q' needs a role"),
-    (QKV + 'returns = "output"\nbatch = 1\n', "batch must be one of False, True, not 1"),
+    (QKV + 'returns = "output"\nbatch = 1\n', "batch must be one of False, True, 'any', not 1"),
     (QKV[:-2] + ', { name = "mask", role = "mask" }]\nreturns = "output"\n',
      "param mask: form must be one of 'keep', 'ignore', 'additive_inf'"),
     (QKV[:-2] + ', { name = "mask", role = "mask", form = "additive" }]\nreturns = "output"\n',
