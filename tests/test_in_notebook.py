@@ -91,7 +91,7 @@ def test_grade_magic_grades_the_saved_file_not_the_kernels_state(tmp_path):
     shown, errors = run_in_kernel(tmp_path, code, {"JPY_SESSION_NAME": "somewhere/else/hw.ipynb"})
     assert errors == ""
     assert len(shown) == 1
-    assert "6 / 25" in shown[0]["text/html"] and "<iframe" in shown[0]["text/html"]
+    assert "10 / 25" in shown[0]["text/html"] and "<iframe" in shown[0]["text/html"]
     assert "Graded hw.ipynb as last saved" in shown[0]["text/plain"]
     assert "Smallest failing case" in shown[0]["text/plain"]
 
@@ -121,7 +121,7 @@ def test_grade_magic_is_not_hidden_by_a_grader_py_in_the_notebooks_folder(tmp_pa
             "%grade hw.ipynb\n")
     shown, errors = run_in_kernel(tmp_path, code)
     assert errors == ""
-    assert len(shown) == 1 and "6 / 25" in shown[0]["text/plain"]
+    assert len(shown) == 1 and "10 / 25" in shown[0]["text/plain"]
     assert (tmp_path / "grader.py").exists()
 
 
@@ -137,6 +137,6 @@ def test_a_folder_whose_grader_py_hides_the_package_still_checks_with_attention_
             "grader.COURSE_HELPER, attention_grader.check(show=False)['score']\n")
     shown, errors = run_in_kernel(tmp_path, code)
     assert errors == ""
-    assert len(shown) == 2 and "6 / 25" in shown[0]["text/plain"]
-    assert shown[1]["text/plain"] == '("the folder\'s own grader.py", 6.0)'
+    assert len(shown) == 2 and "10 / 25" in shown[0]["text/plain"]
+    assert shown[1]["text/plain"] == '("the folder\'s own grader.py", 10.0)'
 
