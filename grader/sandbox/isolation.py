@@ -225,10 +225,17 @@ def landlock_abi() -> int:
 def interpreter_paths() -> list[str]:
     """What the kernel's interpreter reads: its executable, standard library and packages, and
     the folders its site folders' .pth files add (the kernel's interpreter adds them too)."""
+    return list(_interpreter_paths())
+
+
+@functools.lru_cache(maxsize=1)
+def _interpreter_paths() -> tuple[str, ...]:
+    # Looked up once per run, as import_paths.search is: the installation does not change
+    # while it grades, and each kernel's policy and sandbox ask for them.
     sites = site.getsitepackages()
     paths = {os.path.dirname(os.path.realpath(sys.executable)), sys.prefix, sys.base_prefix, *sites,
              *importable.pth_folders(sites)}
-    return sorted(os.path.realpath(p) for p in paths if os.path.isdir(p))
+    return tuple(sorted(os.path.realpath(p) for p in paths if os.path.isdir(p)))
 
 
 def library_paths(module: str) -> list[str]:
@@ -394,8 +401,9 @@ class Sandbox:
 
     def launcher_policy(self, connection_file: str | None) -> dict:
         """What the launcher (launcher.py) builds the kernel's process and filesystem from."""
-        kept = [*interpreter_paths(), self.workdir, *([self.course_folder] if self.course_folder else [])]
-        return {"workdir": self.workdir, "hide": hidden_around(self.hidden, kept), "expose": interpreter_paths(),
+        exposed = interpreter_paths()
+        kept = [*exposed, self.workdir, *([self.course_folder] if self.course_folder else [])]
+        return {"workdir": self.workdir, "hide": hidden_around(self.hidden, kept), "expose": exposed,
                 "course": self.course_folder,
                 "forbidden": {m: library_paths(m) for m in self.forbidden},
                 "mount": self.namespaces, "landlock": self.landlock, "keyrings": self.keyrings,
