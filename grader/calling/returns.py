@@ -79,18 +79,19 @@ def _array(encoded: dict) -> np.ndarray:
         raise Unreadable(f"could not be used ({exc})") from None
 
 
-def _per_head(encoded: dict, batched: bool = False) -> list:
+def _per_head(encoded: dict, batched: bool = False, read=None) -> list:
     """Per-head arrays: a list, one per head, or one array with the heads axis first (after
-    the batch axis, B x H x ..., when batched)."""
+    the batch axis, B x H x ..., when batched); each array as `read` decodes it (_array)."""
+    read = read or _array
     if encoded.get("kind") == "sequence":
         heads = []
         for i, item in enumerate(encoded["items"]):
             try:
-                heads.append(_array(item))
+                heads.append(read(item))
             except Unreadable as exc:
                 raise Unreadable(f"of head {i + 1} {exc}") from None
         return heads
-    stacked = _array(encoded)
+    stacked = read(encoded)
     if batched:
         if stacked.ndim == 4:
             return list(np.moveaxis(stacked, 1, 0))
@@ -102,14 +103,6 @@ def _per_head(encoded: dict, batched: bool = False) -> list:
         rows, cols = stacked.shape
         raise Unreadable(f"are one {rows} x {cols} array; expected a list of H arrays, one per head")
     raise Unreadable(f"have shape {stacked.shape}; expected a list of N x N arrays, one per head")
-
-
-def _split_heads_axis(stacked: np.ndarray) -> list:
-    """Per-head arrays from one batched array with its heads axis after the batch axis."""
-    if stacked.ndim == 4:
-        return list(np.moveaxis(stacked, 1, 0))
-    raise Unreadable(f"have shape {stacked.shape}; expected a heads axis after the batch axes "
-                     "(B x H x ...) or a list of H arrays, one per head")
 
 
 def _tokens_as_rows(value):
@@ -157,26 +150,20 @@ def _pairs(conv: Convention, encoded: dict, parts: Parts) -> list:
     return [(expected[0], encoded)]
 
 
-def _merged_leading(value):
-    """A value returned on two leading batch axes (batch = "any") with them merged into one;
-    a value with fewer than three axes cannot hold them and is left as it is."""
-    if isinstance(value, list):
-        return [_merged_leading(v) for v in value]
+def _merged_leading(encoded: dict) -> np.ndarray:
+    """An array returned on two leading batch axes (batch = "any") with them merged into one,
+    before anything is read off it, so that what follows sees one batch axis; an array with
+    fewer than three axes cannot hold them and is left as it is."""
+    value = _array(encoded)
     return value.reshape(-1, *value.shape[2:]) if value.ndim >= 3 else value
 
 
 def canonical_parts(conv: Convention, encoded: dict) -> Parts:
     parts = Parts(returned=describe_value(encoded))
+    read = _merged_leading if conv.leading_axes else _array
     for name, item in _pairs(conv, encoded, parts):
         try:
-            if conv.leading_axes:
-                # Merged before anything is read off them, so that what follows sees one batch axis.
-                value = _merged_leading(_array(item)) if item.get("kind") == "array" else \
-                    [_merged_leading(v) for v in _per_head(item, False)] if name in PER_HEAD_PARTS else _array(item)
-                if name in PER_HEAD_PARTS and isinstance(value, np.ndarray):
-                    value = _split_heads_axis(value)
-            else:
-                value = _per_head(item, conv.batched) if name in PER_HEAD_PARTS else _array(item)
+            value = _per_head(item, conv.batched, read) if name in PER_HEAD_PARTS else read(item)
         except Unreadable as exc:
             parts.unreadable[name] = str(exc)
             continue
