@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grader.calling.params import ROLES, Param, parse_param
+from grader.calling.params import ROLES, Param, flattened, parse_param
 from grader.errors import SpecError
 
 CLASS_KEYS = ("method", "construct", "attributes", "init")
@@ -41,8 +41,7 @@ class ClassCall:
     @property
     def flat(self) -> tuple[Param, ...]:
         """The attention roles the object is given (a dict's keys included), for the convention."""
-        return tuple(inner for _, p in self.slots() if p.role not in SIZE_ROLES
-                     for inner in ([i for _, i in p.keys] if p.role == "dict" else [p]))
+        return flattened(p for _, p in self.slots() if p.role not in SIZE_ROLES)
 
 
 def _fail(where: str, message: str):

@@ -20,7 +20,8 @@ from grader.reference.attention import Case, attention
 from grader.reference.masks import FORMS, FULLY_MASKED_RULES
 
 from grader.calling.class_table import ClassCall, parse_class, parse_globals
-from grader.calling.params import MASK_ROLES, SEQUENCE_ROLES, WEIGHT_ROLES, Param, choice, fail, parse_param
+from grader.calling.params import (MASK_ROLES, SEQUENCE_ROLES, WEIGHT_ROLES, Param, choice, fail, flattened,
+                                   parse_param)
 from grader.toml_text import load_toml
 
 # How tokens index each canonical part, for the permutation property.
@@ -620,7 +621,7 @@ def parse_convention(raw, name: str, where: str) -> Convention:
     for key, kind in (("scaled", bool), ("square", bool), ("description", str)):
         if key in raw and not isinstance(raw[key], kind):
             fail(where, f"{key} must be {'true or false' if kind is bool else 'text'}")
-    flat = tuple(inner for p in params for inner in ([i for _, i in p.keys] if p.role == "dict" else [p]))
+    flat = flattened(params)
     columns = choice(raw, "tokens", ("rows", "columns"), "rows", where) == "columns"
     if "axis" in raw:
         if not any(p.role == "scores" for p in flat):
@@ -646,8 +647,7 @@ def parse_convention(raw, name: str, where: str) -> Convention:
         names = parse_globals(raw["globals"], where)
         if set(p.name for p in names) & set(conv.param_names):
             fail(where, "globals: a global has the name of a parameter")
-        conv = replace(conv, global_params=names, flat=conv.flat + tuple(
-            inner for p in names for inner in ([i for _, i in p.keys] if p.role == "dict" else [p])))
+        conv = replace(conv, global_params=names, flat=conv.flat + flattened(names))
     multi = conv.heads != "one"
     canonical = tuple(f"{p}_per_head" if multi and p in ("weights", "scores") else p for p in return_names)
     conv = replace(conv, returns=canonical)

@@ -62,6 +62,11 @@ class Param:
         return self.form
 
 
+def flattened(params) -> tuple[Param, ...]:
+    """Every role these params hold: each param, a dict's keys in its place."""
+    return tuple(inner for p in params for inner in ([i for _, i in p.keys] if p.role == "dict" else [p]))
+
+
 def fail(where: str, message: str):
     raise SpecError(f"{where}: {message}")
 
