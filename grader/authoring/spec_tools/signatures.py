@@ -72,46 +72,41 @@ def _signature(node: ast.FunctionDef, others: dict | None = None) -> Signature |
     return Signature(node.name, params) if params else None
 
 
-def _top_level(nb, kind) -> list:
-    nodes = []
+def _statements(nb) -> list[ast.stmt]:
+    """The top-level statements of the notebook's cells that parse, in order: each cell parsed once."""
+    statements: list[ast.stmt] = []
     for _, source in code_cells(nb):
         try:
-            tree = syntax_tree.parse(python_source(source))
+            statements += syntax_tree.parse(python_source(source)).body
         except SyntaxError:
             continue
-        nodes += [node for node in tree.body if isinstance(node, kind) and not node.name.startswith("_")]
-    return nodes
+    return statements
+
+
+def _top_level(statements: list[ast.stmt], kind) -> list:
+    """The public definitions of `kind` among the statements."""
+    return [node for node in statements if isinstance(node, kind) and not node.name.startswith("_")]
+
+
+def _assigned(node: ast.AST) -> list[ast.expr]:
+    """What an assignment statement assigns to, tuples unpacked; nothing for another node."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+        if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+    return [item for target in targets for item in (target.elts if isinstance(target, ast.Tuple) else [target])]
 
 
 def notebook_functions(nb) -> list[Signature]:
     """The notebook's top-level functions that take parameters, each as last defined, in the
     order they are first defined; placeholders (a template's stubs) and private names left out."""
     found: dict[str, Signature | None] = {}
-    nodes = _top_level(nb, ast.FunctionDef)
+    statements = _statements(nb)
+    nodes = _top_level(statements, ast.FunctionDef)
     others = {node.name: node for node in nodes}
-    variables = _top_level_variables(nb)
+    variables = {item.id for node in statements for item in _assigned(node) if isinstance(item, ast.Name)}
     for node in nodes:
         signature = None if is_stub(node) else _signature(node, others)
         found[node.name] = signature and replace(signature, globals_read=_globals_read(node, variables))
     return [s for s in found.values() if s is not None]
-
-
-def _top_level_variables(nb) -> set[str]:
-    """The names the notebook's cells assign at their top level."""
-    names: set[str] = set()
-    for _, source in code_cells(nb):
-        try:
-            tree = syntax_tree.parse(python_source(source))
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            targets = node.targets if isinstance(node, ast.Assign) else \
-                [node.target] if isinstance(node, ast.AnnAssign) else []
-            for target in targets:
-                for item in target.elts if isinstance(target, ast.Tuple) else [target]:
-                    if isinstance(item, ast.Name):
-                        names.add(item.id)
-    return names
 
 
 def _globals_read(function: ast.FunctionDef, variables: set[str]) -> tuple[str, ...]:
@@ -134,7 +129,7 @@ def why_no_function(nb) -> str:
             syntax_tree.parse(python_source(source))
         except SyntaxError as exc:
             return f"cell {index + 1} does not parse (SyntaxError: {exc.msg}, line {exc.lineno})"
-    stubs = [node.name for node in _top_level(nb, ast.FunctionDef) if is_stub(node)]
+    stubs = [node.name for node in _top_level(_statements(nb), ast.FunctionDef) if is_stub(node)]
     if stubs:
         return f"its functions still have the template's placeholder bodies ({', '.join(dict.fromkeys(stubs))})"
     return "it defines no function that takes parameters"
@@ -142,7 +137,7 @@ def why_no_function(nb) -> str:
 
 def notebook_classes(nb) -> list[str]:
     """The names of the notebook's top-level classes."""
-    return list(dict.fromkeys(node.name for node in _top_level(nb, ast.ClassDef)))
+    return list(dict.fromkeys(node.name for node in _top_level(_statements(nb), ast.ClassDef)))
 
 
 # The methods a module is called through, in order of preference.
@@ -162,13 +157,10 @@ class ClassSignature:
 def _self_attributes(init: ast.FunctionDef) -> tuple[str, ...]:
     found: list[str] = []
     for node in ast.walk(init):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
-            if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
-        for target in targets:
-            for item in target.elts if isinstance(target, ast.Tuple) else [target]:
-                if isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name) and item.value.id == "self" \
-                        and item.attr not in found:
-                    found.append(item.attr)
+        for item in _assigned(node):
+            if isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name) and item.value.id == "self" \
+                    and item.attr not in found:
+                found.append(item.attr)
     return tuple(found)
 
 
@@ -182,7 +174,7 @@ def _without_self(node: ast.FunctionDef) -> Signature | None:
 def notebook_class_signatures(nb) -> tuple[list[ClassSignature], dict[str, str]]:
     """The notebook's classes that can be graded as modules, and why each other one cannot."""
     nodes: dict[str, ast.ClassDef] = {}
-    for node in _top_level(nb, ast.ClassDef):
+    for node in _top_level(_statements(nb), ast.ClassDef):
         nodes[node.name] = node
     found, why = [], {}
     for name, node in nodes.items():
