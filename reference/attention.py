@@ -20,6 +20,12 @@ key), and `causal` a causal mask the function builds itself (query i attends key
 key is attended where all of them allow it. `fully_masked` says what a row with no key left
 gives. With none of them the computation is exactly the unmasked one.
 
+Additive (Bahdanau) attention: with `additive`, query i and key j are scored by a small
+network instead of a dot product, score_ij = v_a . tanh(q_i W1 + k_j W2), never scaled; the
+softmax over the keys and the weighted sum of the values are as above. W1 is d_q x d_a and W2
+d_k x d_a, so queries and keys may differ in width. A course's single weight on the
+concatenation, W [q_i; k_j], is W1 stacked on W2.
+
 Batches: a case is one sequence (one batch element). A course's B x N x D inputs are B cases
 sharing the weights (`batch_elements`), computed one by one and stacked (`batched`); a
 heads axis (B x H x N x d) is a representation of the fused projections (`split_heads`).
@@ -44,6 +50,19 @@ class Head:
 
 
 @dataclass(frozen=True)
+class Additive:
+    """The scoring network of additive attention: score_ij = va . tanh(q_i w1 + k_j w2)."""
+    w1: np.ndarray    # d_q x d_a: the query's weight
+    w2: np.ndarray    # d_k x d_a: the key's weight
+    va: np.ndarray    # d_a: the score vector
+
+    @property
+    def concatenated(self) -> np.ndarray:
+        """The one weight on [q; k] that courses writing W [q; k] hand out: (d_q + d_k) x d_a."""
+        return np.concatenate([self.w1, self.w2], axis=0)
+
+
+@dataclass(frozen=True)
 class Case:
     """One attention problem: inputs only, never expected values."""
 
@@ -59,6 +78,7 @@ class Case:
     causal: bool = False                 # the function masks keys j > i itself
     fully_masked: str = "zeros"          # what a row with no key left gives: masks.FULLY_MASKED_RULES
     bo: np.ndarray | None = None         # output projection bias
+    additive: Additive | None = None     # additive (Bahdanau) scores instead of dot products
     # A batch: the other elements of a batched function's input (this case is element 0),
     # sharing its weights; each is a case of its own and is computed on its own.
     batch_rest: tuple["Case", ...] = ()
@@ -182,10 +202,18 @@ def scores(q: np.ndarray, k: np.ndarray, scaled: bool = True) -> np.ndarray:
     return s / np.sqrt(k.shape[1]) if scaled else s
 
 
+def additive_scores(q: np.ndarray, k: np.ndarray, additive: Additive) -> np.ndarray:
+    """Lq x Lk: va . tanh(q_i w1 + k_j w2) for every query i and key j."""
+    hidden = (q @ additive.w1)[:, None, :] + (k @ additive.w2)[None, :, :]
+    return np.tanh(hidden) @ additive.va
+
+
 def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scaled: bool = True,
-           keep: np.ndarray | None = None, fully_masked: str = "zeros") -> dict[str, np.ndarray]:
-    """The scores are the raw scaled products, unmasked; masked keys get exactly zero weight."""
-    s = scores(q, k, scaled)
+           keep: np.ndarray | None = None, fully_masked: str = "zeros",
+           additive: Additive | None = None) -> dict[str, np.ndarray]:
+    """The scores are the raw scaled products (or the additive network's), unmasked; masked
+    keys get exactly zero weight."""
+    s = scores(q, k, scaled) if additive is None else additive_scores(q, k, additive)
     w = softmax_rows(s) if keep is None else masked_softmax(s, keep, fully_masked)
     return {"scores": s, "weights": w, "output": w @ v}
 
@@ -196,7 +224,7 @@ def attention(case: Case) -> dict:
     per_head = []
     for head in case.heads:
         q, k, v = head_projections(case, head)
-        per_head.append({"q": q, "k": k, "v": v, **attend(q, k, v, case.scaled, keep, case.fully_masked)})
+        per_head.append({"q": q, "k": k, "v": v, **attend(q, k, v, case.scaled, keep, case.fully_masked, case.additive)})
     concat = np.concatenate([h["output"] for h in per_head], axis=1)
     output = concat if case.wo is None else concat @ case.wo
     if case.wo is not None and case.bo is not None:

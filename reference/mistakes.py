@@ -18,6 +18,8 @@ shapes say ("scaled", "model_dim", "heads", "fused_heads", "projection", "biases
                      projections into it itself
   framework_layout - its weights are out x in, applied as x @ W.T + b
   projection_bias  - its output projection has a bias
+  additive         - it scores with an additive network, v . tanh(q W1 + k W2)
+  dot_product      - it scores with dot products (every convention that is not additive)
 A mistake that cannot be made on a case (a mask mistake without a mask, keys from X when the
 memory's width differs from X's) predicts the reference there, so it is never named on it.
 """
@@ -28,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .attention import Case, Head, softmax_rows, stack_batch
+from .attention import Additive, Case, Head, softmax_rows, stack_batch
 from .masks import causal_keep, combine, masked_softmax
 
 # What a mask added with the wrong sign adds to the masked scores.
@@ -60,6 +62,8 @@ class Variant:
     projection_bias: str = "added"  # added | missing
     keys_from: str = "wk"           # wk | wq | wv: the weights the keys are projected with
     queries_from: str = "wq"        # wq | wk | wv: the weights the queries are projected with
+    # additive scores: tanh | linear (tanh left out) | summed (query and key added, then W1)
+    additive: str = "tanh"
 
 
 @dataclass(frozen=True)
@@ -209,7 +213,19 @@ def _group_weights(scores: list, keeps: list, rule: str) -> list:
                            lambda t, k: masked_softmax(t, k, rule, axis=0)))
 
 
+def _additive_scores(q, k, additive: Additive, v: Variant) -> np.ndarray:
+    """The score network as the student computes it: Lq x Lk."""
+    if v.additive == "summed":   # W [q; k] read as W (q + k), W1 its first block
+        hidden = (q[:, None, :] + k[None, :, :]) @ additive.w1
+    else:
+        hidden = (q @ additive.w1)[:, None, :] + (k @ additive.w2)[None, :, :]
+    return (hidden if v.additive == "linear" else np.tanh(hidden)) @ additive.va
+
+
 def _scored(case: Case, q, k, values, v: Variant) -> dict:
+    if case.additive is not None:
+        s = _additive_scores(q, k, case.additive, v)
+        return {"q": q, "k": k, "v": values, "scores": s if v.scores == "qk" else s.T}
     raw = q @ k.T if v.scores == "qk" else k @ q.T
     d_k = k.shape[1]
     if not case.scaled or v.scale in ("none", "after_softmax"):
@@ -302,6 +318,8 @@ def _possible(case: Case, v: Variant) -> Variant:
         undo["keys_from"] = "wk"
     if v.queries_from != "wq" and any(getattr(h, v.queries_from).shape != h.wq.shape for h in case.heads):
         undo["queries_from"] = "wq"
+    if v.additive == "summed" and any(h.wq.shape[1] != h.wk.shape[1] for h in case.heads):
+        undo["additive"] = "tanh"                       # a d_q query meets a d_k key
     if v.layout == "transposed" and not all(_square(a) for a in (
             case.fused("wq"), case.fused("wk"), case.fused("wv"), case.wo)):
         undo["layout"] = "right"
@@ -435,7 +453,7 @@ MISTAKES: tuple[Mistake, ...] = (
        "Your weights are normalised down each column (over the queries) instead of along each row "
        "(over the keys), so each query's weights do not sum to 1.",
        "Look at which axis your softmax sums over: softmax(Q K^T / sqrt(d_k)) is taken row by row.",
-       needs={"softmax"}, softmax="columns"),
+       needs={"softmax", "dot_product"}, softmax="columns"),
     _m("softmax_whole_matrix", "softmax over the whole matrix",
        "Your softmax normalises over every entry of the score matrix at once, so the whole matrix sums "
        "to 1 instead of each row.",
@@ -461,7 +479,7 @@ MISTAKES: tuple[Mistake, ...] = (
     _m("keys_times_queries", "K Q^T instead of Q K^T",
        "The score matrix is K Q^T, the transpose of Q K^T: row i then holds key i against every query.",
        "Look at the order in your score product: queries on the left, keys transposed on the right.",
-       needs={"scores"}, scores="kq"),
+       needs={"scores", "dot_product"}, scores="kq"),
     _m("transposed_attention", "attention matrix transposed before it is applied to V",
        "The weights are transposed before they multiply the values, so each output mixes the values "
        "with another query's weights.",
@@ -570,12 +588,12 @@ MISTAKES: tuple[Mistake, ...] = (
        "sequence, so this is self-attention, not cross-attention.",
        "Look at what K and V are computed from: in cross-attention they come from the other sequence "
        "(the memory), only Q from X.",
-       needs={"cross"}, kv_source="x"),
+       needs={"cross", "projections"}, kv_source="x"),
     _m("cross_sequences_swapped", "queries and keys/values taken from the wrong sequences",
        "The queries come from the second sequence (the memory) and the keys and values from X: "
        "the two sequences are swapped.",
        "Look at which input each projection reads: Q from X, K and V from the memory.",
-       needs={"cross"}, kv_source="swapped"),
+       needs={"cross", "projections"}, kv_source="swapped"),
     # Three inputs: each mistake reads one sequence where another belongs.
     _m("keys_values_swapped", "keys and values projected from each other's inputs",
        "K is projected from the value input and V from the key input: the key and value sequences "
@@ -666,6 +684,24 @@ MISTAKES: tuple[Mistake, ...] = (
        "Your queries are computed with the value weights, so Q equals V, and W_q is never used.",
        "Look at the projection of the queries: Q comes from the query weights W_q, V from W_v.",
        needs={"projections"}, queries_from="wv"),
+    # Additive (Bahdanau) attention: score_ij = v . tanh(q_i W1 + k_j W2).
+    _m("additive_tanh_missing", "tanh missing from the additive score",
+       "Your scores are v . (q W1 + k W2), without the tanh: the score network is then linear, and each "
+       "query's scores are its keys' k W2 v plus one number, so every query weighs the keys alike.",
+       "Look at the score: v . tanh(q W1 + k W2), the tanh applied to the sum before the product with v.",
+       needs={"additive"}, additive="linear"),
+    _m("additive_softmax_wrong_axis", "softmax over the wrong axis (over the queries, not the keys)",
+       "Your weights are normalised over the queries for each key instead of over the keys for each "
+       "query, so each query's weights do not sum to 1.",
+       "Look at which axis your softmax sums over: each query's scores against all the keys are one "
+       "softmax (the keys' axis, the last one).",
+       needs={"additive", "softmax"}, softmax="columns"),
+    _m("additive_concatenation_as_sum", "concatenation read as a sum (W1 (q + k))",
+       "Your query and key are added before one weight, W1 (q + k), instead of each weighed by its own: "
+       "W [q; k] over the concatenation is W1 q + W2 k, with W1 the rows of W that meet q and W2 those "
+       "that meet k, so the key's weight W2 is never used.",
+       "Look at the score's inside: W1 q + W2 k (W [q; k] is the two blocks of W, each on its own part).",
+       needs={"additive"}, additive="summed"),
 )
 
 # Mistakes that give the reference on ordinary inputs and differ only where exp() leaves its

@@ -89,5 +89,6 @@ def test_features_come_from_what_a_convention_declares_not_its_name():
     from grader.judging.explain import features
     for conv in CONVENTIONS.values():
         assert features(replace(conv, name="renamed")) == features(conv), conv.name
-    assert features(CONVENTIONS["softmax_rows"]) == {"softmax", "tokens_as_rows"}
+    # A softmax helper's scores are a dot product's as far as its course says: not additive.
+    assert features(CONVENTIONS["softmax_rows"]) == {"softmax", "tokens_as_rows", "dot_product"}
     assert "projections" in features(CONVENTIONS["rows_single"]) and "softmax" not in features(CONVENTIONS["scores"])

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from grader.reference.attention import Case, Head, attention
+from grader.reference.attention import Additive, Case, Head, attention
 
 from grader.calling.conventions import Convention
 
@@ -22,6 +22,12 @@ LARGE_SCORE = 800.0
 # a function taking its keys and values from the wrong sequence still runs and is named.
 MEMORY_EXTRA_TOKENS = 2
 WIDE_MEMORY_FROM = 7
+# Additive attention: the score network's hidden width is this much more than d_k, and from
+# WIDE_MEMORY_FROM query tokens on the queries are wider than the keys by QUERY_EXTRA_WIDTH
+# (a decoder's state beside an encoder's); the shorter cases keep them equally wide, so that
+# a query and a key added before one weight (W1 (q + k)) still run and are named.
+SCORE_EXTRA_WIDTH = 1
+QUERY_EXTRA_WIDTH = 2
 # Three inputs (query, key, value): the key and value sequences are as long and as wide as X's
 # on the shorter cases, so that a function reading the query input for its keys or values
 # still runs and is named, and longer and wider (as a memory is) from WIDE_MEMORY_FROM on.
@@ -75,13 +81,36 @@ def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: i
     case = Case(x=x, heads=tuple(heads), wo=wo, label=f"{label}, B = {batch}" if conv.batched else label)
     if conv.cross:
         rows, width = key_value_shape(conv, n, d)
-        case = with_course_features(case, rng, memory_rows=rows, d_memory=width, values=conv.three_inputs)
+        case = with_course_features(case, rng, memory_rows=rows, d_memory=width, values=conv.three_inputs,
+                                    given_keys=conv.input_stage > 0)
         if integral and case.memory is not None:   # with_course_features gave it one
             values = None if case.values is None else rng.integers(-2, 3, size=case.values.shape)
             case = replace(case, memory=rng.integers(-2, 3, size=case.memory.shape), values=values)
-    case = with_convention_features(conv, case, rng)
+    case = with_convention_features(conv, with_convention_weights(conv, case, rng), rng)
     rest = tuple(_other_element(conv, case, rng, i, integral) for i in range(1, batch))
     return conv.prepare(_shared_mask_leaves_a_key(conv, replace(case, batch_rest=rest)))
+
+
+def with_convention_weights(conv: Convention, case: Case, rng: np.random.Generator, small: bool = False) -> Case:
+    """The case with the weights the convention's roles add or tie: an additive score network
+    (on queries wider than the keys from WIDE_MEMORY_FROM tokens on), and values that are the
+    keys (role kv). `small`: the score network's entries in halves, as a printed cell shows them."""
+    if conv.tied_values:
+        case = replace(case, heads=tuple(replace(h, wv=h.wk, bv=h.bk) for h in case.heads))
+    if not conv.additive:
+        return case
+    head = case.heads[0]
+    d_k = head.wk.shape[1]
+    d_q = d_k + (QUERY_EXTRA_WIDTH if case.n >= WIDE_MEMORY_FROM else 0)
+    d_a = d_k + SCORE_EXTRA_WIDTH
+
+    def draw(*shape):
+        return rng.integers(-4, 5, size=shape) / 2 if small else rng.normal(size=shape)
+
+    if d_q != head.wq.shape[1]:
+        head = replace(head, wq=draw(head.wq.shape[0], d_q), bq=None if head.bq is None else draw(d_q))
+    additive = Additive(w1=draw(d_q, d_a), w2=draw(d_k, d_a), va=draw(d_a))
+    return replace(case, heads=(head,), additive=additive)
 
 
 def _other_element(conv: Convention, first: Case, rng: np.random.Generator, index: int, integral: bool) -> Case:
@@ -156,16 +185,25 @@ def max_score(case: Case) -> float:
     return max(float(h["scores"].max()) for h in attention(case)["heads"])
 
 
+def _scaled_up(case: Case, factor: float) -> Case:
+    """The case with larger scores: its tokens scaled, or, for additive scores (which tanh
+    bounds by the score vector), the score vector shared by the batch."""
+    if case.additive is None:
+        return replace(case, x=case.x * factor)
+    additive = replace(case.additive, va=case.additive.va * factor)
+    return replace(case, additive=additive, batch_rest=tuple(replace(e, additive=additive) for e in case.batch_rest))
+
+
 def large_score_case(conv: Convention, seed: int) -> Case:
     """Scale the tokens until some score exceeds LARGE_SCORE, as in seed 002. Scores grow with
     the square of the scale (without biases), so a positive largest score stays positive."""
     case = random_case(conv, np.random.default_rng(seed + 4), 4, 6, 2, label="large scores", batch=2)
     factor = 1.0
     for _ in range(100):
-        if max_score(replace(case, x=case.x * factor)) >= LARGE_SCORE:
+        if max_score(_scaled_up(case, factor)) >= LARGE_SCORE:
             break
         factor *= 1.5
-    case = replace(case, x=case.x * factor)
+    case = _scaled_up(case, factor)
     return replace(case, label=f"large scores (largest score {max_score(case):.0f})")
 
 
@@ -216,13 +254,14 @@ def revealing_keep(rng: np.random.Generator, lq: int, lk: int) -> np.ndarray:
 def with_course_features(case: Case, rng: np.random.Generator, *, memory_rows: int | None = None,
                          d_memory: int | None = None, values: bool = False, mask: bool = False,
                          key_padding: bool = False, causal: bool = False, projection_bias: bool = False,
-                         padded_from: int = 0) -> Case:
+                         padded_from: int = 0, given_keys: bool = False) -> Case:
     """The case with the features a course's convention adds: a memory of `memory_rows` tokens
     of width `d_memory` (new key and value weights to match; cross-attention), a values'
     sequence of its own in the same shape (`values`: the key and value inputs), an attention
     mask, key padding (the last third of the keys and `padded_from` more, the first key always
     real), a causal mask, and a
-    bias for the output projection. Each is drawn so that its known mistakes show."""
+    bias for the output projection. `given_keys`: the function is given the keys and values,
+    not a sequence they are projected from, and the label says so. Each is drawn so that its known mistakes show."""
     if memory_rows is not None:
         width = case.d if d_memory is None else d_memory
         heads = tuple(replace(h, wk=rng.normal(size=(width, h.wk.shape[1])), wv=rng.normal(size=(width, h.wv.shape[1])))
@@ -235,7 +274,8 @@ def with_course_features(case: Case, rng: np.random.Generator, *, memory_rows: i
         key_mask = np.arange(lk) < lk - (lk // 3 + padded_from) % lk
     bo = np.asarray(rng.normal(size=case.wo.shape[1])) if projection_bias and case.wo is not None else case.bo
     # A case is known by its label (the predictions are cached by it): the label says what was added.
-    sequences = f"key and value inputs of {memory_rows} tokens" if values else f"a memory of {memory_rows} tokens"
+    sequences = (f"{memory_rows} keys and values" if given_keys else
+                 f"key and value inputs of {memory_rows} tokens" if values else f"a memory of {memory_rows} tokens")
     added = [word for word, on in [(sequences, memory_rows is not None), ("a mask", mask),
                                    ("key padding", key_padding), ("a causal mask", causal),
                                    ("an output bias", bo is not case.bo)] if on]

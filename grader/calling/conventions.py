@@ -20,8 +20,8 @@ from grader.reference.attention import Case, attention
 from grader.reference.masks import FORMS, FULLY_MASKED_RULES
 
 from grader.calling.class_table import ClassCall, parse_class, parse_globals
-from grader.calling.params import (MASK_ROLES, SEQUENCE_ROLES, WEIGHT_ROLES, Param, choice, fail, flattened,
-                                   parse_param)
+from grader.calling.params import (MASK_ROLES, SCORE_ROLES, SEQUENCE_ROLES, WEIGHT_ROLES, Param, choice, fail,
+                                   flattened, parse_param)
 from grader.toml_text import load_toml
 
 # How tokens index each canonical part, for the permutation property.
@@ -48,7 +48,7 @@ RETURN_NAMES = ("output", "weights", "scores", "q", "k", "v", "heads")
 
 # The stages of the computation: what an input role starts from and a returned part ends at.
 # Which steps lie in between decides the mistakes a function can make (grader/judging/explain.py).
-INPUT_STAGE = {"x": 0, "q": 1, "k": 1, "v": 1, "scores": 2}
+INPUT_STAGE = {"x": 0, "q": 1, "k": 1, "v": 1, "kv": 1, "scores": 2}
 RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "heads": 4, "output": 4}
 STEPS = ((1, "projections"), (2, "scores"), (3, "softmax"))
 
@@ -60,7 +60,7 @@ MASK_SHAPES = {("mask", False): ("Lq x Lk",), ("mask", True): ("B x Lq x Lk", "B
                ("key_padding", False): ("Lk",), ("key_padding", True): ("B x Lk", "B x 1 x 1 x Lk")}
 # The roles whose argument is one per batch element (stacked on a leading batch axis when
 # batched); every other role (weights, biases, flags, the head count) is shared by the batch.
-PER_ELEMENT_ROLES = ("x", *SEQUENCE_ROLES, "q", "k", "v", "scores", "mask", "key_padding")
+PER_ELEMENT_ROLES = ("x", *SEQUENCE_ROLES, "q", "k", "v", "kv", "scores", "mask", "key_padding")
 # What a row with no key left to attend gives when a convention does not say: the rule its
 # mask form implies by arithmetic (an additive -inf mask gives NaN), else all weights zero.
 DEFAULT_FULLY_MASKED = "zeros"
@@ -158,10 +158,22 @@ class Convention:
         return "bo" in self.roles
 
     @property
+    def additive(self) -> bool:
+        """Additive (Bahdanau) attention: a score network v . tanh(q W1 + k W2) scores each
+        query and key, instead of their dot product."""
+        return bool(self.roles & set(SCORE_ROLES))
+
+    @property
+    def tied_values(self) -> bool:
+        """The keys are the values (role kv): one array, as an encoder's states are both."""
+        return "kv" in self.roles
+
+    @property
     def cross(self) -> bool:
         """Keys and values come from a sequence other than X (the memory, or the key and value
-        inputs), queries from X."""
-        return bool(self.roles & set(SEQUENCE_ROLES))
+        inputs), queries from X. Additive attention's cases are always so: it scores a
+        decoder's queries against an encoder's keys, of another length and width."""
+        return bool(self.roles & set(SEQUENCE_ROLES)) or self.additive
 
     @property
     def three_inputs(self) -> bool:
@@ -362,8 +374,12 @@ class Convention:
         if role == "bqkv":
             return self._bias(np.concatenate([_fused_bias(case, name) for name in ("bq", "bk", "bv")]))
         shape: Callable[[np.ndarray], np.ndarray]
-        if role == "scores" and self.vector:
-            return reference()["heads"][0]["scores"][0]   # the first query's row (vector_row)
+        if role in ("scores", "q") and self.vector:
+            return reference()["heads"][0][role][0]   # the first query's row (vector_row)
+        if role in SCORE_ROLES:
+            return self._score_weight(role, _given(case.additive, "an additive score network"))
+        if role == "kv":
+            role = "k"   # the case's values are its keys (cases.with_convention_weights)
         if role in ("q", "k", "v", "scores"):
             per_head, shape = [h[role] for h in reference()["heads"]], self._tokens
         else:
@@ -400,6 +416,12 @@ class Convention:
         if (case.mask is not None or case.key_mask is not None) and not self.masked:
             return "it has a mask, the convention takes none"
         return None
+
+    def _score_weight(self, role: str, additive) -> np.ndarray:
+        if role == "score_v":
+            return additive.va
+        return self._matrix({"score_wq": additive.w1, "score_wk": additive.w2,
+                             "score_w": additive.concatenated}[role])
 
     def _tokens(self, value: np.ndarray) -> np.ndarray:
         return value.T if self.columns else value
@@ -513,8 +535,9 @@ def _check_roles(conv: Convention, where: str) -> None:
         if last > 3:
             fail(where, "a softmax helper (role scores) can only return the weights")
     indexed = sorted({p.head for p in flat if p.head is not None})
+    given = roles | ({"k", "v"} if "kv" in roles else set())
     for part in sorted(needed, key="qkv".index):   # q, k, v: the same message on every run
-        if start == 1 and part not in roles:
+        if start == 1 and part not in given:
             fail(where, f"no param has role {part!r}, which its returns need")
         if start == 0 and f"w{part}" not in roles and "wqkv" not in roles:
             fail(where, f"no param has role 'w{part}' (or 'wqkv'), which its returns need")
@@ -549,15 +572,41 @@ def _check_roles(conv: Convention, where: str) -> None:
         fail(where, "a mask (or causal) with tokens as columns is not supported yet")
     if conv.batched and conv.columns:
         fail(where, "batch = true takes tokens as rows (B x N x D)")
-    if conv.vector and (start != 2 or conv.batched or conv.columns):
-        fail(where, "vector = true applies to a softmax helper (role scores) over one vector: no axis, "
-                    "tokens or batch")
+    if conv.vector and (start not in (1, 2) or conv.batched or conv.columns or conv.masked or conv.causal
+                        or start == 1 and ("q" not in roles or conv.heads != "one")):
+        fail(where, "vector = true applies to a softmax helper (role scores) over one vector, or to a single "
+                    "head given one query (role q, a vector): no axis, tokens, batch or mask")
+    if "kv" in roles and roles & {"k", "v"}:
+        fail(where, "give the keys and values as one array (kv) or apart (k, v), not both")
+    _check_additive(conv, roles, start, where)
     for p in flat:
         if p.role in MASK_ROLES:
             allowed = MASK_SHAPES[(p.role, conv.batched)]
             if conv.mask_shape(p) not in allowed:
                 fail(where, f"param {p.name}: shape {p.shape!r} is not one of {', '.join(map(repr, allowed))}"
                              + ("" if conv.batched else " (without batch = true)"))
+
+
+def _check_additive(conv: Convention, roles: set, start: int, where: str) -> None:
+    """An additive score network: its vector, and W1 and W2 apart or as one weight on [q; k],
+    on given queries, keys and values, one head."""
+    if not conv.additive:
+        return
+    if "score_v" not in roles:
+        fail(where, "additive attention needs its score vector (role score_v)")
+    apart = roles & {"score_wq", "score_wk"}
+    if "score_w" in roles and apart:
+        fail(where, "give the score network's weights apart (score_wq, score_wk) or as one on [q; k] (score_w), "
+                    "not both")
+    if "score_w" not in roles and len(apart) != 2:
+        fail(where, "additive attention needs the query's and the key's weights (roles score_wq and score_wk), "
+                    "or one weight on [q; k] (score_w)")
+    if start != 1:
+        fail(where, "additive attention takes the queries, keys and values (roles q, k, v or kv)")
+    if conv.heads != "one":
+        fail(where, "additive attention has one head")
+    if conv.columns:
+        fail(where, "additive attention takes tokens as rows")
 
 
 def _check_sequences(roles: set, start: int, where: str) -> None:
@@ -622,6 +671,9 @@ def parse_convention(raw, name: str, where: str) -> Convention:
         if key in raw and not isinstance(raw[key], kind):
             fail(where, f"{key} must be {'true or false' if kind is bool else 'text'}")
     flat = flattened(params)
+    additive = any(p.role in SCORE_ROLES for p in flat)
+    if additive and raw.get("scaled") is True:
+        fail(where, "additive scores are not scaled: leave scaled out")
     columns = choice(raw, "tokens", ("rows", "columns"), "rows", where) == "columns"
     if "axis" in raw:
         if not any(p.role == "scores" for p in flat):
@@ -634,7 +686,7 @@ def parse_convention(raw, name: str, where: str) -> Convention:
     conv = Convention(
         name=name, description=raw.get("description", ""), params=params, returns=return_names, return_keys=keys,
         weights=choice(raw, "weights", ("in_out", "out_in"), "in_out", where), columns=columns,
-        scaled=raw.get("scaled", True), square=raw.get("square", False),
+        scaled=raw.get("scaled", not additive), square=raw.get("square", False),
         per_head_returns=choice(raw, "per_head_returns", ("list", "axis"), "list", where), flat=flat,
         causal_inside=choice(raw, "causal", (False, True), False, where),
         batched=choice(raw, "batch", (False, True, "any"), False, where) in (True, "any"),

@@ -17,6 +17,7 @@ ROLES = {
     "key_tokens": "the sequence keys are projected from, passed apart from the values' (query, key, value)",
     "value_tokens": "the sequence values are projected from, passed apart from the keys' (query, key, value)",
     "q": "the queries Q", "k": "the keys K", "v": "the values V",
+    "kv": "the keys K, which are the values V too (one array, as an encoder's states are both)",
     "scores": "the attention scores (the input of a softmax helper)",
     "wq": "the query projection", "wk": "the key projection", "wv": "the value projection",
     "wqkv": "the query, key and value projections side by side (Q | K | V)",
@@ -30,6 +31,10 @@ ROLES = {
     "n_heads": "the number of heads",
     "scale": "a flag: whether to divide the scores by sqrt(d_k)",
     "dict": "a dict holding other roles under the keys given",
+    "score_wq": "additive attention: the query's weight W1 in v . tanh(q W1 + k W2)",
+    "score_wk": "additive attention: the key's weight W2 in v . tanh(q W1 + k W2)",
+    "score_w": "additive attention: one weight on the concatenation [q; k], W1 above W2",
+    "score_v": "additive attention: the score vector v in v . tanh(q W1 + k W2)",
 }
 # Roles the next steps of the calling conventions will give meaning to. A spec naming one is
 # refused in one line rather than graded as if it were absent.
@@ -40,6 +45,8 @@ HEAD_FORMS = ("fused", "per_head", "axis")
 HEAD_FORM_ROLES = (*WEIGHT_ROLES, "q", "k", "v")   # the roles that hold one matrix or vector per head
 PARAM_KEYS = ("name", "role", "heads", "head", "keys", "form", "shape")
 MASK_ROLES = ("mask", "key_padding")
+# The weights of an additive (Bahdanau) score network, which replace the dot product.
+SCORE_ROLES = ("score_wq", "score_wk", "score_w", "score_v")
 # The sequences keys and values are projected from, when it is not X (self-attention).
 SEQUENCE_ROLES = ("memory", "key_tokens", "value_tokens")
 

@@ -184,6 +184,7 @@ def features(conv: Convention) -> set[str]:
     # the transpose is the layout itself).
     if conv.weights == "out_in" and not conv.columns and conv.input_stage == 0:
         found.add("framework_layout")
+    found.add("additive" if conv.additive else "dot_product")
     return found
 
 

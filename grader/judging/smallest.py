@@ -13,7 +13,7 @@ import numpy as np
 
 from grader.reference.attention import Case, Head
 
-from grader.calling.cases import head_count, with_convention_features
+from grader.calling.cases import head_count, with_convention_features, with_convention_weights
 from grader.judging.checks import Outcome, Probe, probe_tolerance
 from grader.calling.classes import sent_arguments
 from grader.calling.conventions import Convention
@@ -63,6 +63,7 @@ def candidates(conv: Convention, seed: int) -> list[Case]:
                 label += f", {'key and value inputs' if conv.three_inputs else 'memory'} of {n + 1} tokens"
             label += _which_values(draw)
             case = Case(x=x, heads=head_list, wo=wo, label=label, memory=memory, values=values)
+            case = with_convention_weights(conv, case, rng, small=True)
             found.append(conv.prepare(with_convention_features(conv, case, rng)))
     return found
 
