@@ -22,6 +22,7 @@ from grader.calling.returns import Tolerance, same
 # A returned value this close to one of the function's arguments is that argument.
 ARGUMENT_TOLERANCE = Tolerance()
 HANDED_BACK = "one of its own arguments, unchanged"
+SAME_ROW = "the same row for every token"
 
 # The precisions told apart from a float64 computation (precision_of): rounding to this many
 # decimals (fewer is not rounding a result, it is an integer or a one-hot matrix) ...
@@ -310,7 +311,7 @@ def trivial(value, arguments: list) -> str | None:
                 across_tokens = np.nanmax(matrices, axis=1) - np.nanmin(matrices, axis=1)
                 along_rows = np.nanmax(matrices, axis=2) - np.nanmin(matrices, axis=2)
             if a.shape[-2] > 1 and np.all(np.nan_to_num(across_tokens) <= scale):
-                return "the same row for every token"
+                return SAME_ROW
             if a.shape[-1] > 1 and np.all(np.nan_to_num(along_rows) <= scale):
                 return "uniform along each row"
         for arg in _arrays(arguments):

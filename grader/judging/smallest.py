@@ -59,7 +59,9 @@ def candidates(conv: Convention, seed: int) -> list[Case]:
             # that taking the keys and values from the wrong sequence still runs and shows.
             memory = rng.integers(-2, 3, size=(n + 1, d)) if conv.cross else None
             values = rng.integers(-2, 3, size=(n + 1, d)) if conv.three_inputs else None
-            if memory is not None:
+            if memory is not None and conv.input_stage > 0:   # given the keys and values themselves
+                label += f", {n + 1} keys and values"
+            elif memory is not None:
                 label += f", {'key and value inputs' if conv.three_inputs else 'memory'} of {n + 1} tokens"
             label += _which_values(draw)
             case = Case(x=x, heads=head_list, wo=wo, label=label, memory=memory, values=values)
@@ -114,6 +116,8 @@ def _shown(parts: dict, conv: Convention) -> list[str]:
         value = value if isinstance(value, list) else np.asarray(value)
         if conv.columns:
             value = [v.T for v in value] if isinstance(value, list) else value.T
+        if conv.vector and isinstance(value, np.ndarray) and value.ndim == 2:
+            value = value[0]   # one query's row, a vector as the function returns it
         if isinstance(value, list) and conv.per_head_returns == "axis" and len({v.shape for v in value}) == 1:
             value = np.stack(value)
         lines.extend(f"{name} = {_literal(value, ' ' * len(name + ' = '))}".splitlines())

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from grader.calling.conventions import MASK_SHAPES, parse_convention
-from grader.calling.params import HEAD_FORM_ROLES, MASK_ROLES
+from grader.calling.params import HEAD_FORM_ROLES, MASK_ROLES, SCORE_ROLES
 from grader.errors import SpecError
 from grader.reference.masks import FORMS
 from grader.calling.class_table import CONSTRUCT_ROLES
@@ -75,11 +75,15 @@ def _dimensions(params: list[dict], plural: bool) -> list[tuple[str, list]]:
     roles = {p["role"] for p in params} | {r for p in params if p["role"] == "dict" for r in p["keys"].values()}
     dims: list[tuple[str, list]] = []
     helper = "scores" in roles
-    if roles & WEIGHT_ROLES:
+    additive = bool(roles & set(SCORE_ROLES))
+    if roles & (WEIGHT_ROLES | {"score_wq", "score_wk", "score_w"}):
         dims.append(("weights", ["in_out", "out_in"]))
     if helper:
         dims.append(("axis", [-1, 0]))
         dims.append(("vector", [False, True]))   # a softmax over one vector (a row of scores)
+    elif additive:
+        # Never scaled, tokens as rows, one head: one query given as a vector is its choice.
+        dims.append(("vector", [False, True]))
     else:
         dims.append(("tokens", ["rows", "columns"]))
         dims.append(("scaled", [True, False]))
@@ -112,7 +116,7 @@ def _placeholder_returns(roles: set) -> str | list:
     """A return to parse the candidate with before its real returns are read off a call."""
     if "scores" in roles:
         return "weights"
-    if roles & {"v", "wv", "wqkv"}:
+    if roles & {"v", "kv", "wv", "wqkv"}:
         return "output"
     if roles & {"q", "wq"} and roles & {"k", "wk"}:
         return "scores"

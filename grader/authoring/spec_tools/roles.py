@@ -50,9 +50,23 @@ NAME_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"keypaddingmask|paddingmask|keymask|srckeypaddingmask", ("key_padding",)),
     (r"causal|iscausal|usecausal|causalmask|autoregressive", ("causal",)),
     (r"scale|scaled|usescale|usescaling|scaling|doscale|doscaling", ("scale",)),
+    # Additive (Bahdanau) attention, tried after the readings above: the score network's
+    # weights (W1 and W2, Bahdanau's W_a and U_a, a dot-product course's W_q and W_k given Q and
+    # K themselves), its vector (v, v_a, w_v), one weight on the concatenation [q; k] (W, W_a);
+    # the keys that are the values too (an encoder's states), and one decoder state, the query.
+    (WEIGHT + r"(q|query|queries|1|a|dec|decoder)|ws|ua?q", ("score_wq",)),
+    (WEIGHT + r"(k|key|keys|2|enc|encoder)|wh|ua?|uk|uh", ("score_wk",)),
+    (r"v|va|vt|vw|wv|vatt|vattn|vector|scorev|scorevector|attnv|attentionv|wscore|vscore", ("score_v",)),
+    (r"values|keys|kv|keysvalues|keyvalues|annotations|encoderstates|encoderoutputs?|encoderhiddenstates?|encoded"
+     r"|enc|encout|encoutputs?|memory|mem|hs|h|hiddenstates?|states|context|ctx|source|src", ("kv",)),
+    (r"state|s|st|sprev|ht|hprev|decoderstate|decoderhidden|dechidden|hidden|prevstate|decoderhiddenstate"
+     r"|querystate|query|q", ("q",)),
     # A parameter used as a dict: its keys' own names say their roles (see Guess.keys).
     (r"params|parameters|weights|w|p|theta|state|statedict|paramdict|layer|module|projections"
      r"|cattn|cproj|inproj|outproj|oproj|qkvproj|attn", ("dict",)),
+    # One weight on an additive score network's concatenation [q; k]: after the dict, so that
+    # a dict's key `w` says nothing of its own.
+    (r"w|wa|wconcat|wcat|wc|watt|wattention|wenergy|wscore|attnw", ("score_w",)),
 )
 
 # A layer's weight and bias passed as one dict, {"w": ..., "b": ...}, whose keys say only

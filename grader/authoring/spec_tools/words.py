@@ -40,7 +40,8 @@ def describe(table: dict) -> str:
     if "axis" in table:
         words.append(f"softmax over axis {table['axis']}")
     if table.get("vector"):
-        words.append("a softmax over one vector (a row of scores)")
+        helper = any(p["role"] == "scores" for p in table["params"])
+        words.append("a softmax over one vector (a row of scores)" if helper else "one query, a vector")
     if table.get("scaled") is False:
         words.append("unscaled")
     if table.get("square"):
