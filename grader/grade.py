@@ -466,10 +466,14 @@ def assignment_kernel(nb, assignment: Assignment, settings, kernel_manager_facto
     the assignment (its forbidden libraries and its own file out of view, its course support
     modules importable), the one way both
     grading and `grader spec infer`'s probing see a notebook."""
-    # The spec's file and the .npz files of its fixed_data stay out of the kernel's view.
-    hidden = tuple(p for p in (assignment.source_file, *(f.real_path for f in assignment.sheet_files)) if p)
-    return executed_notebook(nb, settings.limits, kernel_manager_factory, assignment.forbidden, hidden,
-                             support=assignment.support)
+    return executed_notebook(nb, settings.limits, kernel_manager_factory, assignment.forbidden,
+                             hidden_files(assignment), support=assignment.support)
+
+
+def hidden_files(assignment: Assignment) -> tuple[str, ...]:
+    """The course's files the kernel must not read: the spec's (it names hidden checks) and the
+    .npz files of its fixed_data."""
+    return tuple(p for p in (assignment.source_file, *(f.real_path for f in assignment.sheet_files)) if p)
 
 
 async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
@@ -601,7 +605,7 @@ async def _grade_functions(session, result: GradeResult, assignment: Assignment,
     functions are the result's. Raises RepliesLost."""
     result.functions = dict(described)   # kept as described should the replies be lost
     uses = {fn.name: _forbidden_uses(fn, described[fn.name], scan, assignment.forbidden) for fn in assignment.functions}
-    ctx = Context(settings.seed, assignment.tolerance, uses)
+    ctx = Context(settings.seed, assignment.tolerance, uses, builtin_words=assignment.builtin)
     # Every function's visible checks before any hidden one (see _grade_hidden).
     gradings = [await _grade_visible(session, fn, described[fn.name], scan, ctx, settings.call_timeout,
                                      probing_started + settings.probe_timeout) for fn in assignment.functions]

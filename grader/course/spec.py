@@ -76,6 +76,7 @@ class Assignment:
     sheet_files: tuple[SheetFile, ...] = ()   # the .npz files its fixed_data names, as read
     # When Gradescope shows students its hidden checks ([lms] hidden_visibility).
     hidden_visibility: str = "after_published"
+    builtin: bool = False   # one of reference/assignments/, whose words are its sheets' (H = 1)
     raw: dict = field(default_factory=dict, compare=False)
 
 
@@ -209,7 +210,7 @@ def parse(text: str, source: str, folder: Path | None = None, support: Support |
 def load_assignment(name_or_path: str) -> Assignment:
     if name_or_path in builtin_names():
         path = builtin_dir().joinpath(f"{name_or_path}.toml")
-        return parse(path.read_text(), f"{name_or_path} (built-in)")
+        return replace(parse(path.read_text(), f"{name_or_path} (built-in)"), builtin=True)
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
         return replace(parse(spec_text(path), str(path), path.resolve().parent), source_file=str(path.resolve()))

@@ -144,6 +144,9 @@ class Context:
     forbidden_uses: dict = field(default_factory=dict)   # function name -> [module, ...]
     predictions: Predictions = field(default_factory=Predictions, compare=False)
     hidden: bool = False   # the context of a hidden check (check_context)
+    # A built-in assignment's words: its sheets speak of H = 1 for a single head, and so do its
+    # reports; a course's own spec says H only of a function that has heads.
+    builtin_words: bool = True
 
 
 @dataclass(frozen=True)
