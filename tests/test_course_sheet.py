@@ -6,6 +6,7 @@ student reads the course's words and never the built-in sheets'."""
 import os
 import re
 import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +162,28 @@ returns = ["output", "weights"]
     assert all(np.allclose(a, b) for a, b in zip(given, (q, k, v))) and np.array_equal(given[3], additive)
 
 
+CROSS = '''[[functions]]
+name = "cross"
+fixed_data = "cross.npz"
+[functions.convention]
+params = [{ name = "x", role = "x" }, { name = "memory", role = "memory" }, { name = "W_q", role = "wq" },
+          { name = "W_k", role = "wk" }, { name = "W_v", role = "wv" }]
+returns = "output"
+'''
+
+
+def test_a_memory_of_another_length_and_width_is_cross_attention_s_second_sequence(tmp_path):
+    x, memory = RNG.normal(size=(3, 4)), RNG.normal(size=(5, 6))
+    w = {"wq": RNG.normal(size=(4, 2)), "wk": RNG.normal(size=(6, 2)), "wv": RNG.normal(size=(6, 2))}
+    _npz(tmp_path / "cross.npz", x=x, memory=memory, **w)
+    (tmp_path / "cross.toml").write_text(CROSS)
+    case, = load_assignment(str(tmp_path / "cross.toml")).functions[0].sheet.cases
+    assert np.array_equal(case.memory, memory) and case.lk == 5
+    _npz(tmp_path / "cross.npz", x=x, memory=memory, **{**w, "wk": w["wq"]})
+    with pytest.raises(SpecError, match="wk is 4 x 2 \\(as x @ W takes it\\), but the keys' sequence is 6 wide"):
+        load_assignment(str(tmp_path / "cross.toml"))
+
+
 # Refusals: one line naming the array or the path.
 
 def _pickled(path: Path) -> Path:
@@ -266,6 +289,20 @@ def test_the_gradescope_zip_ships_the_file_beside_the_spec(tmp_path):
     shipped = dict(lms_package.course_files(str(path)))
     assert shipped == {"assignment.toml": path.read_bytes(),
                        "data/example.npz": (path.parent / "data" / "example.npz").read_bytes()}
+
+
+@pytest.mark.slow
+def test_the_gradescope_zip_holds_the_file_where_the_spec_finds_it(tmp_path):
+    from conftest import expect_slow
+    expect_slow()
+    path = _course(tmp_path)
+    members = lms_package.gradescope_zip(tmp_path / "autograder.zip", str(path))
+    assert {"assignment.toml", "data/example.npz"} <= set(members)
+    with zipfile.ZipFile(tmp_path / "autograder.zip") as archive:
+        assert archive.read("data/example.npz") == (path.parent / "data" / "example.npz").read_bytes()
+        archive.extractall(tmp_path / "source", members=["assignment.toml", "data/example.npz"])
+    fn, = load_assignment(str(tmp_path / "source" / "assignment.toml")).functions
+    assert np.array_equal(fn.sheet.cases[0].x, EXAMPLE["x"])
 
 
 def test_prairielearn_reads_the_file_beside_the_spec_in_the_question_s_tests(tmp_path):
