@@ -305,6 +305,14 @@ def test_the_gradescope_zip_holds_the_file_where_the_spec_finds_it(tmp_path):
     assert np.array_equal(fn.sheet.cases[0].x, EXAMPLE["x"])
 
 
+def test_a_built_in_keeps_its_words_shipped_as_a_file_and_a_course_s_spec_has_its_own(tmp_path):
+    assert load_assignment("rows").builtin
+    shipped = tmp_path / "assignment.toml"
+    shipped.write_bytes(dict(lms_package.course_files("rows"))["assignment.toml"])
+    assert load_assignment(str(shipped)).builtin
+    assert not load_assignment(str(_course(tmp_path))).builtin
+
+
 def test_prairielearn_reads_the_file_beside_the_spec_in_the_question_s_tests(tmp_path):
     path = _course(tmp_path)
     (tmp_path / "grade").mkdir()
@@ -376,3 +384,16 @@ def test_a_wrong_notebook_fails_the_fixed_check_in_the_course_s_words_and_never_
     seen = _student_sees(result)
     assert "The worked example in section 2" in seen and words.split(":")[0] in seen
     assert not BUILTIN_WORDS.search(seen), BUILTIN_WORDS.search(seen)
+
+
+@pytest.mark.slow
+def test_a_built_in_assignment_still_says_h_of_a_single_head_where_a_course_s_own_does_not(tmp_path):
+    from dataclasses import replace
+    from conftest import TEST_SETTINGS, expect_slow
+    from grader.grade import grade_path
+    expect_slow()
+    assignment = load_assignment(str(_course(tmp_path)))
+    notebook = write_notebook(tmp_path / "wrong.ipynb", UNSCALED)
+    said = {builtin: grade_path(notebook, replace(assignment, builtin=builtin), TEST_SETTINGS)
+            .functions["attend"]["smallest_failing"]["case"] for builtin in (True, False)}
+    assert said[True].endswith(", H = 1") and "H =" not in said[False], said

@@ -88,6 +88,10 @@ def builtin_dir():
     return resources.files("grader.reference").joinpath("assignments")
 
 
+def _builtin_texts() -> set[str]:
+    return {p.read_text() for p in builtin_dir().iterdir() if p.name.endswith(".toml")}
+
+
 def builtin_names() -> list[str]:
     return sorted(p.name[:-5] for p in builtin_dir().iterdir() if p.name.endswith(".toml"))
 
@@ -213,7 +217,10 @@ def load_assignment(name_or_path: str) -> Assignment:
         return replace(parse(path.read_text(), f"{name_or_path} (built-in)"), builtin=True)
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
-        return replace(parse(spec_text(path), str(path), path.resolve().parent), source_file=str(path.resolve()))
+        text = spec_text(path)
+        # A built-in shipped as a file (`lms package --assignment rows`) keeps the built-in's words.
+        return replace(parse(text, str(path), path.resolve().parent), source_file=str(path.resolve()),
+                       builtin=text in _builtin_texts())
     raise SpecError(f"unknown assignment {name_or_path!r}; built-in ones: {', '.join(builtin_names())}")
 
 
