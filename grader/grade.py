@@ -15,7 +15,7 @@ from grader.judging import smallest
 from grader.intake import source_scan as static_scan
 from grader.kernel_side import wire
 from grader.judging.checks import (CHECKS, Context, Outcome, Probe, Verdict, check_context, check_probes,
-                                   evidence_probes, hidden_twins, mark_hidden_twins, results_to_diagnose)
+                                   check_title, evidence_probes, hidden_twins, mark_hidden_twins, results_to_diagnose)
 from grader.judging.diagnosis import diagnose
 from grader.errors import MachineFault
 from grader.kernel.session import HARNESS, HARNESS_MODULE, CallsEnd, Kernel, KernelKilled
@@ -184,7 +184,7 @@ def _status(verdict: CheckStatus, points: float) -> CheckStatus:
 
 def _unrun_checks(fn: FunctionSpec, status_for, message: str) -> list[CheckResult]:
     """Every check of `fn` at 0 points without being run, `status_for(points)` its status."""
-    return [CheckResult(f"{fn.name}.{kind}", fn.name, kind, CHECKS[kind].title, status_for(points), 0.0,
+    return [CheckResult(f"{fn.name}.{kind}", fn.name, kind, check_title(fn, kind), status_for(points), 0.0,
                         points, message, hidden=kind in fn.hidden)
             for kind, points in fn.points.items()]
 
@@ -317,7 +317,7 @@ def _judge(grading: _Grading, kinds, ctx: Context) -> None:
                                        f"({type(exc).__name__}: {exc}).")
         status = _status(verdict.status, points) if not check.policy else verdict.status
         grading.verdicts[kind] = status
-        grading.results[kind] = CheckResult(f"{fn.name}.{kind}", fn.name, kind, check.title, status,
+        grading.results[kind] = CheckResult(f"{fn.name}.{kind}", fn.name, kind, check_title(fn, kind), status,
                                             _earned(points, status, verdict), points, verdict.message,
                                             diagnosis=diagnosis, hidden=kind in fn.hidden, figures=verdict.figures,
                                             advice=advice)
@@ -467,8 +467,13 @@ def assignment_kernel(nb, assignment: Assignment, settings, kernel_manager_facto
     modules importable), the one way both
     grading and `grader spec infer`'s probing see a notebook."""
     return executed_notebook(nb, settings.limits, kernel_manager_factory, assignment.forbidden,
-                             (assignment.source_file,) if assignment.source_file else (),
-                             support=assignment.support)
+                             hidden_files(assignment), support=assignment.support)
+
+
+def hidden_files(assignment: Assignment) -> tuple[str, ...]:
+    """The course's files the kernel must not read: the spec's (it names hidden checks) and the
+    .npz files of its fixed_data."""
+    return tuple(p for p in (assignment.source_file, *(f.real_path for f in assignment.sheet_files)) if p)
 
 
 async def grade_notebook(nb, assignment: Assignment, settings, submission: str,
@@ -600,7 +605,7 @@ async def _grade_functions(session, result: GradeResult, assignment: Assignment,
     functions are the result's. Raises RepliesLost."""
     result.functions = dict(described)   # kept as described should the replies be lost
     uses = {fn.name: _forbidden_uses(fn, described[fn.name], scan, assignment.forbidden) for fn in assignment.functions}
-    ctx = Context(settings.seed, assignment.tolerance, uses)
+    ctx = Context(settings.seed, assignment.tolerance, uses, builtin_words=assignment.builtin)
     # Every function's visible checks before any hidden one (see _grade_hidden).
     gradings = [await _grade_visible(session, fn, described[fn.name], scan, ctx, settings.call_timeout,
                                      probing_started + settings.probe_timeout) for fn in assignment.functions]

@@ -25,13 +25,15 @@ from grader.settings import SETTINGS, settings_from, Settings
 
 def batch_key(content: bytes, assignment, settings: Settings) -> str:
     """What a stored result depends on: the submission's bytes, the spec's content and its
-    support modules', every setting that shapes a result (see Setting.shapes_result) and the
+    support modules' and fixed_data files', every setting that shapes a result (see Setting.shapes_result) and the
     grader's version."""
     shaping = {s.name: getattr(settings, s.name) for s in SETTINGS if s.shapes_result}
     parts = {"submission": hashlib.sha256(content).hexdigest(), "spec": assignment.raw, "settings": shaping,
              "version": __version__}
     if assignment.support is not None:   # the course's modules, which the spec only names
         parts["support"] = [(f.module_path, hashlib.sha256(f.data).hexdigest()) for f in assignment.support.files]
+    if assignment.sheet_files:   # the course's own sheet data, which the spec only names
+        parts["sheets"] = [(f.shipped_as, hashlib.sha256(f.data).hexdigest()) for f in assignment.sheet_files]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 

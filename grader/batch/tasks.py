@@ -21,7 +21,8 @@ def reason(exc: BaseException) -> str:
 
 def spec_for_task(explicit: dict) -> tuple | None:
     """How a worker, which has the grader but not this machine's files, finds the assignment:
-    a built-in name, or the TOML text of a course's spec file with its support modules as read.
+    a built-in name, or the TOML text of a course's spec file with its support modules and its
+    fixed_data files as read.
     An unusable --assignment stops the batch here, with a one-line SpecError, before any
     submission is graded."""
     requested = explicit.get("assignment")
@@ -30,7 +31,8 @@ def spec_for_task(explicit: dict) -> tuple | None:
     assignment = load_assignment(requested)
     if requested in builtin_names():
         return ("builtin", requested)
-    return ("toml", spec_text(Path(requested)), requested, assignment.support)
+    return ("toml", spec_text(Path(requested)), requested, assignment.support,
+            {f.shipped_as: f.data for f in assignment.sheet_files})
 
 
 def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) -> dict:
@@ -40,8 +42,10 @@ def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) ->
         path = Path(folder) / Path(name).name
         path.write_bytes(content)
         # Checked before the batch started (spec_for_task), so it loads here too.
-        assignment = parse(spec[1], spec[2], support=spec[3]) if spec and spec[0] == "toml" else \
-            staff_assignment(spec[1] if spec else None)
+        if spec and spec[0] == "toml":
+            assignment = parse(spec[1], spec[2], support=spec[3], sheet_files=spec[4])
+        else:
+            assignment = staff_assignment(spec[1] if spec else None)
         try:
             result = grade_path(path, assignment, settings_from(explicit, assignment.limits))
         except SubmissionError as exc:

@@ -222,8 +222,14 @@ def shaped_like(sheet_cases: list[Case], seed: int) -> list[Case]:
         shaped.append(replace(case, x=like(case.x), memory=like(case.memory), values=like(case.values),
                               heads=heads, wo=like(case.wo),
                               bo=like(case.bo),
-                              label=f"random values in the shapes of the {case.label}"))
+                              label=f"random values in the shapes of {_the(case.label)}"))
     return shaped
+
+
+def _the(label: str) -> str:
+    """A case's label as a noun: a built-in sheet's "assignment sheet data" with its article, a
+    course's "the worked example in section 2" as it is."""
+    return label if label.lower().startswith(("the ", "a ", "an ")) else f"the {label}"
 
 
 def token_permutation(n: int, seed: int, offset: int = 5) -> np.ndarray:

@@ -415,6 +415,8 @@ class Convention:
                 if self.three_inputs else "it has a values' sequence of its own, the convention none"
         if (case.mask is not None or case.key_mask is not None) and not self.masked:
             return "it has a mask, the convention takes none"
+        if self.square and any(h.wq.shape[1] != case.d for h in case.heads):
+            return f"its d_k is not D = {case.d}, the convention's square = true needs them equal"
         return None
 
     def _score_weight(self, role: str, additive) -> np.ndarray:

@@ -14,6 +14,7 @@ from grader.calling.conventions import CONVENTIONS, Convention, parse_convention
 from grader.calling.returns import Tolerance
 from grader.settings import SPEC_SETTINGS, validated_limits
 from grader.course.support_modules import Support, read_support
+from grader.course.sheet_data import CourseSheet, SheetFile, SheetFiles, is_course_sheet, read_sheet
 from grader.toml_text import load_toml
 
 DEFAULT_FORBIDDEN = ("torch", "tensorflow", "jax", "flax", "keras", "scipy.special", "sklearn",
@@ -50,9 +51,10 @@ class FunctionSpec:
     convention: Convention
     params: tuple[str, ...]
     aliases: tuple[str, ...]
-    fixed_data: str | None
+    fixed_data: str | None  # a built-in sheet's name, or the course's own file(s) as the spec gives them
     points: dict            # check kind -> points, in running order
     hidden: frozenset
+    sheet: CourseSheet | None = None   # the course's own data, read from its file(s) (sheet_data.py)
 
     @property
     def names(self) -> list[str]:
@@ -71,8 +73,10 @@ class Assignment:
     source_file: str = ""   # the spec's file, when it is not a built-in: kept from the kernel's view
     limits: dict = field(default_factory=dict)
     support: Support | None = None   # the course's own modules the submission may import
+    sheet_files: tuple[SheetFile, ...] = ()   # the .npz files its fixed_data names, as read
     # When Gradescope shows students its hidden checks ([lms] hidden_visibility).
     hidden_visibility: str = "after_published"
+    builtin: bool = False   # one of reference/assignments/, whose words are its sheets' (H = 1)
     raw: dict = field(default_factory=dict, compare=False)
 
 
@@ -82,6 +86,10 @@ HIDDEN_VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 
 def builtin_dir():
     return resources.files("grader.reference").joinpath("assignments")
+
+
+def _builtin_texts() -> set[str]:
+    return {p.read_text() for p in builtin_dir().iterdir() if p.name.endswith(".toml")}
 
 
 def builtin_names() -> list[str]:
@@ -111,7 +119,24 @@ def _convention(raw: dict, name: str, where: str) -> tuple[Convention, tuple[str
     return conv, tuple(params)
 
 
-def _function(raw: dict, where: str) -> FunctionSpec:
+def _fixed_data(raw: dict, conv: Convention, name: str, where: str, files: SheetFiles):
+    """(fixed_data's name, the course's own sheet or None): a built-in sheet by name, checked
+    to fit the convention, or the course's own file(s) read for it."""
+    fixed = raw.get("fixed_data")
+    if is_course_sheet(fixed):
+        sheet = read_sheet(fixed, conv, files, f"{where}: {name}")
+        return sheet.name, sheet
+    if fixed is not None and fixed not in FIXED_DATA:
+        raise SpecError(f"{where}: unknown fixed_data {fixed!r:.80} (known: {', '.join(FIXED_DATA)}; or the "
+                        "course's own: a .npz file beside the spec)")
+    for case in FIXED_DATA[fixed]() if fixed is not None else ():
+        misfit = conv.misfit(case)
+        if misfit:
+            raise SpecError(f"{where}: {name}: fixed_data {fixed!r} does not fit its convention: {misfit}")
+    return fixed, None
+
+
+def _function(raw: dict, where: str, files: SheetFiles) -> FunctionSpec:
     name = raw.get("name") if isinstance(raw, dict) else None
     named = isinstance(name, str) and name.isidentifier()
     # A misspelt key is said with the function's name, as every other error of a function is.
@@ -119,13 +144,7 @@ def _function(raw: dict, where: str) -> FunctionSpec:
     if not named or not isinstance(name, str):
         raise SpecError(f"{where}: missing or invalid 'name' (a Python function name)")
     conv, params = _convention(raw, name, where)
-    fixed = raw.get("fixed_data")
-    if fixed is not None and fixed not in FIXED_DATA:
-        raise SpecError(f"{where}: unknown fixed_data {fixed!r} (known: {', '.join(FIXED_DATA)})")
-    for case in FIXED_DATA[fixed]() if fixed is not None else ():
-        misfit = conv.misfit(case)
-        if misfit:
-            raise SpecError(f"{where}: {name}: fixed_data {fixed!r} does not fit its convention: {misfit}")
+    fixed, sheet = _fixed_data(raw, conv, name, where, files)
     points = {kind: check.default_points for kind, check in CHECKS.items()
               if check.applies(conv, fixed is not None)}
     for kind, value in raw.get("points", {}).items():
@@ -140,7 +159,7 @@ def _function(raw: dict, where: str) -> FunctionSpec:
     unknown = hidden - set(CHECKS)
     if unknown:
         raise SpecError(f"{where}: unknown hidden check {sorted(unknown)[0]!r}")
-    return FunctionSpec(name, conv, params, tuple(raw.get("aliases", [])), fixed, points, hidden)
+    return FunctionSpec(name, conv, params, tuple(raw.get("aliases", [])), fixed, points, hidden, sheet)
 
 
 def _tolerance(table: dict, where: str) -> Tolerance:
@@ -151,9 +170,11 @@ def _tolerance(table: dict, where: str) -> Tolerance:
     return Tolerance(**{key: float(value) for key, value in table.items()})
 
 
-def parse(text: str, source: str, folder: Path | None = None, support: Support | None = None) -> Assignment:
-    """The spec in `text`; `folder` is the spec file's, which its [support] paths are relative to,
-    unless `support` gives its modules as they were read there (a batch's worker has not the folder)."""
+def parse(text: str, source: str, folder: Path | None = None, support: Support | None = None,
+          sheet_files: dict[str, bytes] | None = None) -> Assignment:
+    """The spec in `text`; `folder` is the spec file's, which its [support] paths and fixed_data
+    files are relative to, unless `support` and `sheet_files` give them as they were read there
+    (a batch's worker has not the folder)."""
     raw = load_toml(text, source)
     _known_keys(raw, SCHEMA[""], source)
     for table in TABLES:
@@ -181,21 +202,25 @@ def parse(text: str, source: str, folder: Path | None = None, support: Support |
         if folder is None:
             raise SpecError(f"{source}: [support] needs a spec file, whose folder holds the modules")
         support = read_support(raw["support"], folder, source, forbidden)
+    files = SheetFiles(folder, sheet_files)
+    parsed = tuple(_function(f, f"{source}: function {i + 1}", files) for i, f in enumerate(functions))
     return Assignment(
         name=raw.get("name", Path(source).stem), title=raw.get("title", ""),
-        functions=tuple(_function(f, f"{source}: function {i + 1}") for i, f in enumerate(functions)),
-        tolerance=_tolerance(tol, source),
+        functions=parsed, tolerance=_tolerance(tol, source),
         forbidden=forbidden, penalty=penalty, source=source, limits=limits, support=support,
-        hidden_visibility=hidden_visibility, raw=raw)
+        sheet_files=tuple(files.read.values()), hidden_visibility=hidden_visibility, raw=raw)
 
 
 def load_assignment(name_or_path: str) -> Assignment:
     if name_or_path in builtin_names():
         path = builtin_dir().joinpath(f"{name_or_path}.toml")
-        return parse(path.read_text(), f"{name_or_path} (built-in)")
+        return replace(parse(path.read_text(), f"{name_or_path} (built-in)"), builtin=True)
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
-        return replace(parse(spec_text(path), str(path), path.resolve().parent), source_file=str(path.resolve()))
+        text = spec_text(path)
+        # A built-in shipped as a file (`lms package --assignment rows`) keeps the built-in's words.
+        return replace(parse(text, str(path), path.resolve().parent), source_file=str(path.resolve()),
+                       builtin=text in _builtin_texts())
     raise SpecError(f"unknown assignment {name_or_path!r}; built-in ones: {', '.join(builtin_names())}")
 
 

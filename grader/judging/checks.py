@@ -144,6 +144,9 @@ class Context:
     forbidden_uses: dict = field(default_factory=dict)   # function name -> [module, ...]
     predictions: Predictions = field(default_factory=Predictions, compare=False)
     hidden: bool = False   # the context of a hidden check (check_context)
+    # A built-in assignment's words: its sheets speak of H = 1 for a single head, and so do its
+    # reports; a course's own spec says H only of a function that has heads.
+    builtin_words: bool = True
 
 
 @dataclass(frozen=True)
@@ -291,6 +294,31 @@ def judge_against_reference(fn, ctx: Context, results) -> Verdict:
 SHEET_ONLY = ("Returns the answers printed on the assignment sheet for its data, but computes something else "
               "on new values in the same shapes, so they earn nothing here: the sheet's answers count only "
               "when the function computes them, not when it recognises the sheet's data.")
+# The same for a course's own data, in the course's words (its label): a course that has no
+# assignment sheet is never told of one.
+OWN_DATA_ONLY = ("Returns the expected answers on {label}, but computes something else on new values in the same "
+                 "shapes, so they earn nothing here: the answers on {label} count only when the function computes "
+                 "them, not when it recognises that data.")
+
+
+def sheet_cases(fn) -> list[Case]:
+    """The data the `fixed` check compares on: the course's own (fn.sheet), else the built-in
+    sheet fn.fixed_data names."""
+    if fn.sheet is not None:
+        return list(fn.sheet.cases)
+    return FIXED_DATA[fn.fixed_data]()
+
+
+def check_title(fn, kind: str) -> str:
+    """A check's title as `fn`'s students read it: the `fixed` check of a course's own data is
+    called by the course's label, never "the assignment sheet"."""
+    if kind == "fixed" and fn.sheet is not None:
+        return fn.sheet.title
+    return CHECKS[kind].title
+
+
+def _sheet_only(fn) -> str:
+    return OWN_DATA_ONLY.format(label=fn.sheet.label) if fn.sheet is not None else SHEET_ONLY
 
 
 def judge_sheet(fn, ctx: Context, results) -> Verdict:
@@ -307,7 +335,7 @@ def judge_sheet(fn, ctx: Context, results) -> Verdict:
     for probe, outcome in twins:
         failed = _failed_call(probe, outcome)
         if failed:
-            return Verdict("failed", f"{SHEET_ONLY} {failed.message}")
+            return Verdict("failed", f"{_sheet_only(fn)} {failed.message}")
     conv = fn.convention
     observed = [(p.case, o.parts.values, probe_tolerance(p, ctx.tolerance)) for p, o in results]
     if any(agrees(conv, e, observed, ctx.predictions) for e in (CORRECT, *explanations(conv))):
@@ -315,7 +343,7 @@ def judge_sheet(fn, ctx: Context, results) -> Verdict:
     for probe, outcome in twins:
         mismatch = _reference_mismatch(conv, probe, outcome.parts, ctx, overflow_allowed=True)
         if mismatch:
-            return Verdict("failed", f"{SHEET_ONLY} {mismatch.message}", mismatch.figures)
+            return Verdict("failed", f"{_sheet_only(fn)} {mismatch.message}", mismatch.figures)
     return verdict
 
 
@@ -658,7 +686,7 @@ def judge_forbidden(fn, ctx: Context, results) -> Verdict:
 def _fixed(fn, ctx):
     """The sheet's data, then its twins: random values in exactly the same shapes, in the same
     order (judge_sheet pairs them up)."""
-    sheet = FIXED_DATA[fn.fixed_data]()
+    sheet = sheet_cases(fn)
     return [Probe(c) for c in sheet] + [Probe(c) for c in make.shaped_like(sheet, ctx.seed)]
 
 
@@ -842,5 +870,5 @@ def evidence_probes(fn, ctx: Context) -> list[Probe]:
     if fn.convention.heads == "many":
         probes.append(Probe(make.single_head_case(fn.convention, ctx.seed)))
     if fn.fixed_data:
-        probes += [Probe(c) for c in make.shaped_like(FIXED_DATA[fn.fixed_data](), ctx.seed)]
+        probes += [Probe(c) for c in make.shaped_like(sheet_cases(fn), ctx.seed)]
     return [p for p in probes if p.case.n >= 2]

@@ -10,6 +10,7 @@ copies run_autograder to /autograder/run_autograder, which it runs for each subm
     attention_grader-VERSION-py3-none-any.whl    the grader, which is not on PyPI
     assignment.toml                          the course's spec, when --assignment names one
     support/mytorch/*.py (say)               its [support] modules, where the spec names them
+    sheet.npz (say)                          its own sheet data, the .npz files its fixed_data names
 
 The wheel is built from the project's source, so the command runs from a checkout of the
 project (an editable install, or an install from a local folder that still exists).
@@ -84,9 +85,9 @@ def build_wheel(root: Path, folder: Path) -> Path:
 
 
 def course_files(requested: str | None) -> list[tuple[str, bytes]]:
-    """The spec to ship, checked as the grader will read it, and its support modules, each as
-    (name in the zip, bytes): the modules at the same place beside the spec as in the course's
-    folder, so that the spec finds them there. None of them for the default assignment."""
+    """The spec to ship, checked as the grader will read it, its support modules and its
+    fixed_data files, each as (name in the zip, bytes): at the same place beside the spec as in
+    the course's folder, so that the spec finds them there. None of them for the default assignment."""
     if not requested:
         return []
     assignment = load_assignment(requested)   # a SpecError names what is wrong, before anything is written
@@ -95,7 +96,8 @@ def course_files(requested: str | None) -> list[tuple[str, bytes]]:
     support = assignment.support.files if assignment.support else ()
     # The bytes the spec was checked with, never the file read again.
     return [(SPEC_NAME, spec_text(Path(requested)).encode("utf-8")),
-            *((f.shipped_as, f.data) for f in support if f.shipped_as)]
+            *((f.shipped_as, f.data) for f in support if f.shipped_as),
+            *((f.shipped_as, f.data) for f in assignment.sheet_files)]
 
 
 def _add(archive: zipfile.ZipFile, name: str, data: bytes, mode: int) -> None:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from grader.calling.conventions import MASK_SHAPES, parse_convention
-from grader.calling.params import HEAD_FORM_ROLES, MASK_ROLES, SCORE_ROLES
+from grader.calling.params import HEAD_FORM_ROLES, MASK_ROLES, ROLES, SCORE_ROLES
 from grader.errors import SpecError
 from grader.reference.masks import FORMS
 from grader.calling.class_table import CONSTRUCT_ROLES
@@ -161,7 +161,8 @@ def class_table(cls: ClassSignature) -> tuple[dict | None, str]:
         if role is None:
             if p.has_default:
                 continue   # left to its default (the harness then calls by keyword)
-            return None, f"its constructor's parameter `{p.name}` has a name no role is known by"
+            return None, (f"its constructor's parameter `{p.name}` has a name no role is known by (a `construct` "
+                          f"role: {', '.join(CONSTRUCT_ROLES)}): give it one by hand in the class table's `construct`")
         construct.append({"name": p.name, "role": role})
     table: dict = {"method": cls.method.name}
     if construct:
@@ -207,12 +208,29 @@ def _weight_globals(signature: Signature) -> dict[str, str]:
 
 
 def parseable(table: dict, name: str) -> str | None:
-    """None when the candidate is a convention the grader can read; else why not."""
+    """None when the candidate is a convention the grader can read; else why not, with the
+    reading it refused (each parameter's role), in the spec's words."""
     try:
         parse_convention(table, name, name)
     except SpecError as exc:
-        return str(exc).removeprefix(f"{name}: ")
+        reading = ", ".join(f"`{p['name']}` as {p['role']}" for p in table["params"])
+        return f"read as {reading}, {str(exc).removeprefix(f'{name}: ')}"
     return None
+
+
+def _no_role(param: Parameter) -> str:
+    """Why a parameter has no role to propose, in the words of the spec's `params`: what to
+    write by hand."""
+    if guesses(param.name) and param.keys:
+        return (f"its parameter `{param.name}` is read as a dict, but none of the keys it reads "
+                f"({', '.join(param.keys[:6])}) is named like a role ({', '.join(ROLES)}): write its "
+                f"`keys = {{ KEY = ROLE, ... }}` by hand")
+    if guesses(param.name):
+        return (f"its parameter `{param.name}` would be a `dict` of roles, but the function reads no key of it by "
+                f"name (`{param.name}[\"W_q\"]`, or `**{param.name}` passed on to a notebook function): write "
+                "its `keys = { KEY = ROLE, ... }` by hand")
+    return (f"its parameter `{param.name}` has a name no role is known by (roles: {', '.join(ROLES)}): give it "
+            f"one by hand, `{{ name = \"{param.name}\", role = ... }}`, or a default to leave it out")
 
 
 def candidates(signature: Signature, object_table: dict | None = None) -> Candidates:
@@ -220,11 +238,8 @@ def candidates(signature: Signature, object_table: dict | None = None) -> Candid
     `object_table` saying how its object is made."""
     per_param = [_param_options(p) for p in signature.params]
     for param, options in zip(signature.params, per_param):
-        if not options and guesses(param.name):
-            return Candidates([], f"its parameter `{param.name}` would be a dict, but the function reads no key "
-                                  "of it by name")
         if not options:
-            return Candidates([], f"its parameter `{param.name}` has a name no role is known by")
+            return Candidates([], _no_role(param))
     found: list[Candidate] = []
     refusals: list[str] = []
     given_globals = _weight_globals(signature) if object_table is None else {}
@@ -258,5 +273,6 @@ def candidates(signature: Signature, object_table: dict | None = None) -> Candid
             found.append(Candidate(table, choices, role_rank + sum(i for i, _ in picks) + narrower))
     found.sort(key=lambda c: c.rank)
     if not found:
-        return Candidates([], f"no reading of its parameters is a convention ({refusals[0] if refusals else 'none'})")
+        return Candidates([], "no reading of its parameters is a convention the spec can write: "
+                              + (refusals[0] if refusals else "none was found"))
     return Candidates(found[:MAX_CANDIDATES])

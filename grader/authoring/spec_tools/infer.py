@@ -28,7 +28,7 @@ from grader.authoring.spec_tools.candidates import candidates, class_table
 from grader.authoring.spec_tools.probe import Fit, probe_all
 from grader.authoring.spec_tools.words import describe, differences
 from grader.authoring.spec_tools.signatures import (Signature, notebook_class_signatures, notebook_classes,
-    notebook_functions, why_no_function)
+    notebook_functions, uncallable_functions, why_no_function)
 
 # The convention every setup spec can parse: the kernel for probing is set up from the spec's
 # header alone (its policy, its support), exactly as grading will set it up.
@@ -105,6 +105,13 @@ def _points_lost(result: GradeResult, name: str) -> str | None:
            f"{lost[0].message.splitlines()[0][:160]})"
 
 
+# Said of a function left out that calls tanh: additive (Bahdanau) scores are a convention whose
+# roles its parameters' names may not have said.
+ADDITIVE = ("; it calls tanh: for additive (Bahdanau) scores, v^T tanh(W_1 q + W_2 k), give its score network "
+            "the roles score_wq and score_wk (or score_w, one weight on [q; k]) and score_v, beside q, k and v "
+            "(or kv, keys that are the values)")
+
+
 # Other conventions graded beside the chosen one, each as a function of its own in the same run.
 MAX_OTHERS = 4
 
@@ -160,6 +167,7 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
         classes = [c for c in classes if c.name in only]
         not_modules = {name: why for name, why in not_modules.items() if name in only}
     inferred.left_out.update(not_modules)
+    inferred.left_out.update({name: why for name, why in uncallable_functions(nb).items() if not only or name in only})
     proposals = []
     for signature in signatures:
         proposed = candidates(signature)
@@ -184,6 +192,9 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
         else:
             kind = "a class: " if name in {c.name for c in classes} else ""
             inferred.left_out[name] = f"{kind}no candidate convention fits: {fitted.why_none or 'none was tried'}"
+    for signature in signatures:
+        if signature.name in inferred.left_out and "tanh" in signature.calls:
+            inferred.left_out[signature.name] += ADDITIVE
     # The simplest fit of each function is graded with every check, with up to two others that
     # fit the probe in other ways beside it (what the output calls undecided); a function whose
     # choice loses points is graded again with its next fit.

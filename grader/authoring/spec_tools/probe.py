@@ -19,10 +19,10 @@ from grader.calling.conventions import Convention, implied_fully_masked, parse_c
 from grader.errors import SpecError
 from grader.grade import FunctionProber, assignment_kernel
 from grader.reference.masks import FULLY_MASKED_RULES
-from grader.calling.returns import Tolerance, canonical_parts, same
+from grader.calling.returns import Tolerance, same
 from grader.course.spec import Assignment, FunctionSpec
 from grader.authoring.spec_tools.candidates import Candidate
-from grader.authoring.spec_tools.returned import read_returns
+from grader.authoring.spec_tools.returned import read_returns, why_unread
 from grader.authoring.spec_tools.signatures import Signature
 
 # Fits kept per function: the first to earn full marks when graded is chosen, and those after it
@@ -160,13 +160,12 @@ async def _probe_function(session, signature: Signature, found: list[Candidate],
             continue
         outcome, value = called[probe.index]
         if outcome.status != "ok":
-            probed.why_none = probed.why_none or f"called as the simplest candidate says, {outcome.error}"
+            reading = ", ".join(f"`{p['name']}` as {p['role']}" for p in candidate.table["params"])
+            probed.why_none = probed.why_none or f"called with {reading} (the simplest reading), {outcome.error}"
             continue
         returns = read_returns(probe.candidate, probe.case, value, tol)
         if returns is None:
-            returned = canonical_parts(probe.candidate, value).returned
-            probed.why_none = probed.why_none or f"on {probe.label} it returned {returned}, which the reference " \
-                                                 "computes as no part of attention"
+            probed.why_none = probed.why_none or why_unread(probe.candidate, probe.case, value, tol)
             continue
         table = {**candidate.table, **returns}
         try:

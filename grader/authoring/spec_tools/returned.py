@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from grader.calling.conventions import Convention
+from grader.calling.conventions import PART_WORDS, RETURN_NAMES, Convention
 from grader.reference.attention import Case
-from grader.calling.returns import Tolerance, canonical_parts, same
+from grader.calling.returns import Tolerance, canonical_parts, describe_value, same
 
 # The parts a value may be, in order of preference when one value could be two.
 SINGLE_PARTS = ("output", "weights", "scores", "q", "k", "v")
@@ -60,6 +60,30 @@ def read_returns(conv: Convention, case: Case, encoded: dict, tol: Tolerance) ->
         return None
     returned = [RETURN_NAME.get(n, n) for n in names]
     return _keys(returned if len(returned) > 1 else returned[0], any(axis for _, axis in named))
+
+
+def why_unread(conv: Convention, case: Case, encoded: dict, tol: Tolerance) -> str:
+    """Why read_returns found no reading of what came back, in the words of `returns`: which
+    value is none of the parts it may name."""
+    expected = _every_part(conv, case)
+    names = f"none of the parts `returns` may name ({', '.join(RETURN_NAMES)})"
+    kind, items = encoded.get("kind"), encoded.get("items") or []
+    if kind == "sequence" and items and encoded.get("length") == len(items):
+        said, seen = [], set()
+        for i, item in enumerate(items, 1):
+            part = _part_of(conv, item, expected, tol)
+            if part is None:
+                said.append(f"item {i} ({describe_value(item)}) is {names}")
+                continue
+            again = " again" if part[0] in seen else ""
+            said.append(f"item {i} ({describe_value(item)}) is the {PART_WORDS[part[0]]}{again}")
+            seen.add(part[0])
+        return f"no reading of its returns matched: on {case.label} it returned a {len(items)}-tuple: " + \
+            "; ".join(said)
+    if kind == "mapping":   # read_returns reads a dict whose values are some parts, the rest left aside
+        return (f"no reading of its returns matched: on {case.label} it returned {describe_value(encoded)}, "
+                f"and no value of it is one of the parts `returns` may name ({', '.join(RETURN_NAMES)})")
+    return f"no reading of its returns matched: on {case.label} it returned {describe_value(encoded)}, {names}"
 
 
 def _keys(returns, axis: bool) -> dict:

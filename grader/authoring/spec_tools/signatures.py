@@ -24,6 +24,8 @@ class Signature:
     params: tuple[Parameter, ...]
     # The notebook's top-level variables the function reads (a lab's `Wq = ...`), in order.
     globals_read: tuple[str, ...] = ()
+    # The names of what it calls (`np.tanh` is tanh): what a reason for leaving it out may point at.
+    calls: frozenset[str] = frozenset()
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -105,8 +107,35 @@ def notebook_functions(nb) -> list[Signature]:
     variables = {item.id for node in statements for item in _assigned(node) if isinstance(item, ast.Name)}
     for node in nodes:
         signature = None if is_stub(node) else _signature(node, others)
-        found[node.name] = signature and replace(signature, globals_read=_globals_read(node, variables))
+        found[node.name] = signature and replace(signature, globals_read=_globals_read(node, variables),
+                                                 calls=_calls(node))
     return [s for s in found.values() if s is not None]
+
+
+def _calls(function: ast.FunctionDef) -> frozenset[str]:
+    return frozenset(node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+                     for node in ast.walk(function) if isinstance(node, ast.Call)
+                     and isinstance(node.func, (ast.Name, ast.Attribute)))
+
+
+def uncallable_functions(nb) -> dict[str, str]:
+    """The notebook's public functions the grader cannot call, each with why, in the words of a
+    convention's `params` (the parameters in order, passed positionally or by name)."""
+    why: dict[str, str] = {}
+    for node in _top_level(_statements(nb), ast.FunctionDef):
+        args = node.args
+        if is_stub(node):
+            why.pop(node.name, None)
+        elif args.vararg is not None:
+            why[node.name] = (f"it takes *{args.vararg.arg}, and a convention's `params` name each parameter in "
+                              "order: write its own parameters instead")
+        elif any(d is None for d in args.kw_defaults):
+            required = next(a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None)
+            why[node.name] = (f"its keyword-only parameter `{required}` has no default, and a convention's `params` "
+                              "are passed in order: put it before the `*`, or give it a default")
+        else:
+            why.pop(node.name, None)   # defined again in a form that can be called
+    return why
 
 
 def _globals_read(function: ast.FunctionDef, variables: set[str]) -> tuple[str, ...]:
@@ -182,12 +211,17 @@ def notebook_class_signatures(nb) -> tuple[list[ClassSignature], dict[str, str]]
         graded = next((methods[m] for m in GRADED_METHODS if m in methods and not is_stub(methods[m])), None)
         method = _without_self(graded) if graded is not None else None
         if method is None or not method.params:
-            why[name] = "a class with no forward (or __call__) method taking arguments"
+            taking = [m.name for m in methods.values() if not m.name.startswith("_") and not is_stub(m)
+                      and (s := _without_self(m)) is not None and s.params]
+            why[name] = "a class with no forward (or __call__) method taking arguments" + (
+                f": name the method it is graded through by hand, `method = \"{taking[0]}\"` in the convention's "
+                f"class table (its methods: {', '.join(taking[:6])})" if taking else "")
             continue
         init = methods.get("__init__")
         construct = _without_self(init) if init is not None else Signature("__init__", ())
         if construct is None:
-            why[name] = "a class whose __init__ cannot be called with positional arguments"
+            why[name] = ("a class whose __init__ cannot be called with positional arguments (*args, or a "
+                         "keyword-only one without a default), as the class table's `construct` passes them")
             continue
         others = tuple(s for m in methods.values() if not m.name.startswith("_") and m is not graded
                        and (s := _without_self(m)) is not None and s.params)
