@@ -172,3 +172,163 @@ def test_the_smallest_case_cell_builds_the_object_and_runs():
     space: dict = {"np": np, "SimpleNamespace": SimpleNamespace, "mha": lambda *a: a}
     exec("\n".join(lines) + f"\nmade = mha({call})", space)
     np.testing.assert_allclose(space["made"][2].w, args[2].w, atol=1e-4)
+
+
+# Worked solutions of this test's own writing, after the public description of picoGPT ("GPT in
+# 60 Lines of NumPy", jaykmody.com, and github.com/jaymody/picoGPT's README): a layer's weights
+# are {"w": ..., "b": ...}, applied by a helper that takes them as keywords (`linear(x,
+# **c_attn)`), and a block's attention weights are the dict {"c_attn": ..., "c_proj": ...}; c_attn
+# packs the query, key and value projections side by side, heads are contiguous column blocks,
+# and the attention is causal.
+NESTED_SOLUTION = '''def softmax(z):
+    z = z - z.max(axis=-1, keepdims=True)
+    return np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
+
+def linear(x, w, b):
+    return x @ w + b
+
+def mha(x, attn, n_head):
+    q, k, v = np.split(linear(x, **attn["c_attn"]), 3, axis=-1)
+    n, d_head = x.shape[0], q.shape[-1] // n_head
+    future = np.triu(np.ones((n, n), dtype=bool), k=1)
+    heads = []
+    for h in range(n_head):
+        cols = slice(h * d_head, (h + 1) * d_head)
+        scores = np.where(future, -1e10, q[:, cols] @ k[:, cols].T / np.sqrt(d_head))
+        heads.append(softmax(scores) @ v[:, cols])
+    return np.concatenate(heads, axis=-1) @ attn["c_proj"]["w"] + attn["c_proj"]["b"]'''
+NESTED_RETURN = '    return np.concatenate(heads, axis=-1) @ attn["c_proj"]["w"] + attn["c_proj"]["b"]'
+# The same layers as objects whose weights are attributes (`c_attn.w`), as a course's tiny
+# Params class or a SimpleNamespace holds them; not causal. One layer is applied by a helper
+# given the object, the other read in place.
+OBJECT_SOLUTION = '''def dense(x, layer):
+    return x @ layer.w + layer.b
+
+def mha(x, c_attn, c_proj, n_head):
+    qkv = dense(x, c_attn)
+    d = qkv.shape[-1] // 3
+    out = []
+    for q, k, v in zip(*(np.split(qkv[:, i * d:(i + 1) * d], n_head, axis=-1) for i in range(3))):
+        s = q @ k.T / np.sqrt(q.shape[-1])
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        out.append(e / e.sum(axis=-1, keepdims=True) @ v)
+    return np.hstack(out) @ c_proj.w + c_proj.b'''
+OBJECT_RETURN = "    return np.hstack(out) @ c_proj.w + c_proj.b"
+
+
+def _inferred_and_graded(tmp_path, source: str):
+    """The solution's spec inferred for mha, written beside it, and the solution graded with it
+    at full marks in a real kernel. Returns the inferred table and the spec's path."""
+    from conftest import TEST_SETTINGS, expect_slow, graded_at_full_marks, write_notebook
+    from grader.authoring.spec_tools.infer import infer
+    expect_slow()
+    solution = write_notebook(tmp_path / "solution.ipynb", "import numpy as np", source)
+    inferred = infer(solution, tmp_path / "course.toml", TEST_SETTINGS, ["mha"])
+    assert inferred.score[0] == inferred.score[1] > 0, inferred.score
+    (tmp_path / "course.toml").write_text(inferred.text)
+    graded_at_full_marks(solution, str(tmp_path / "course.toml"))
+    return inferred.functions["mha"].table, str(tmp_path / "course.toml")
+
+
+def _sibling(tmp_path, name: str, source: str, line: str, replacement: str):
+    from conftest import write_notebook
+    assert line in source
+    return write_notebook(tmp_path / name, "import numpy as np", source.replace(line, replacement))
+
+
+@pytest.mark.slow
+def test_a_nested_dict_is_inferred_from_its_keys_read_and_passed_on_and_a_missing_projection_is_named(tmp_path):
+    from conftest import planted_mistakes_named
+    table, spec = _inferred_and_graded(tmp_path, NESTED_SOLUTION)
+    assert table["params"] == [{"name": "x", "role": "x"},
+                               {"name": "attn", "role": "dict", "keys": {"c_attn": {"w": "wqkv", "b": "bqkv"},
+                                                                         "c_proj": {"w": "wo", "b": "bo"}}},
+                               {"name": "n_head", "role": "n_heads"}]
+    assert table.get("causal") is True
+    assert 'keys = { c_attn = { w = "wqkv", b = "bqkv" }, c_proj = { w = "wo", b = "bo" } }' in open(spec).read()
+    replacement = "    return np.concatenate(heads, axis=-1)"
+    missing = _sibling(tmp_path, "projection_missing.ipynb", NESTED_SOLUTION, NESTED_RETURN, replacement)
+    _, smallest = planted_mistakes_named(missing, spec, {"mha": (NESTED_RETURN, replacement,
+                                                                 "output projection missing")})
+    assert "attn = {'c_attn': {'w': np.array(" in smallest["mha"]["code"], smallest["mha"]["code"]
+
+
+@pytest.mark.slow
+def test_an_object_is_inferred_from_its_attributes_read_and_a_projection_from_the_wrong_side_is_named(tmp_path):
+    from conftest import grade, planted_mistakes_named
+    table, spec = _inferred_and_graded(tmp_path, OBJECT_SOLUTION)
+    assert table["params"] == [{"name": "x", "role": "x"},
+                               {"name": "c_attn", "role": "object", "attributes": {"w": "wqkv", "b": "bqkv"}},
+                               {"name": "c_proj", "role": "object", "attributes": {"w": "wo", "b": "bo"}},
+                               {"name": "n_head", "role": "n_heads"}]
+    replacement = "    return np.hstack(out) @ c_proj.w.T + c_proj.b"
+    transposed = _sibling(tmp_path, "projection_transposed.ipynb", OBJECT_SOLUTION, OBJECT_RETURN, replacement)
+    _, smallest = planted_mistakes_named(transposed, spec, {"mha": (OBJECT_RETURN, replacement,
+                                                                    "output projection applied on the wrong side")})
+    code = smallest["mha"]["code"]
+    assert "from types import SimpleNamespace" in code and "c_proj = SimpleNamespace(w=np.array(" in code, code
+    # Scaling an attribute's array in place (and undoing it in the result) still returns the
+    # right output, but changes the caller's object: read back after the call, it is seen.
+    scaled = _sibling(tmp_path, "scales_in_place.ipynb", OBJECT_SOLUTION, OBJECT_RETURN,
+                      "    c_proj.w *= 2\n    return np.hstack(out) @ c_proj.w / 2 + c_proj.b")
+    checks = {c.kind: c for c in grade(scaled, spec).checks}
+    assert checks["random_shapes"].status == "passed"
+    unmodified = checks["inputs_unmodified"]
+    assert unmodified.status == "failed" and "changed its argument `c_proj` in place" in unmodified.message
+
+
+def _signature(source: str, name: str):
+    import nbformat
+    from grader.authoring.spec_tools.signatures import notebook_functions
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    return next(s for s in notebook_functions(nb) if s.name == name)
+
+
+def _first_table(source: str, name: str) -> dict:
+    from grader.authoring.spec_tools.candidates import candidates
+    found = candidates(_signature(source, name))
+    assert found.found, found.why_none
+    return found.found[0].table
+
+
+def test_what_a_block_passes_on_as_keywords_is_read_through_every_function_it_reaches():
+    """picoGPT's block passes its attention dict on as keywords (`mha(x, **attn, n_head=...)`),
+    whose layers are passed on again (`linear(x, **c_attn)`): the block's `attn` is a dict of
+    dicts, with the keys each function reads, and `n_head` given by name is not one of them."""
+    source = NESTED_SOLUTION.replace("def mha(x, attn, n_head):", "def mha_inner(x, attn, n_head):") + '''
+
+def mha(x, c_attn, c_proj, n_head):
+    return linear(np.hstack([x]), **c_proj) if n_head < 0 else linear(x, **c_attn)
+
+def block(x, attn, n_head):
+    return x + mha(x, **attn, n_head=n_head)'''
+    held = _signature(source, "block").params[1].held
+    assert held.kind == "dict" and held.keys == ("c_attn", "c_proj")
+    assert [(k, inner.kind, inner.keys) for k, inner in held.items] == [("c_attn", "dict", ("w", "b")),
+                                                                       ("c_proj", "dict", ("w", "b"))]
+
+
+@pytest.mark.parametrize("body, table", [
+    ("return x @ c_attn.w.T + c_attn.b.reshape(1, -1) + c_attn.w.shape[0]",
+     {"name": "c_attn", "role": "object", "attributes": {"w": "wqkv", "b": "bqkv"}}),
+    ('return x @ c_attn.get("w") + c_attn["b"]', {"name": "c_attn", "role": "dict", "keys": {"w": "wqkv", "b": "bqkv"}}),
+    ("return x @ attn.c_attn.w + attn.c_attn.b",
+     {"name": "attn", "role": "object", "attributes": {"c_attn": {"w": "wqkv", "b": "bqkv"}}}),
+    ('return x @ attn["c_attn"].w + attn["c_attn"].b',
+     {"name": "attn", "role": "dict", "keys": {"c_attn": {"role": "object", "attributes": {"w": "wqkv", "b": "bqkv"}}}}),
+])
+def test_keys_and_attributes_read_make_a_dict_or_an_object_and_an_array_s_own_attributes_are_not_weights(body, table):
+    source = f"def f(x, {table['name']}):\n    {body}"
+    assert _first_table(source, "f")["params"][1] == table
+
+
+def test_an_object_passed_to_a_helper_is_read_as_the_helper_reads_it():
+    signature = _signature(OBJECT_SOLUTION, "mha")
+    assert [(p.name, p.held and (p.held.kind, p.held.keys)) for p in signature.params] == [
+        ("x", None), ("c_attn", ("object", ("w", "b"))), ("c_proj", ("object", ("w", "b"))), ("n_head", None)]
+
+
+def test_a_dict_nested_deeper_than_a_spec_takes_is_refused_with_the_reason():
+    from grader.authoring.spec_tools.candidates import candidates
+    found = candidates(_signature('def f(x, p):\n    return x @ p["a"]["b"]["c_attn"]["w"]', "f"))
+    assert not found.found and "nest 2 deep at most" in found.why_none, found.why_none
