@@ -332,3 +332,10 @@ def test_a_dict_nested_deeper_than_a_spec_takes_is_refused_with_the_reason():
     from grader.authoring.spec_tools.candidates import candidates
     found = candidates(_signature('def f(x, p):\n    return x @ p["a"]["b"]["c_attn"]["w"]', "f"))
     assert not found.found and "nest 2 deep at most" in found.why_none, found.why_none
+
+
+def test_a_weights_name_read_by_no_key_or_attribute_says_so():
+    from grader.authoring.spec_tools.candidates import candidates
+    found = candidates(_signature("def f(x, c_attn):\n    return x @ c_attn.T", "f"))
+    assert "`c_attn` would hold weights (a dict or an object), but the function reads no key or attribute of it " \
+           "by name" in found.why_none

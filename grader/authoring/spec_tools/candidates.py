@@ -254,8 +254,8 @@ def candidates(signature: Signature, object_table: dict | None = None) -> Candid
     per_param = [_param_options(p) for p in signature.params]
     for param, options in zip(signature.params, per_param):
         if not options and guesses(param.name):
-            return Candidates([], f"its parameter `{param.name}` would be a dict, but the function reads no key "
-                                  "of it by name")
+            return Candidates([], f"its parameter `{param.name}` would hold weights (a dict or an object), but "
+                                  "the function reads no key or attribute of it by name")
         if not options:
             return Candidates([], f"its parameter `{param.name}` has a name no role is known by")
     found: list[Candidate] = []
