@@ -103,6 +103,8 @@ def test_a_class_attribute_may_be_an_object():
      "{ role = \"dict\" or \"object\", ... }"),
     ((X, '{ name = "p", role = "dict", keys = { c = { role = "object", name = "q", attributes = { w = "wq" } } } }'),
      "param p key 'c': a key holds a role as text"),
+    ((X, '{ name = "p", role = "dict", keys = { c = { role = ["dict"], keys = { w = "wq" } } } }'),
+     "param p key 'c': a key holds a role as text"),
     ((X, '{ name = "attn", role = "dict", keys = { c_attn = { w = "wout" } } }'),
      "param attn key 'c_attn': param attn_c_attn key 'w': param attn_c_attn_w: unknown role 'wout'"),
     ((X, '{ name = "attn", role = "dict", keys = { c_attn = { w = "wqkv" }, c_proj = { w = "wqkv" } } }'),

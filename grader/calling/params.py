@@ -160,7 +160,7 @@ def _held(raw: dict, name: str, role: str, where: str, depth: int) -> tuple:
             spelled = {"name": inner, "role": value}
         elif "role" not in value:
             spelled = {"name": inner, "role": role, field: value}
-        elif value["role"] in CONTAINERS and "name" not in value:
+        elif isinstance(value["role"], str) and value["role"] in CONTAINERS and "name" not in value:
             spelled = {**value, "name": inner}
         else:
             fail(inner_where, f"a{'n' * (what == 'attribute')} {what} holds a role as text ({key} = \"wq\"), a "
