@@ -313,11 +313,13 @@ def block(x, attn, n_head):
 @pytest.mark.parametrize("body, table", [
     ("return x @ c_attn.w.T + c_attn.b.reshape(1, -1) + c_attn.w.shape[0]",
      {"name": "c_attn", "role": "object", "attributes": {"w": "wqkv", "b": "bqkv"}}),
-    ('return x @ c_attn.get("w") + c_attn["b"]', {"name": "c_attn", "role": "dict", "keys": {"w": "wqkv", "b": "bqkv"}}),
+    ('return x @ c_attn.get("w") + c_attn["b"]',
+     {"name": "c_attn", "role": "dict", "keys": {"w": "wqkv", "b": "bqkv"}}),
     ("return x @ attn.c_attn.w + attn.c_attn.b",
      {"name": "attn", "role": "object", "attributes": {"c_attn": {"w": "wqkv", "b": "bqkv"}}}),
     ('return x @ attn["c_attn"].w + attn["c_attn"].b',
-     {"name": "attn", "role": "dict", "keys": {"c_attn": {"role": "object", "attributes": {"w": "wqkv", "b": "bqkv"}}}}),
+     {"name": "attn", "role": "dict",
+      "keys": {"c_attn": {"role": "object", "attributes": {"w": "wqkv", "b": "bqkv"}}}}),
 ])
 def test_keys_and_attributes_read_make_a_dict_or_an_object_and_an_array_s_own_attributes_are_not_weights(body, table):
     source = f"def f(x, {table['name']}):\n    {body}"

@@ -6,6 +6,7 @@ attributes (grader/calling/classes.py) are made of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NoReturn
 
 from grader.errors import SpecError
 from grader.reference.masks import FORMS
@@ -77,7 +78,7 @@ def flattened(params) -> tuple[Param, ...]:
                  for inner in (flattened(i for _, i in p.keys) if p.role in CONTAINERS else [p]))
 
 
-def fail(where: str, message: str):
+def fail(where: str, message: str) -> NoReturn:
     raise SpecError(f"{where}: {message}")
 
 
@@ -147,7 +148,8 @@ def _held(raw: dict, name: str, role: str, where: str, depth: int) -> tuple:
     what = "key" if role == "dict" else "attribute"
     table = raw.get(field)
     if not isinstance(table, dict) or not table:
-        fail(where, f"param {name}: a{'n' * (role == 'object')} {role} needs {field} = {{ <{what}> = \"<role>\", ... }}")
+        article = "an" if role == "object" else "a"
+        fail(where, f"param {name}: {article} {role} needs {field} = {{ <{what}> = \"<role>\", ... }}")
     if depth >= MAX_NESTING:
         fail(where, f"param {name}: dicts and objects nest {MAX_NESTING} deep at most (a dict of dicts)")
     held = []

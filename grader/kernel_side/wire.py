@@ -168,10 +168,11 @@ def encode_given(value, depth: int = 0) -> dict:
     object the harness built (a SimpleNamespace: only the grader's arguments are one) comes
     back as a mapping of its attributes, typed "SimpleNamespace", so that what the function
     did to them is seen. A returned value never goes through here."""
-    if depth < MAX_DEPTH and (type(value) is _SimpleNamespace or isinstance(value, dict)):
-        items = _vars(value) if type(value) is _SimpleNamespace else value
+    built = type(value) is _SimpleNamespace
+    if depth < MAX_DEPTH and (built or isinstance(value, dict)):
+        items: dict = _vars(value) if built else value
         pairs = [(k, v) for k, v in list(_dict_items(items)) if type(k) is str][:MAX_ITEMS]
-        return {"kind": "mapping", "type": "SimpleNamespace" if items is not value else type(value).__name__,
+        return {"kind": "mapping", "type": "SimpleNamespace" if built else type(value).__name__,
                 "keys": [k[:200] for k, _ in pairs], "items": [encode_given(v, depth + 1) for _, v in pairs],
                 "length": len(pairs)}
     return encode_value(value, depth)

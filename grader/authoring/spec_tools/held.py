@@ -68,8 +68,9 @@ def held(function: ast.FunctionDef, name: str, others: dict) -> Held | None:
 def _read(reads: _Reads, function: ast.FunctionDef, name: str, others: dict, seen: tuple) -> None:
     called = {id(node.func) for node in ast.walk(function) if isinstance(node, ast.Call)}
     # In the order of the source, so that keys are listed as first used (`x @ p.w + p.b`: w, b).
-    in_order = sorted((node for node in ast.walk(function) if hasattr(node, "lineno")),
-                      key=lambda node: (node.lineno, node.col_offset))
+    in_order: list[ast.expr | ast.stmt] = sorted(
+        (node for node in ast.walk(function) if isinstance(node, (ast.expr, ast.stmt))),
+        key=lambda node: (node.lineno, node.col_offset))
     for node in in_order:
         path = _path(node, name, called)
         if path:
