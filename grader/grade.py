@@ -6,6 +6,7 @@ import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Literal
 
 from grader.judging import answers
@@ -162,7 +163,8 @@ class FunctionProber:
 
 
 def _argument_after(item: dict):
-    """An argument as the kernel says it was after the call: an array, a list or a dict of
+    """An argument as the kernel says it was after the call: an array, a list, a dict or an
+    object (a SimpleNamespace, which comes back as a mapping typed so: wire.encode_given) of
     them (per-head or packed weights), or None where it cannot be read as one."""
     try:
         if item.get("kind") == "array":
@@ -172,7 +174,8 @@ def _argument_after(item: dict):
     if item.get("kind") == "sequence":
         return [_argument_after(i) for i in item["items"]]
     if item.get("kind") == "mapping":
-        return dict(zip(item["keys"], (_argument_after(i) for i in item["items"])))
+        items = dict(zip(item["keys"], (_argument_after(i) for i in item["items"])))
+        return SimpleNamespace(**items) if item.get("type") == "SimpleNamespace" else items
     return None
 
 

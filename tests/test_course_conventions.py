@@ -175,7 +175,7 @@ QKV = 'params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name 
     ('params = [{ name = "s", role = "scores" }]\nreturns = "output"\n', "a softmax helper (role scores) can only"),
     ('params = [{ name = "Q", role = ["q"] }]\nreturns = "output"\n', "param Q: role must be the name of a role"),
     ('params = [{ name = "X", role = "x" }, { name = "p", role = "dict", keys = { w = { role = "wq" } } }]\n'
-     'returns = "output"\n', "param p key 'w': param p_w: role must be the name of a role"),
+     'returns = "output"\n', "param p key 'w': a key holds a role as text (w = \"wq\"), a table of keys, or "),
     ('params = [{ name = "s", role = "scores" }]\nreturns = "weights"\naxis = true\n',
      "axis must be one of -1, 1, 0, not True"),
 ])

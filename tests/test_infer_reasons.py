@@ -42,10 +42,11 @@ def test_a_parameter_no_role_is_known_by_lists_the_roles_and_what_to_write():
 
 def test_a_dict_read_by_no_key_or_by_keys_no_role_is_named_like_says_to_write_its_keys():
     why = _why("def f(x, params):\n    return x @ params")
-    assert "`params` would be a `dict` of roles, but the function reads no key of it by name" in why
+    assert "`params` would hold weights (a dict or an object), but the function reads no key or attribute of it " \
+           "by name" in why
     assert 'params["W_q"]' in why and "**params" in why and "`keys = { KEY = ROLE, ... }`" in why
     why = _why('def f(x, params):\n    return x @ params["alpha"]')
-    assert "`params` is read as a dict, but none of the keys it reads (alpha) is named like a role (x, memory" in why
+    assert "`params` is read as a dict or an object, but none of the keys it reads (alpha) is named like a role (x, memory" in why
 
 
 def test_a_reading_the_spec_refuses_says_which_reading_and_the_spec_s_rule():

@@ -17,7 +17,7 @@ INIT_KEYS = ("method", "params")
 SIZE_ROLES = {"d_model": "the model width D (the tokens' features)",
               "d_k": "the per-head dimension d_k of the queries and keys"}
 # What the weights may go through, and what the constructor may take besides its sizes.
-WEIGHT_ROLES = ("wq", "wk", "wv", "bq", "bk", "bv", "wqkv", "bqkv", "wo", "bo", "dict")
+WEIGHT_ROLES = ("wq", "wk", "wv", "bq", "bk", "bv", "wqkv", "bqkv", "wo", "bo", "dict", "object")
 CONSTRUCT_ROLES = (*SIZE_ROLES, "n_heads", "scale", "causal", *WEIGHT_ROLES)
 # Where each value goes, in the order the grader sends and the harness reports them.
 STAGES = ("construct", "attribute", "init")

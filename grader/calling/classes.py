@@ -13,6 +13,7 @@ what happened at each step.
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -89,6 +90,8 @@ def _shown(value) -> str:
         return f"<list of {len(value)}>"
     if isinstance(value, dict):
         return f"<dict of {', '.join(map(str, value))}>"
+    if isinstance(value, SimpleNamespace):
+        return f"<SimpleNamespace of {', '.join(vars(value))}>"
     return repr(value)
 
 

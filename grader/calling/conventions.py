@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from importlib import resources
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
@@ -348,6 +349,8 @@ class Convention:
         role = param.role
         if role == "dict":
             return {key: self._argument(inner, case, reference) for key, inner in param.keys}
+        if role == "object":
+            return SimpleNamespace(**{name: self._argument(inner, case, reference) for name, inner in param.keys})
         if role == "n_heads":
             return len(case.heads)
         if role == "scale":

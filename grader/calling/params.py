@@ -6,6 +6,7 @@ attributes (grader/calling/classes.py) are made of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NoReturn
 
 from grader.errors import SpecError
 from grader.reference.masks import FORMS
@@ -35,6 +36,7 @@ ROLES = {
     "score_wk": "additive attention: the key's weight W2 in v . tanh(q W1 + k W2)",
     "score_w": "additive attention: one weight on the concatenation [q; k], W1 above W2",
     "score_v": "additive attention: the score vector v in v . tanh(q W1 + k W2)",
+    "object": "an object holding other roles as the attributes given (a types.SimpleNamespace)",
 }
 # Roles the next steps of the calling conventions will give meaning to. A spec naming one is
 # refused in one line rather than graded as if it were absent.
@@ -43,7 +45,14 @@ NOT_SUPPORTED_YET: dict[str, str] = {}
 WEIGHT_ROLES = ("wq", "wk", "wv", "bq", "bk", "bv")
 HEAD_FORMS = ("fused", "per_head", "axis")
 HEAD_FORM_ROLES = (*WEIGHT_ROLES, "q", "k", "v")   # the roles that hold one matrix or vector per head
-PARAM_KEYS = ("name", "role", "heads", "head", "keys", "form", "shape")
+PARAM_KEYS = ("name", "role", "heads", "head", "keys", "attributes", "form", "shape")
+# The roles that hold other roles, each with the field naming what it holds: a dict by key
+# (`p["w"]`, or passed on as `f(**p)`), an object by attribute (`p.w`).
+CONTAINERS = {"dict": "keys", "object": "attributes"}
+# A dict of dicts (or an object of objects) at most: what a call hands back after it is read
+# two levels deep (grader/kernel_side/wire.py, MAX_DEPTH), and picoGPT's `attn["c_attn"]["w"]`
+# is as deep as a course's weights go.
+MAX_NESTING = 2
 MASK_ROLES = ("mask", "key_padding")
 # The weights of an additive (Bahdanau) score network, which replace the dot product.
 SCORE_ROLES = ("score_wq", "score_wk", "score_w", "score_v")
@@ -57,7 +66,7 @@ class Param:
     role: str
     heads: str = "fused"        # fused: heads side by side | per_head: a list | axis: one array, heads axis first
     head: int | None = None     # this one head's matrix (1-based), for conventions with a fixed head count
-    keys: tuple = ()            # role dict: (key, Param) pairs
+    keys: tuple = ()            # role dict: (key, Param) pairs; role object: (attribute, Param) pairs
     form: str | None = None     # role mask or key_padding: how the course spells it (reference/masks.py FORMS)
     shape: str | None = None    # role mask or key_padding: MASK_SHAPES; None: the default
 
@@ -70,11 +79,13 @@ class Param:
 
 
 def flattened(params) -> tuple[Param, ...]:
-    """Every role these params hold: each param, a dict's keys in its place."""
-    return tuple(inner for p in params for inner in ([i for _, i in p.keys] if p.role == "dict" else [p]))
+    """Every role these params hold: each param, what a dict or an object holds (nested ones
+    included) in its place."""
+    return tuple(inner for p in params
+                 for inner in (flattened(i for _, i in p.keys) if p.role in CONTAINERS else [p]))
 
 
-def fail(where: str, message: str):
+def fail(where: str, message: str) -> NoReturn:
     raise SpecError(f"{where}: {message}")
 
 
@@ -86,7 +97,8 @@ def choice(raw: dict, key: str, allowed: tuple, default, where: str):
     return value
 
 
-def parse_param(raw, where: str, inside_dict: bool = False) -> Param:
+def parse_param(raw, where: str, depth: int = 0) -> Param:
+    """One param from its TOML table; `depth`: how many dicts or objects hold it."""
     if isinstance(raw, str):
         fail(where, f"param {raw!r} needs a role: write {{ name = {raw!r}, role = \"...\" }}"[:200])
     if not isinstance(raw, dict):
@@ -116,8 +128,8 @@ def parse_param(raw, where: str, inside_dict: bool = False) -> Param:
             fail(where, f"param {name}: give either head (one head's matrix) or heads, not both")
     form = None
     if role in MASK_ROLES:
-        if inside_dict:
-            fail(where, f"param {name}: a mask is its own param, not a key of a dict")
+        if depth:
+            fail(where, f"param {name}: a mask is its own param, not a key of a dict (or an object's attribute)")
         form = choice(raw, "form", tuple(FORMS), None, f"{where}: param {name}")
     else:
         for key in ("form", "shape"):
@@ -127,15 +139,40 @@ def parse_param(raw, where: str, inside_dict: bool = False) -> Param:
     if shape is not None and not isinstance(shape, str):
         fail(where, f"param {name}: shape must be text such as \"B x Lq x Lk\", not {shape!r}"[:200])
     keys: tuple = ()
-    if role == "dict":
-        if inside_dict:
-            fail(where, f"param {name}: a dict inside a dict is not supported")
-        table = raw.get("keys")
-        if not isinstance(table, dict) or not table:
-            fail(where, f"param {name}: a dict needs keys = {{ <key> = \"<role>\", ... }}")
-        keys = tuple((key, parse_param({"name": f"{name}_{key}" if key.isidentifier() else name, "role": inner},
-                                  f"{where}: param {name} key {key!r}", inside_dict=True))
-                     for key, inner in table.items())
-    elif "keys" in raw:
-        fail(where, f"param {name}: keys applies to role \"dict\" only")
+    if role in CONTAINERS:
+        keys = _held(raw, name, role, where, depth)
+    for other, field in CONTAINERS.items():
+        if field in raw and role != other:
+            fail(where, f"param {name}: {field} applies to role \"{other}\" only")
     return Param(name, role, heads, head, keys, form, shape)
+
+
+def _held(raw: dict, name: str, role: str, where: str, depth: int) -> tuple:
+    """What a dict or an object holds: (key or attribute, Param) pairs. Each value is a role,
+    a table of the same form (a dict in a dict, an object in an object), or a table saying
+    which it is: { role = "object", attributes = { ... } } (or role = "dict", keys = ...)."""
+    field = CONTAINERS[role]
+    what = "key" if role == "dict" else "attribute"
+    table = raw.get(field)
+    if not isinstance(table, dict) or not table:
+        article = "an" if role == "object" else "a"
+        fail(where, f"param {name}: {article} {role} needs {field} = {{ <{what}> = \"<role>\", ... }}")
+    if depth >= MAX_NESTING:
+        fail(where, f"param {name}: dicts and objects nest {MAX_NESTING} deep at most (a dict of dicts)")
+    held = []
+    for key, value in table.items():
+        if role == "object" and (not key.isidentifier() or key.startswith("__")):
+            fail(where, f"param {name}: attribute {key!r} is not a name to set on an object"[:200])
+        inner = f"{name}_{key}" if key.isidentifier() else name
+        inner_where = f"{where}: param {name} {what} {key!r}"
+        if not isinstance(value, dict):
+            spelled = {"name": inner, "role": value}
+        elif "role" not in value:
+            spelled = {"name": inner, "role": role, field: value}
+        elif isinstance(value["role"], str) and value["role"] in CONTAINERS and "name" not in value:
+            spelled = {**value, "name": inner}
+        else:
+            fail(inner_where, f"a{'n' * (what == 'attribute')} {what} holds a role as text ({key} = \"wq\"), a "
+                              f"table of {what}s, or {{ role = \"dict\" or \"object\", ... }}, not {value!r}"[:200])
+        held.append((key, parse_param(spelled, inner_where, depth + 1)))
+    return tuple(held)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
@@ -64,7 +65,7 @@ class InputVariant(Enum):
         self.plain_words, self.rule = plain_words, rule
 
     def convert(self, value):
-        """An argument in this variant's dtype: float arrays only (those in a list or a dict too),
+        """An argument in this variant's dtype: float arrays only (those in a list, a dict or an object too),
         and to an integer dtype only when every value is whole, so that the inputs (and the
         expected values) stay the case's; to float64, integer arrays too (an integer case's
         whole values as floats)."""
@@ -72,6 +73,8 @@ class InputVariant(Enum):
             return [self.convert(v) for v in value]
         if isinstance(value, dict):
             return {k: self.convert(v) for k, v in value.items()}
+        if isinstance(value, SimpleNamespace):
+            return SimpleNamespace(**self.convert(vars(value)))
         if self.dtype is None or not isinstance(value, np.ndarray):
             return value
         if self.dtype is np.float64 and value.dtype.kind in "iu":
@@ -588,13 +591,15 @@ def judge_batch_elements(fn, ctx: Context, results) -> Verdict:
 
 
 def _unchanged(sent, after) -> bool:
-    """An argument is as it was sent: each array of it (those in a list or a dict included)
-    has its shape and values; ints and flags cannot be changed in place."""
+    """An argument is as it was sent: each array of it (those in a list, a dict or an object
+    included) has its shape and values; ints and flags cannot be changed in place."""
     if isinstance(sent, list):
         return isinstance(after, list) and len(after) == len(sent) and all(map(_unchanged, sent, after))
     if isinstance(sent, dict):
         return isinstance(after, dict) and set(after) == set(sent) and all(_unchanged(v, after[k])
                                                                            for k, v in sent.items())
+    if isinstance(sent, SimpleNamespace):
+        return isinstance(after, SimpleNamespace) and _unchanged(vars(sent), vars(after))
     if isinstance(sent, np.ndarray):
         return isinstance(after, np.ndarray) and after.shape == sent.shape and np.array_equal(after, sent)
     return True

@@ -10,6 +10,7 @@ import itertools
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -273,13 +274,14 @@ def differs_from_reference(conv: Convention, explanation: Explanation, observed,
 
 
 def _arrays(arguments) -> list:
-    """The arrays among the arguments, those in a list or a dict (per-head or packed weights) too."""
+    """The arrays among the arguments, those in a list, a dict or an object (per-head or packed
+    weights) too."""
     found = []
     for arg in arguments:
         if isinstance(arg, (list, tuple)):
             found += _arrays(arg)
-        elif isinstance(arg, dict):
-            found += _arrays(list(arg.values()))
+        elif isinstance(arg, (dict, SimpleNamespace)):
+            found += _arrays(list((arg if isinstance(arg, dict) else vars(arg)).values()))
         elif isinstance(arg, np.ndarray):
             found.append(arg)
     return found

@@ -8,6 +8,7 @@ whose only failures are hidden checks gets none, since its existence would tell.
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -96,12 +97,23 @@ def _literal(value, prefix: str = "") -> str:
         return "[" + ", ".join(_literal(v, prefix) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k!r}: {_literal(v, prefix)}" for k, v in value.items()) + "}"
+    if isinstance(value, SimpleNamespace):
+        return "SimpleNamespace(" + ", ".join(f"{k}={_literal(v, prefix)}" for k, v in vars(value).items()) + ")"
     if isinstance(value, np.ndarray):
         if value.dtype == bool:
             return f"np.array({value.tolist()!r})"
         # A mask's -inf (and a broken function's NaN) spelled so that the cell runs as printed.
         return "np.array(" + re.sub(r"\b(inf|nan)\b", r"np.\1", repr(np.round(value, 4).tolist())) + ")"
     return repr(value)
+
+
+def _holds_object(value) -> bool:
+    """Whether a value is, or holds, a SimpleNamespace."""
+    if isinstance(value, SimpleNamespace):
+        return True
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, list) and any(map(_holds_object, value))
 
 
 def _shown(parts: dict, conv: Convention) -> list[str]:
@@ -131,11 +143,11 @@ def _comment(title: str, lines: list[str]) -> list[str]:
 
 
 def _arguments(names, values, by_keyword: bool, lines: list[str]) -> str:
-    """A call's arguments: each array, list or dict becomes a line `name = ...` of its own
-    (appended to `lines`) and is passed by its name; anything else is written as it is."""
+    """A call's arguments: each array, list, dict or object becomes a line `name = ...` of its
+    own (appended to `lines`) and is passed by its name; anything else is written as it is."""
     shown = []
     for name, value in zip(names, values):
-        if isinstance(value, (np.ndarray, list, dict)):
+        if isinstance(value, (np.ndarray, list, dict, SimpleNamespace)):
             lines.extend(f"{name} = {_literal(value, ' ' * len(name + ' = '))}".splitlines())
             shown.append(name)
         else:
@@ -165,7 +177,8 @@ def cell(fn_name: str, params: tuple[str, ...], probe: Probe, outcome: Outcome, 
          by_keyword: bool) -> SmallestCase:
     """The case as a cell: the inputs spelled out, the call, what came back and what was expected."""
     args = outcome.sent or sent_arguments(probe, conv)
-    lines = ["import numpy as np", ""]
+    # An object argument is spelled as the SimpleNamespace the grader passed: the cell imports it.
+    lines = ["import numpy as np", *(["from types import SimpleNamespace"] if _holds_object(args) else []), ""]
     if conv.class_call is None:
         lines.append(f"{fn_name}({_arguments(params, args, by_keyword, lines)})")
     else:

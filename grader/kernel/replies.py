@@ -118,7 +118,8 @@ def call_reply(payload) -> dict:
         after = payload["inputs_after"]
         if not isinstance(after, list) or len(after) > MAX_ITEMS:
             raise BadReply("the arguments after a call are malformed")
-        clean["inputs_after"] = [encoded_value(item, 1) for item in after]
+        # Each argument as wire.encode_given sends it: a dict of dicts is two levels deep.
+        clean["inputs_after"] = [encoded_value(item) for item in after]
     return clean
 
 

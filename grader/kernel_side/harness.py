@@ -280,7 +280,7 @@ def _call(request):
     reply = {"found": True, "name": name, "by_keyword": by_keyword, "value": wire.encode_value(value)}
     if request.get("return_inputs"):
         given = given_after() if given_after else []
-        reply["inputs_after"] = [wire.encode_value(a) for a in args + given]
+        reply["inputs_after"] = [wire.encode_given(a) for a in args + given]
     return reply
 
 

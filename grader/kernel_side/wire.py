@@ -2,7 +2,9 @@
 
 Arguments go in as plain ints and as arrays, each array as its raw bytes in base64 with its
 dtype and shape (an .npy header would be larger than most arguments, and slow to parse), and
-the memory layout the student function is to receive it in; return values come back as
+the memory layout the student function is to receive it in, and as lists, dicts and objects
+(a types.SimpleNamespace, sent as its attributes' names and values) of those, MAX_DEPTH levels
+at most; return values come back as
 arrays, None, sequences of those (two levels at most), or the type name of anything else.
 Returned arrays travel the same way (raw bytes, dtype and shape): the grader accepts only a
 real numeric dtype and exactly the bytes the shape holds, within a bound on their size, so
@@ -17,6 +19,7 @@ functions cannot change how its values are sent.
 import base64
 import math
 from enum import Enum
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -27,7 +30,7 @@ MIME = "application/vnd.attention-grader+json"   # the harness publishes its rep
 CALLS_KEY = "attention_grader_calls"
 MAX_ARRAY_BYTES = 4 * 2**20   # a 64-token attention matrix is 32 KiB
 MAX_ITEMS = 64                # items of a returned sequence that are sent
-MAX_DEPTH = 2                 # sequences within sequences; deeper values are sent as arrays
+MAX_DEPTH = 2                 # containers within containers; deeper returned values are sent as arrays
 VALUE_KINDS = ("array", "none", "other", "sequence", "mapping")
 NUMERIC_KINDS = "biuf"        # the dtype kinds of a decoded array: complex numbers are refused
 TOO_LARGE = f"array larger than {MAX_ARRAY_BYTES // 2**20} MiB"
@@ -36,6 +39,7 @@ _b64encode, _b64decode = base64.b64encode, base64.b64decode
 _array, _ndarray = np.array, np.ndarray
 _asfortranarray, _zeros, _frombuffer, _dtype = np.asfortranarray, np.zeros, np.frombuffer, np.dtype
 _dict_items = dict.items   # the items a dict holds, whatever its subclass says they are
+_SimpleNamespace, _vars = SimpleNamespace, vars
 
 
 class BadValue(Exception):
@@ -69,7 +73,8 @@ def decode_array(encoded: dict) -> np.ndarray:
 def encode_argument(value, layout: Layout = Layout.C) -> dict:
     """A bool or an int as itself; an array as its bytes and the layout it is to be received
     in (the layouts are those of a matrix: an array of any other number of dimensions goes in
-    C order); a list (one matrix per head) or a dict of string keys (packed weights) of those."""
+    C order); a list (one matrix per head), a dict of string keys (packed weights, a layer's
+    {"w": ..., "b": ...}) or an object's attributes (a SimpleNamespace) of those."""
     if isinstance(value, (bool, np.bool_)):
         return {"bool": bool(value)}
     if isinstance(value, (int, np.integer)):
@@ -78,6 +83,8 @@ def encode_argument(value, layout: Layout = Layout.C) -> dict:
         return {"list": [encode_argument(v, layout) for v in value]}
     if isinstance(value, dict):
         return {"dict": [[str(k), encode_argument(v, layout)] for k, v in value.items()]}
+    if isinstance(value, SimpleNamespace):
+        return {"object": [[str(k), encode_argument(v, layout)] for k, v in vars(value).items()]}
     layout = layout if value.ndim == 2 else Layout.C
     return {"raw": _b64encode(np.ascontiguousarray(value).tobytes()).decode("ascii"), "dtype": value.dtype.str,
             "shape": list(value.shape), "layout": layout.value}
@@ -124,17 +131,25 @@ def _raw_array(encoded: dict) -> np.ndarray:
     return _frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
 
 
-def decode_argument(encoded: dict):
+def decode_argument(encoded: dict, depth: int = 0):
     """The argument as the student function receives it: a bool, an int, an array in its
-    layout, or a fresh list or dict of those."""
+    layout, or a fresh list, dict or SimpleNamespace of those, MAX_DEPTH levels at most. Raises
+    BadValue for anything deeper, or an attribute that is not a plain name."""
     if "bool" in encoded:
         return bool(encoded["bool"])
     if "int" in encoded:
         return int(encoded["int"])
+    if any(kind in encoded for kind in ("list", "dict", "object")) and depth >= MAX_DEPTH:
+        raise BadValue(f"an argument nested more than {MAX_DEPTH} levels deep")
     if "list" in encoded:
-        return [decode_argument(v) for v in encoded["list"]]
+        return [decode_argument(v, depth + 1) for v in encoded["list"]]
     if "dict" in encoded:
-        return {str(k): decode_argument(v) for k, v in encoded["dict"]}
+        return {str(k): decode_argument(v, depth + 1) for k, v in encoded["dict"]}
+    if "object" in encoded:
+        attributes = {str(k): decode_argument(v, depth + 1) for k, v in encoded["object"]}
+        if not all(k.isidentifier() and not k.startswith("__") for k in attributes):
+            raise BadValue("an object's attribute that is not a plain name")
+        return _SimpleNamespace(**attributes)
     array = _raw_array(encoded)
     layout = Layout(encoded.get("layout", Layout.C.value))
     if layout is Layout.FORTRAN:
@@ -146,7 +161,22 @@ def decode_argument(encoded: dict):
     return array
 
 
-# Kernel -> grader: what a call returned.
+# Kernel -> grader: what a call returned, and its arguments after it.
+
+def encode_given(value, depth: int = 0) -> dict:
+    """An argument as it is after the call, as encode_value sends a value, except that an
+    object the harness built (a SimpleNamespace: only the grader's arguments are one) comes
+    back as a mapping of its attributes, typed "SimpleNamespace", so that what the function
+    did to them is seen. A returned value never goes through here."""
+    built = type(value) is _SimpleNamespace
+    if depth < MAX_DEPTH and (built or isinstance(value, dict)):
+        items: dict = _vars(value) if built else value
+        pairs = [(k, v) for k, v in list(_dict_items(items)) if type(k) is str][:MAX_ITEMS]
+        return {"kind": "mapping", "type": "SimpleNamespace" if built else type(value).__name__,
+                "keys": [k[:200] for k, _ in pairs], "items": [encode_given(v, depth + 1) for _, v in pairs],
+                "length": len(pairs)}
+    return encode_value(value, depth)
+
 
 def encode_value(value, depth: int = 0) -> dict:
     """What the student function returned, as the kernel sends it: a tuple or list as a

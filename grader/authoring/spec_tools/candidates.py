@@ -9,17 +9,19 @@ first option, so the plainest reading of a function is tried, and kept, first.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import re
 from dataclasses import dataclass
 
 from grader.calling.conventions import MASK_SHAPES, parse_convention
-from grader.calling.params import HEAD_FORM_ROLES, MASK_ROLES, ROLES, SCORE_ROLES
+from grader.calling.params import CONTAINERS, HEAD_FORM_ROLES, MASK_ROLES, ROLES, SCORE_ROLES
 from grader.errors import SpecError
 from grader.reference.masks import FORMS
 from grader.calling.class_table import CONSTRUCT_ROLES
 from grader.calling.class_table import WEIGHT_ROLES as OBJECT_WEIGHT_ROLES
 from grader.authoring.spec_tools.roles import Guess, guesses, key_role, normalised
+from grader.authoring.spec_tools.held import Held
 from grader.authoring.spec_tools.signatures import ClassSignature, Parameter, Signature
 
 # More candidates than this for one function are not tried (the simplest are kept).
@@ -51,9 +53,11 @@ def _param_options(param: Parameter) -> list:
     options: list[tuple[str, dict | None]] = []
     for guess in guesses(param.name):
         if guess.role == "dict":
-            keys = {key: role for key in param.keys if (role := key_role(param.name, key)) is not None}
-            if keys:
-                options.append((f"{param.name}: a dict", {"name": param.name, "role": "dict", "keys": keys}))
+            held = _held_entries(param.name, param.held) if param.held is not None else {}
+            if param.held is not None and held:
+                kind = param.held.kind
+                options.append((f"{param.name}: a{'n' * (kind == 'object')} {kind}",
+                                {"name": param.name, "role": kind, CONTAINERS[kind]: held}))
             continue
         options.append((f"{param.name}: {guess.role}", _param_table(param.name, guess)))
     ranked = [(label, table, rank) for rank, (label, table) in enumerate(options)]
@@ -61,6 +65,39 @@ def _param_options(param: Parameter) -> list:
         a_mask = any(table is not None and table["role"] in MASK_ROLES for _, table in options)
         ranked.append((f"{param.name}: left to its default", OMITTED, MASK_LEFT_OUT if a_mask else len(options)))
     return ranked
+
+
+def _held_entries(name: str, held: Held) -> dict:
+    """A dict's keys or an object's attributes as a spec writes them: each one's role, from the
+    holder's name and its own (roles.key_role), or, for one that holds weights in turn, its own
+    table (saying what it is where a dict holds an object, or an object a dict); those no role
+    fits are left out."""
+    entries: dict = {}
+    for key, inner in held.items:
+        if inner is not None:
+            nested = _held_entries(key, inner)
+            if nested:
+                entries[key] = nested if inner.kind == held.kind else \
+                    {"role": inner.kind, CONTAINERS[inner.kind]: nested}
+        elif (role := key_role(name, key)) is not None:
+            entries[key] = role
+    return entries
+
+
+def table_roles(table: dict) -> set[str]:
+    """The roles a param's table gives: its own, or every role a dict or an object holds."""
+    role = table["role"]
+    if role not in CONTAINERS:
+        return {role}
+    return set().union(*(_held_roles(value, role) for value in table[CONTAINERS[role]].values()))
+
+
+def _held_roles(value, holder: str) -> set[str]:
+    """The roles one key or attribute holds: a role, or a table of the holder's kind (or one
+    saying its own, with a role)."""
+    if isinstance(value, str):
+        return {value}
+    return table_roles(value if "role" in value else {"role": holder, CONTAINERS[holder]: value})
 
 
 def _param_table(name: str, guess: Guess) -> dict:
@@ -72,7 +109,7 @@ def _param_table(name: str, guess: Guess) -> dict:
 
 def _dimensions(params: list[dict], plural: bool) -> list[tuple[str, list]]:
     """The convention-wide choices that apply to these parameters, each option list default first."""
-    roles = {p["role"] for p in params} | {r for p in params if p["role"] == "dict" for r in p["keys"].values()}
+    roles = set().union(*map(table_roles, params))
     dims: list[tuple[str, list]] = []
     helper = "scores" in roles
     additive = bool(roles & set(SCORE_ROLES))
@@ -124,7 +161,7 @@ def _placeholder_returns(roles: set) -> str | list:
 
 
 def _apply(params: list[dict], dims: list[tuple[str, list]], picks: tuple) -> dict:
-    table: dict = {"params": [dict(p, keys=dict(p["keys"])) if "keys" in p else dict(p) for p in params]}
+    table: dict = {"params": copy.deepcopy(params)}
     for (dim, options), pick in zip(dims, picks):
         if dim.startswith(("form:", "shape:")):
             key, names = dim.split(":", 1)
@@ -222,13 +259,14 @@ def _no_role(param: Parameter) -> str:
     """Why a parameter has no role to propose, in the words of the spec's `params`: what to
     write by hand."""
     if guesses(param.name) and param.keys:
-        return (f"its parameter `{param.name}` is read as a dict, but none of the keys it reads "
+        return (f"its parameter `{param.name}` is read as a dict or an object, but none of the keys it reads "
                 f"({', '.join(param.keys[:6])}) is named like a role ({', '.join(ROLES)}): write its "
                 f"`keys = {{ KEY = ROLE, ... }}` by hand")
     if guesses(param.name):
-        return (f"its parameter `{param.name}` would be a `dict` of roles, but the function reads no key of it by "
-                f"name (`{param.name}[\"W_q\"]`, or `**{param.name}` passed on to a notebook function): write "
-                "its `keys = { KEY = ROLE, ... }` by hand")
+        return (f"its parameter `{param.name}` would hold weights (a dict or an object), but the function reads "
+                f"no key or attribute of it by name (`{param.name}[\"W_q\"]`, `{param.name}.w`, or `**{param.name}` "
+                "passed on to a notebook function): write its `keys = { KEY = ROLE, ... }` (or `attributes = "
+                "{ NAME = ROLE, ... }`) by hand")
     return (f"its parameter `{param.name}` has a name no role is known by (roles: {', '.join(ROLES)}): give it "
             f"one by hand, `{{ name = \"{param.name}\", role = ... }}`, or a default to leave it out")
 
@@ -252,7 +290,7 @@ def candidates(signature: Signature, object_table: dict | None = None) -> Candid
         plural = any(g.plural for p in signature.params for g in guesses(p.name)[:1])
         held = [*_object_params(object_table), *({"name": n, "role": r} for n, r in given_globals.items())]
         dims = _dimensions(params + held, plural)
-        roles = {p["role"] for p in params} | {r for p in params if p["role"] == "dict" for r in p["keys"].values()}
+        roles = set().union(*map(table_roles, params))
         for picks in itertools.product(*(enumerate(options) for _, options in dims)):
             table = _apply(params, dims, tuple(option for _, option in picks))
             if not table.get("batch") and any("shape" in p for p in table["params"]):

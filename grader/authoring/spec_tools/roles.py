@@ -61,7 +61,8 @@ NAME_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
      r"|enc|encout|encoutputs?|memory|mem|hs|h|hiddenstates?|states|context|ctx|source|src", ("kv",)),
     (r"state|s|st|sprev|ht|hprev|decoderstate|decoderhidden|dechidden|hidden|prevstate|decoderhiddenstate"
      r"|querystate|query|q", ("q",)),
-    # A parameter used as a dict: its keys' own names say their roles (see Guess.keys).
+    # A parameter holding weights, a dict or an object (what is read from it says which:
+    # held.py): its keys' or attributes' own names say their roles (key_role).
     (r"params|parameters|weights|w|p|theta|state|statedict|paramdict|layer|module|projections"
      r"|cattn|cproj|inproj|outproj|oproj|qkvproj|attn", ("dict",)),
     # One weight on an additive score network's concatenation [q; k]: after the dict, so that
@@ -69,8 +70,8 @@ NAME_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"w|wa|wconcat|wcat|wc|watt|wattention|wenergy|wscore|attnw", ("score_w",)),
 )
 
-# A layer's weight and bias passed as one dict, {"w": ..., "b": ...}, whose keys say only
-# "weight" and "bias": the dict's own name says which layer (GPT-2's c_attn, the packed
+# A layer's weight and bias passed as one dict or object, {"w": ..., "b": ...} or `c_attn.w`,
+# whose keys say only "weight" and "bias": its own name says which layer (GPT-2's c_attn, the packed
 # query, key and value projection, and c_proj, the output projection).
 LAYER_DICTS = ((r"cattn|attn|inproj|qkvproj", {"weight": "wqkv", "bias": "bqkv"}),
                (r"cproj|outproj|oproj", {"weight": "wo", "bias": "bo"}))

@@ -1,6 +1,7 @@
 """The functions a solution notebook defines, read from its source without running it: each
-one's parameters, which of them have defaults, and the keys it reads from a parameter used as
-a dict (`params["W_qkv"]`), which is all a signature says about a packed argument."""
+one's parameters, which of them have defaults, and the keys or attributes it reads from a
+parameter that holds weights (`params["W_qkv"]`, `c_attn.w`: held.py), which is all a
+signature says about a packed argument."""
 from __future__ import annotations
 
 import ast
@@ -9,13 +10,19 @@ from dataclasses import dataclass, replace
 from grader.intake.notebook import code_cells
 from grader.intake.source_scan import is_stub, python_source
 from grader import syntax_tree
+from grader.authoring.spec_tools.held import Held, held
 
 
 @dataclass(frozen=True)
 class Parameter:
     name: str
     has_default: bool
-    keys: tuple[str, ...] = ()    # the string keys the function reads from it, in first-use order
+    held: Held | None = None      # the keys or attributes the function reads from it, and from those
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The keys or attributes read from it, in first-use order."""
+        return self.held.keys if self.held is not None else ()
 
 
 @dataclass(frozen=True)
@@ -32,34 +39,6 @@ class Signature:
         return tuple(p.name for p in self.params)
 
 
-def _keys_read(function: ast.FunctionDef, name: str, others: dict | None = None) -> tuple[str, ...]:
-    """The keys `function` reads from its parameter `name`: by subscription (`params["W_q"]`),
-    or by passing it on as keywords to another of the notebook's functions (`linear(x,
-    **c_attn)` with `def linear(x, w, b)`: the callee's parameters it is not given otherwise)."""
-    keys: list[str] = []
-    for node in ast.walk(function):
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == name \
-                and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
-            if node.slice.value not in keys:
-                keys.append(node.slice.value)
-        for key in _keys_passed_on(node, name, others or {}):
-            if key not in keys:
-                keys.append(key)
-    return tuple(keys)
-
-
-def _keys_passed_on(node: ast.AST, name: str, others: dict) -> list[str]:
-    """The keys a call `callee(..., **name)` makes of `name`: the notebook function callee's
-    parameters that the call does not fill positionally or by another keyword."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in others
-            and any(k.arg is None and isinstance(k.value, ast.Name) and k.value.id == name for k in node.keywords)):
-        return []
-    callee = others[node.func.id].args
-    positional = [a.arg for a in [*callee.posonlyargs, *callee.args]]
-    given = {k.arg for k in node.keywords if k.arg is not None}
-    return [p for p in positional[len(node.args):] + [a.arg for a in callee.kwonlyargs] if p not in given]
-
-
 def _signature(node: ast.FunctionDef, others: dict | None = None) -> Signature | None:
     """Positional parameters only: the grader calls functions positionally (or by these names).
     A function taking *args or required keyword-only arguments cannot be called that way.
@@ -69,7 +48,7 @@ def _signature(node: ast.FunctionDef, others: dict | None = None) -> Signature |
         return None
     positional = [*args.posonlyargs, *args.args]
     first_default = len(positional) - len(args.defaults)
-    params = tuple(Parameter(a.arg, i >= first_default, _keys_read(node, a.arg, others))
+    params = tuple(Parameter(a.arg, i >= first_default, held(node, a.arg, others or {}))
                    for i, a in enumerate(positional))
     return Signature(node.name, params) if params else None
 

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 from grader.authoring.spec_tools.probe import Fit
 from grader.calling.class_table import SIZE_ROLES
+from grader.calling.params import CONTAINERS
+
+
+def _held_words(kind: str, held: dict) -> str:
+    """"a dict of c_attn=(a dict of w=wqkv and b=bqkv) and ...", "an object of w=wqkv and b=bqkv"."""
+    def one(value) -> str:
+        if isinstance(value, str):
+            return value
+        if "role" in value:   # a dict in an object, or an object in a dict
+            return f"({_held_words(value['role'], value[CONTAINERS[value['role']]])})"
+        return f"({_held_words(kind, value)})"
+    return f"a{'n' * (kind == 'object')} {kind} of " + " and ".join(f"{k}={one(v)}" for k, v in held.items())
 
 
 def describe(table: dict) -> str:
     """A convention table in words: each parameter's role, then what is not the default."""
     params = []
     for p in table["params"]:
-        role = p["role"] if p["role"] != "dict" else \
-            "a dict of " + " and ".join(f"{k}={r}" for k, r in p["keys"].items())
+        role = _held_words(p["role"], p[CONTAINERS[p["role"]]]) if p["role"] in CONTAINERS else p["role"]
         extra = [f"form {p['form']}" if "form" in p else "", f"head {p['head']}" if "head" in p else "",
                  f"{p['heads']} heads" if "heads" in p else "", f"shape {p['shape']}" if "shape" in p else ""]
         extra = [e for e in extra if e]
