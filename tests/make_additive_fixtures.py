@@ -73,7 +73,12 @@ OTHERS = {
     "additive_attention": ("    weights = softmax(scores)",
                            "    weights = softmax(scores.T).T",
                            "softmax over the wrong axis (over the queries, not the keys)"),
-    "batched_additive_attention": ("    scores = hidden @ v", "    scores = (hidden / np.tanh(1.0)) @ v",
+    # Scores divided by a constant: no known mistake, still an attempt that loses points. Its
+    # softmax written with the helper, as a student's second draft might.
+    "batched_additive_attention": ("    scores = hidden @ v\n"
+                                   "    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))\n"
+                                   "    weights = weights / weights.sum(axis=-1, keepdims=True)",
+                                   "    weights = softmax((hidden / np.tanh(1.0)) @ v)",
                                    None),
     "bahdanau_context": ("    energies = np.tanh(state @ W_a[:d_s] + annotations @ W_a[d_s:]) @ v_a",
                          "    energies = (state @ W_a[:d_s] + annotations @ W_a[d_s:]) @ v_a",
