@@ -138,7 +138,9 @@ def test_infer_prints_each_reason_in_the_spec_s_words(tmp_path):
             if line.startswith("  left out ")}
     assert set(said) == {"additive_attention", "stacked", "triple", "Layer"}, done.stdout
     assert "parameter `alpha` has a name no role is known by (roles: x, memory" in said["additive_attention"]
-    assert "bahdanau: query=q, keys=kv, W1=score_wq, W2=score_wk, v=score_v; one query, a vector" in done.stdout
+    # Returning the weights only, its keys need not be the values: the plainest reading is kept.
+    assert "bahdanau: query=q, keys=k, W1=score_wq, W2=score_wk, v=score_v; one query, a vector; returns " \
+           "weights" in done.stdout
     assert said["additive_attention"].endswith(ADDITIVE), said["additive_attention"]
     assert "it takes *arrays, and a convention's `params` name each parameter in order" in said["stacked"]
     assert "no reading of its returns matched" in said["triple"] and "item 3 (ndarray" in said["triple"]
