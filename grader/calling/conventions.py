@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
@@ -443,7 +443,10 @@ def vector_row(matrix: np.ndarray) -> np.ndarray:
     return matrix[:1]
 
 
-def _given(value: np.ndarray | None, what: str) -> np.ndarray:
+T = TypeVar("T")
+
+
+def _given(value: T | None, what: str) -> T:
     """A part of the case the convention's params call for; a case made for it has each."""
     if value is None:
         raise ValueError(f"the case has no {what}, which the convention passes")
