@@ -33,8 +33,10 @@ QUERY_EXTRA_WIDTH = 2
 # still runs and is named, and longer and wider (as a memory is) from WIDE_MEMORY_FROM on.
 # Q, K and V given: from WIDE_MEMORY_FROM query tokens on, each head's values are one feature
 # wider than its queries and keys (d_v = d_k + 1, as PyTorch's (N, ..., S, Ev) allows), so that
-# a function assuming Ev == E (a reshape or a split by the keys' width) fails there; the
-# shorter cases keep d_v = d_k, so that such a function's other mistakes still show.
+# a function assuming Ev == E (a reshape by the keys' width) fails there; the shorter cases keep
+# d_v = d_k, so that such a function's other mistakes still show. Not where the function splits
+# fused heads itself (`multi_head_attention(Q, K, V, n_heads)`): a course handing out V = X W_v
+# with W_v shaped like W_q may rightly split V by the queries' d_k, as seed qkv's sample does.
 WIDER_VALUES = 1
 
 
@@ -57,8 +59,9 @@ def head_count(conv: Convention, requested: int) -> int:
 
 def value_width(conv: Convention, n: int, d_k: int) -> int:
     """Each head's value width d_v: wider than d_k on the longer cases of a function given V
-    (it takes no projection, bias or output projection whose shapes would follow)."""
-    given_values = conv.input_stage == 1 and "v" in conv.roles
+    (it takes no projection, bias or output projection whose shapes would follow) that does not
+    split fused heads itself."""
+    given_values = conv.input_stage == 1 and "v" in conv.roles and not conv.splits_heads
     return d_k + WIDER_VALUES if given_values and n >= WIDE_MEMORY_FROM else d_k
 
 
