@@ -158,7 +158,8 @@ class FunctionProber:
         inputs_after = None
         if "inputs_after" in reply:
             inputs_after = [_argument_after(item) for item in reply["inputs_after"]]
-        return Outcome("ok", parts=canonical_parts(self.fn.convention, reply.get("value", {})), sent=args,
+        parts = canonical_parts(self.fn.convention, reply.get("value", {}), reply.get("kept"))
+        return Outcome("ok", parts=parts, sent=args,
                        inputs_after=inputs_after)
 
 
