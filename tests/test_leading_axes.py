@@ -117,3 +117,129 @@ def test_a_mask_broadcastable_over_the_heads_comes_on_the_same_two_leading_axes_
         assert not same(inverted.values["weights_per_head"], conv.expected_parts(case)["weights_per_head"],
                         Tolerance())
     assert seen_wider
+
+
+# spec infer and batch = "any": a solution written for any leading axes, its class keeping the
+# weights on the object, written for these tests from the shapes PyTorch's
+# scaled_dot_product_attention documents: Q (N, ..., L, E), K (N, ..., S, E), V (N, ..., S, Ev),
+# a boolean mask broadcastable to (N, ..., L, S), True meaning ignore.
+ANY_AXES_CLASS = '''class ScaledDotProductAttention:
+    """Attention on any leading axes: Q (N, ..., L, E), K (N, ..., S, E), V (N, ..., S, Ev)
+    give (N, ..., L, Ev); mask, broadcastable to (N, ..., L, S), is True where a key is ignored."""
+
+    def __init__(self):
+        self.attention_scores = None
+
+    def forward(self, Q, K, V, mask=None):
+        scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+        if mask is not None:
+            scores = np.where(mask, -1e10, scores)
+        e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        self.attention_scores = e / e.sum(axis=-1, keepdims=True)
+        return self.attention_scores @ V'''
+# The docstring is what says "any leading axes" to spec infer; without it the same code is
+# read as one leading axis's.
+ONE_AXIS_DOC = ANY_AXES_CLASS.replace("(N, ..., ", "(N, ")
+# Planted: the mask read as keep (True = may attend), a named mistake ("mask inverted").
+MASK_INVERTED = ANY_AXES_CLASS.replace("np.where(mask, -1e10, scores)", "np.where(mask, scores, -1e10)")
+# Not a mistake of the mathematics: the weights are not kept on the object.
+KEEPS_NOTHING = ANY_AXES_CLASS.replace("self.attention_scores = e / e.sum", "weights = e / e.sum") \
+    .replace("return self.attention_scores @ V", "return weights @ V")
+# Written for one leading axis: it loops over it.
+ONE_LEADING_AXIS = '''class ScaledDotProductAttention:
+    def forward(self, Q, K, V, mask=None):
+        outputs, kept = [], []
+        for b in range(Q.shape[0]):
+            scores = Q[b] @ K[b].T / np.sqrt(Q.shape[-1])
+            if mask is not None:
+                scores = np.where(mask[b], -1e10, scores)
+            e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            kept.append(e / e.sum(axis=-1, keepdims=True))
+            outputs.append(kept[-1] @ V[b])
+        self.attention_scores = np.stack(kept)
+        return np.stack(outputs)'''
+
+
+def test_a_source_written_for_any_leading_axes_is_told_from_two_d_code_by_its_ellipses_or_starred_shape():
+    import ast
+
+    from grader.authoring.spec_tools.signatures import any_leading_axes
+    written_for_any = [ANY_AXES_CLASS, "def f(Q, mask):\n    return Q + mask[..., None, :]",
+                       "def f(Q):\n    *batch, L, E = Q.shape\n    return Q.reshape(-1, L, E)"]
+    two_d = [ONE_AXIS_DOC, "def f(Q, K):\n    return Q @ np.swapaxes(K, -1, -2)", "def f(Q):\n    ...",
+             'def f(Q):\n    """Softmax... and so on, ..."""\n    return Q']
+    assert [any_leading_axes(ast.parse(s)) for s in written_for_any] == [True] * 3
+    assert [any_leading_axes(ast.parse(s)) for s in two_d] == [False] * 4
+
+
+def test_the_class_s_attributes_set_after_init_are_read_back_when_probed():
+    import nbformat
+
+    from grader.authoring.spec_tools.signatures import notebook_class_signatures
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(ANY_AXES_CLASS)])
+    (found,), _ = notebook_class_signatures(nb)
+    assert found.graded.self_attributes == ("attention_scores",) and found.graded.any_axes
+    assert found.attributes == ("attention_scores",)   # set in __init__ too, to None
+
+
+def test_words_say_whom_batch_any_fails():
+    from grader.authoring.spec_tools.probe import Fit
+    from grader.authoring.spec_tools.words import describe, differences
+    table = {"params": [{"name": "Q", "role": "q"}], "returns": "output", "batch": True}
+    words = differences(Fit(table, (("batch", True),), 1), Fit({**table, "batch": "any"}, (("batch", "any"),), 1))
+    assert words.startswith('batch = "any"') and "one leading axis only" in words
+    made = {**table, "batch": "any", "class": {"method": "forward", "kept": {"attention_scores": "weights"}}}
+    assert "keeping the weights in self.attention_scores" in describe(made) and "any leading" in describe(made)
+
+
+@pytest.mark.slow
+def test_infer_writes_batch_any_and_the_kept_weights_and_the_spec_tells_the_mistakes_apart(tmp_path):
+    """spec infer on a class written for any leading axes that keeps its weights: batch = "any"
+    (its docstring says (N, ..., L, E), and the one-axis form passes too) and kept = {
+    attention_scores = "weights" }; the spec grades the solution at full marks, names a planted
+    mistake, and fails a class that keeps nothing or handles one leading axis only."""
+    import tomllib
+
+    from conftest import TEST_SETTINGS, expect_slow, write_notebook
+    from grader.authoring.spec_tools.infer import infer
+    from grader.course.spec import load_assignment
+    from grader.grade import grade_path
+    expect_slow()
+
+    def written(name: str, source: str):
+        return write_notebook(tmp_path / name, "import numpy as np", source)
+    inferred = infer(written("solution.ipynb", ANY_AXES_CLASS), tmp_path / "course.toml", TEST_SETTINGS)
+    table = inferred.functions["ScaledDotProductAttention"].table
+    assert table["batch"] == "any" and table["class"]["kept"] == {"attention_scores": "weights"}, table
+    assert {p["name"]: p.get("form") for p in table["params"]}["mask"] == "ignore"
+    assert any(w.startswith("batch = true") for w in inferred.undecided["ScaledDotProductAttention"]), \
+        inferred.undecided
+    assert inferred.score[0] == inferred.score[1] > 0
+    spec = tomllib.loads(inferred.text)["functions"][0]["convention"]
+    assert spec["batch"] == "any" and spec["class"]["kept"] == {"attention_scores": "weights"}
+    (tmp_path / "course.toml").write_text(inferred.text)
+    assignment = load_assignment(str(tmp_path / "course.toml"))
+    solution = grade_path(tmp_path / "solution.ipynb", assignment, TEST_SETTINGS)
+    assert solution.score == solution.max_score > 0, [(c.name, c.message) for c in solution.checks if not c.points]
+    inverted = grade_path(written("inverted.ipynb", MASK_INVERTED), assignment, TEST_SETTINGS)
+    assert inverted.score < inverted.max_score
+    assert any(c.diagnosis == "mask inverted" for c in inverted.checks), [c.diagnosis for c in inverted.checks]
+    nothing = grade_path(written("nothing.ipynb", KEEPS_NOTHING), assignment, TEST_SETTINGS)
+    assert nothing.score < nothing.max_score
+    # Its __init__ sets the attribute to None, which is what the grader reads back.
+    assert any("weights kept in `self.attention_scores` came back as None" in c.message for c in nothing.checks)
+    one_axis = grade_path(written("one_axis.ipynb", ONE_LEADING_AXIS), assignment, TEST_SETTINGS)
+    assert one_axis.score < one_axis.max_score
+
+
+@pytest.mark.slow
+def test_infer_lists_batch_any_without_choosing_it_for_a_source_that_does_not_say_any_axes(tmp_path):
+    from conftest import TEST_SETTINGS, expect_slow, write_notebook
+    from grader.authoring.spec_tools.infer import infer
+    expect_slow()
+    solution = write_notebook(tmp_path / "solution.ipynb", "import numpy as np", ONE_AXIS_DOC)
+    inferred = infer(solution, tmp_path / "course.toml", TEST_SETTINGS)
+    table = inferred.functions["ScaledDotProductAttention"].table
+    assert table.get("batch") != "any" and table["class"]["kept"] == {"attention_scores": "weights"}
+    assert any(w.startswith('batch = "any"') and "one leading axis only" in w
+               for w in inferred.undecided["ScaledDotProductAttention"]), inferred.undecided
