@@ -20,7 +20,7 @@ import numpy as np
 from grader.reference.attention import Case, attention
 from grader.reference.masks import FORMS, FULLY_MASKED_RULES
 
-from grader.calling.class_table import ClassCall, parse_class, parse_globals
+from grader.calling.class_table import ClassCall, parse_class, parse_globals, parse_kept
 from grader.calling.params import (MASK_ROLES, SCORE_ROLES, SEQUENCE_ROLES, WEIGHT_ROLES, Param, choice, fail,
                                    flattened, parse_param)
 from grader.toml_text import load_toml
@@ -87,6 +87,9 @@ class Convention:
     # with those two axes merged.
     leading_axes: bool = False
     class_call: ClassCall | None = None   # a class: how its object is made; params are its method's
+    # A class's parts read off the object after the call, as if returned: (attribute, canonical
+    # part), those parts being the last of `returns`.
+    kept: tuple[tuple[str, str], ...] = ()
     # A softmax helper over one vector: it is given one query's row of scores (1-D) and returns
     # that row's weights; canonically a 1 x Lk matrix.
     vector: bool = False
@@ -244,8 +247,14 @@ class Convention:
         return tuple(_RETURN_NAME.get(p, p) for p in self.returns)
 
     @property
+    def returned(self) -> tuple[str, ...]:
+        """The parts the call returns: every part but those the object keeps."""
+        kept = {part for _, part in self.kept}
+        return tuple(p for p in self.returns if p not in kept)
+
+    @property
     def returns_tuple(self) -> bool:
-        return self.return_keys is None and len(self.returns) > 1
+        return self.return_keys is None and len(self.returned) > 1
 
     def prepare(self, case: Case) -> Case:
         """The case as this convention's function computes it. A function that takes a mask is
@@ -658,7 +667,15 @@ def with_class(conv: Convention, raw: dict, where: str) -> Convention:
     if "class" not in raw:
         return conv
     call = parse_class(raw["class"], where)
-    return replace(conv, class_call=call, flat=conv.flat + call.flat)
+    conv = replace(conv, class_call=call, flat=conv.flat + call.flat)
+    if not isinstance(raw["class"], dict) or "kept" not in raw["class"]:
+        return conv
+    kept = parse_kept(raw["class"]["kept"], where, RETURN_NAMES, call)
+    both = [part for _, part in kept if part in conv.returns]
+    if both:
+        fail(where, f"returns: {both[0]!r} is both returned and kept on the object")
+    # Read as returned parts after those the call returns; made canonical (per head) with them.
+    return replace(conv, returns=conv.returns + tuple(part for _, part in kept), kept=kept)
 
 
 def parse_convention(raw, name: str, where: str) -> Convention:
@@ -709,8 +726,11 @@ def parse_convention(raw, name: str, where: str) -> Convention:
             fail(where, "globals: a global has the name of a parameter")
         conv = replace(conv, global_params=names, flat=conv.flat + flattened(names))
     multi = conv.heads != "one"
-    canonical = tuple(f"{p}_per_head" if multi and p in ("weights", "scores") else p for p in return_names)
-    conv = replace(conv, returns=canonical)
+
+    def canonical(p: str) -> str:
+        return f"{p}_per_head" if multi and p in ("weights", "scores") else p
+    conv = replace(conv, returns=tuple(canonical(p) for p in conv.returns),
+                   kept=tuple((attribute, canonical(p)) for attribute, p in conv.kept))
     _check_roles(conv, where)
     return conv
 
