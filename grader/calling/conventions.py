@@ -27,30 +27,39 @@ from grader.toml_text import load_toml
 
 # How tokens index each canonical part, for the permutation property.
 TOKEN_AXES = {"output": (0,), "q": (0,), "k": (0,), "v": (0,), "heads": (0,),
-              "scores": (0, 1), "weights": (0, 1), "weights_per_head": (0, 1), "scores_per_head": (0, 1)}
+              "scores": (0, 1), "weights": (0, 1), "weights_per_head": (0, 1), "scores_per_head": (0, 1),
+              "mean_weights": (0, 1)}
 # In cross-attention the keys and values come from the memory: permuting the query tokens
 # moves the queries' axis only, and permuting the memory's rows moves the keys' axis only.
 QUERY_AXES = {"output": (0,), "q": (0,), "k": (), "v": (), "heads": (0,),
-              "scores": (0,), "weights": (0,), "weights_per_head": (0,), "scores_per_head": (0,)}
+              "scores": (0,), "weights": (0,), "weights_per_head": (0,), "scores_per_head": (0,),
+              "mean_weights": (0,)}
 MEMORY_AXES = {"output": (), "q": (), "k": (0,), "v": (0,), "heads": (),
-               "scores": (1,), "weights": (1,), "weights_per_head": (1,), "scores_per_head": (1,)}
+               "scores": (1,), "weights": (1,), "weights_per_head": (1,), "scores_per_head": (1,),
+               "mean_weights": (1,)}
 
 PART_WORDS = {"output": "output", "weights": "attention weights", "scores": "attention scores",
               "weights_per_head": "per-head attention weights", "scores_per_head": "per-head attention scores",
-              "heads": "heads' outputs (before the output projection)", "q": "Q", "k": "K", "v": "V"}
+              "heads": "heads' outputs (before the output projection)", "q": "Q", "k": "K", "v": "V",
+              "mean_weights": "attention weights averaged over the heads"}
 
 # The parts whose words are plural ("the attention weights were ...").
-PLURAL_PARTS = ("weights", "scores", "weights_per_head", "scores_per_head", "heads")
+PLURAL_PARTS = ("weights", "scores", "weights_per_head", "scores_per_head", "heads", "mean_weights")
 
 # Canonical parts that are one array per head.
 PER_HEAD_PARTS = ("weights_per_head", "scores_per_head", "heads")
 
-RETURN_NAMES = ("output", "weights", "scores", "q", "k", "v", "heads")
+# Canonical parts that are attention weights, each query's a distribution over the keys: one
+# head's, each head's, or their mean over the heads (PyTorch's MultiheadAttention returns that
+# by default, average_attn_weights=True: B x Lq x Lk where each head's are B x H x Lq x Lk).
+WEIGHT_PARTS = ("weights", "weights_per_head", "mean_weights")
+
+RETURN_NAMES = ("output", "weights", "scores", "q", "k", "v", "heads", "mean_weights")
 
 # The stages of the computation: what an input role starts from and a returned part ends at.
 # Which steps lie in between decides the mistakes a function can make (grader/judging/explain.py).
 INPUT_STAGE = {"x": 0, "q": 1, "k": 1, "v": 1, "kv": 1, "scores": 2}
-RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "heads": 4, "output": 4}
+RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "mean_weights": 3, "heads": 4, "output": 4}
 STEPS = ((1, "projections"), (2, "scores"), (3, "softmax"))
 
 CONVENTION_KEYS = ("description", "params", "returns", "weights", "tokens", "scaled", "axis", "square",
@@ -293,6 +302,10 @@ class Convention:
                 parts[part] = [h[part.removesuffix("_per_head")] for h in heads]
             elif part == "heads":
                 parts[part] = [h["output"] for h in heads]
+            elif part == "mean_weights":
+                if len({h["weights"].shape for h in heads}) > 1:
+                    continue   # a computation whose heads' weights differ in shape predicts no mean
+                parts[part] = mean_over_heads([h["weights"] for h in heads])
             elif part in ("q", "k", "v") and len(heads) > 1:
                 parts[part] = np.concatenate([h[part] for h in heads], axis=1)
             else:
@@ -445,6 +458,11 @@ class Convention:
 
     def _bias(self, b: np.ndarray) -> np.ndarray:
         return b[:, None] if self.columns else b
+
+
+def mean_over_heads(weights: list) -> np.ndarray:
+    """Each head's weights averaged over the heads, entry by entry: one head's are its own."""
+    return weights[0] if len(weights) == 1 else np.mean(np.stack(weights), axis=0)
 
 
 def vector_row(matrix: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ import numpy as np
 from grader.calling import cases as make
 from grader.reference.attention import attention
 from grader.judging.checks import Outcome, Probe
-from grader.calling.conventions import PART_WORDS, Convention
+from grader.calling.conventions import PART_WORDS, WEIGHT_PARTS, Convention
 from grader.judging.explain import SAME_ROW, CORRECT, Predictions, explanations, matches, precision_of, trivial
 from grader.result import CheckResult
 from grader.calling.returns import Tolerance
@@ -298,7 +298,7 @@ def _attended(conv: Convention, outcome: Outcome) -> np.ndarray | None:
 def _returned_weights(conv: Convention, outcome: Outcome) -> tuple | None:
     """The weights one call returned, every head's (a batch's first element), flattened, with
     the value as returned; None when it returned none that can be read."""
-    value = next((outcome.ok_parts.values[p] for p in ("weights", "weights_per_head") if p in outcome.ok_parts.values),
+    value = next((outcome.ok_parts.values[p] for p in WEIGHT_PARTS if p in outcome.ok_parts.values),
                  None)
     try:
         arrays = [np.asarray(v, dtype=np.float64) for v in (value if isinstance(value, list) else [value])]

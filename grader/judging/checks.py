@@ -22,7 +22,7 @@ from grader.reference.sheets import FIXED_DATA
 
 from grader.calling import cases as make
 from grader.calling.classes import changed_messages
-from grader.calling.conventions import PART_WORDS, PER_HEAD_PARTS, PLURAL_PARTS, Convention
+from grader.calling.conventions import PART_WORDS, PER_HEAD_PARTS, PLURAL_PARTS, WEIGHT_PARTS, Convention
 from grader.calling.params import MASK_ROLES
 from grader.judging.explain import CORRECT, Predictions, agrees, differs_from_reference, explanations, harmless
 from grader.calling.returns import Parts, Tolerance, compare, not_returned
@@ -166,7 +166,7 @@ class CheckKind:
 
 
 def _returns_weights(conv: Convention) -> bool:
-    return "weights" in conv.returns or "weights_per_head" in conv.returns
+    return any(part in conv.returns for part in WEIGHT_PARTS)
 
 
 def _failed_call(probe: Probe, outcome: Outcome) -> Verdict | None:
@@ -185,7 +185,7 @@ def weight_heatmaps(conv: Convention, probe: Probe, parts: Parts) -> list:
     batch's first element)."""
     figures = []
     expected = conv.expected_parts(probe.case)
-    for part in ("weights", "weights_per_head"):
+    for part in WEIGHT_PARTS:
         if part not in expected or part not in parts.values:
             continue
         pairs = [(PART_WORDS[part], parts.values[part], expected[part])]
@@ -362,11 +362,13 @@ def _weights_in(parts: Parts) -> list:
         found.append(("attention weights", parts.values["weights"]))
     for i, w in enumerate(parts.values.get("weights_per_head", [])):
         found.append((f"attention weights of head {i + 1}", w))
+    if "mean_weights" in parts.values:
+        found.append((PART_WORDS["mean_weights"], parts.values["mean_weights"]))
     return found
 
 
 def _weight_parts(conv: Convention) -> list[str]:
-    return [p for p in ("weights", "weights_per_head") if p in conv.returns]
+    return [p for p in WEIGHT_PARTS if p in conv.returns]
 
 
 def judge_distribution(fn, ctx: Context, results) -> Verdict:
@@ -500,8 +502,7 @@ def judge_memory_permutation(fn, ctx: Context, results) -> Verdict:
 
 def _causal_parts(conv: Convention) -> list[str]:
     """The returned parts with one row per query: what a later token may not change."""
-    return [p for p in conv.returns if p in ("output", "weights", "weights_per_head", "scores",
-                                              "scores_per_head", "heads")]
+    return [p for p in conv.returns if p in ("output", *WEIGHT_PARTS, "scores", "scores_per_head", "heads")]
 
 
 def _rows(value, last: int, axis: int):

@@ -13,7 +13,7 @@ import numpy as np
 from grader.reference.mistakes import HARMLESS
 
 from grader.judging.checks import Outcome, Probe, probe_tolerance
-from grader.calling.conventions import PART_WORDS, Convention
+from grader.calling.conventions import PART_WORDS, WEIGHT_PARTS, Convention
 from grader.judging.explain import (CORRECT, HANDED_BACK, Predictions, agrees, differs_from_reference, explanations,
                                    precision_agrees, trivial)
 from grader.calling.returns import largest_difference, wanted
@@ -25,12 +25,12 @@ NOT_DIAGNOSED = ("inputs_unmodified", "forbidden_libraries", "memory_layout", "d
 # How a part not returned is named in a diagnosis: "weights not returned".
 NOT_RETURNED_WORDS = {"output": "output", "weights": "weights", "weights_per_head": "weights",
                       "scores": "scores", "scores_per_head": "scores", "heads": "heads' outputs",
-                      "q": "Q", "k": "K", "v": "V"}
+                      "q": "Q", "k": "K", "v": "V", "mean_weights": "weights averaged over the heads"}
 
 
 def _weights_only(observed) -> list:
     """The observations narrowed to the attention weights."""
-    return [(case, {k: v for k, v in values.items() if k in ("weights", "weights_per_head")}, tol)
+    return [(case, {k: v for k, v in values.items() if k in WEIGHT_PARTS}, tol)
             for case, values, tol in observed]
 
 
@@ -151,7 +151,7 @@ def precision_slip(conv: Convention, observed, predictions: Predictions) -> tupl
 def _weight_matrices(values: dict) -> list:
     """Every returned weight matrix of one call (each head's, each batch element's)."""
     found = []
-    for part in ("weights", "weights_per_head"):
+    for part in WEIGHT_PARTS:
         for value in (values[part] if isinstance(values.get(part), list) else [values.get(part)]):
             if value is not None and getattr(value, "ndim", 0) >= 2:
                 found += list(np.asarray(value, dtype=np.float64).reshape(-1, *value.shape[-2:]))

@@ -12,7 +12,7 @@ from grader.calling.returns import Tolerance, canonical_parts, describe_value, s
 
 # The parts a value may be, in order of preference when one value could be two.
 SINGLE_PARTS = ("output", "weights", "scores", "q", "k", "v")
-MULTI_PARTS = ("output", "weights_per_head", "scores_per_head", "heads", "q", "k", "v")
+MULTI_PARTS = ("output", "weights_per_head", "mean_weights", "scores_per_head", "heads", "q", "k", "v")
 RETURN_NAME = {"weights_per_head": "weights", "scores_per_head": "scores"}
 
 
