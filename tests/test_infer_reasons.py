@@ -12,10 +12,13 @@ import pytest
 from conftest import GRADER, expect_slow
 from grader.authoring.spec_tools.candidates import candidates, class_table
 from grader.authoring.spec_tools.infer import ADDITIVE
+from grader.authoring.spec_tools.probe import NOT_CALLED, RAISED, REFUSED, UNREAD, Probed
 from grader.authoring.spec_tools.returned import why_unread
 from grader.authoring.spec_tools.signatures import (notebook_class_signatures, notebook_functions,
                                                     uncallable_functions)
 from grader.calling import cases
+from grader.calling.classes import made_as, sent_arguments
+from grader.judging.checks import Probe
 from grader.calling.conventions import parse_convention
 from grader.calling.params import ROLES
 from grader.calling.returns import Tolerance
@@ -109,6 +112,36 @@ def test_what_came_back_unread_says_which_item_is_no_part_in_the_words_of_return
     assert why_unread(conv, case, encode_value(np.zeros(3)), tol).endswith(f"ndarray (3,), {parts}")
 
 
+def test_the_reason_is_the_simplest_of_the_readings_that_got_furthest():
+    """An unbatched reading that raises on batched code is tried before the batched one whose
+    returns no part is: the reason is the second's, the first to get as far."""
+    probed = Probed()
+    probed.note(RAISED, "called with `query` as x (the simplest reading), the call raised ValueError")
+    probed.note(RAISED, "a later reading raised too")
+    assert probed.why_none.startswith("called with `query` as x")
+    probed.note(UNREAD, "no reading of its returns matched: item 2 is none of the parts")
+    probed.note(NOT_CALLED, "its calls were not made")
+    probed.note(UNREAD, "a later reading whose returns were no part either")
+    assert probed.why_none == "no reading of its returns matched: item 2 is none of the parts"
+    probed.note(REFUSED, "the spec refuses it")
+    assert probed.why_none == "the spec refuses it"
+
+
+def test_how_an_object_was_made_is_said_from_what_the_grader_sent():
+    conv = parse_convention({"params": [{"name": "x", "role": "x"}], "returns": "output", "class": {
+        "method": "forward", "construct": [{"name": "d_model", "role": "d_model"}],
+        "init": {"method": "init_weights", "params": [{"name": "Wq", "role": "wq"}, {"name": "Wk", "role": "wk"},
+                                                      {"name": "Wv", "role": "wv"}]}}}, "t", "t")
+    probe = Probe(conv.prepare(cases.base_case(conv, 7)))
+    assert made_as("Attention", conv, sent_arguments(probe, conv)) == \
+        "Attention(d_model=6), then init_weights(Wq, Wk, Wv)"
+    held = parse_convention({"params": [{"name": "x", "role": "x"}], "returns": "output", "class": {
+        "method": "forward", "attributes": {"W_q": "wq", "W_k": "wk", "W_v": "wv"}}}, "t", "t")
+    probe = Probe(held.prepare(cases.base_case(held, 7)))
+    assert made_as("Attention", held, sent_arguments(probe, held)) == \
+        "Attention() with self.W_q, self.W_k, self.W_v set"
+
+
 # Additive attention whose parameters' names say no role: left out, with the roles to give.
 ADDITIVE_CELL = '''def additive_attention(query, keys, alpha, beta, gamma):
     e = np.tanh(query @ alpha + keys @ beta) @ gamma
@@ -120,6 +153,37 @@ NAMED_ADDITIVE_CELL = ADDITIVE_CELL.replace("additive_attention", "bahdanau").re
     .replace("beta", "W2").replace("gamma", "v")
 
 
+# Batched attention returning each key's weight summed over the queries, which is no part:
+# its unbatched readings raise on `B, L, E = query.shape` before its batched ones are tried.
+POOLED_CELL = '''def pooled(query, key, value, W_q, W_k, W_v):
+    B, L, E = query.shape
+    q, k, v = query @ W_q, key @ W_k, value @ W_v
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(k.shape[-1])
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    w = w / w.sum(axis=-1, keepdims=True)
+    return w @ v, w.sum(axis=1)
+'''
+# Course layers: a softmax over an axis given to the constructor with a default (an axis, left
+# to it), and one whose axis has no default (read as a size: what it raised says how it was made).
+LAYERS_CELL = '''class Softmax:
+    def __init__(self, dim=-1):
+        self.dim = dim
+
+    def forward(self, x):
+        e = np.exp(x - x.max(axis=self.dim, keepdims=True))
+        return e / e.sum(axis=self.dim, keepdims=True)
+
+
+class Narrowing:
+    def __init__(self, dim):
+        self.dim = dim
+
+    def forward(self, x):
+        e = np.exp(x - x.max(axis=self.dim, keepdims=True))
+        return e / e.sum(axis=self.dim, keepdims=True)
+'''
+
+
 @pytest.mark.slow
 def test_infer_prints_each_reason_in_the_spec_s_words(tmp_path):
     expect_slow()
@@ -129,7 +193,8 @@ def test_infer_prints_each_reason_in_the_spec_s_words(tmp_path):
              ADDITIVE_CELL, NAMED_ADDITIVE_CELL,
              "def stacked(*arrays):\n    return arrays",
              "def triple(Q, K, V):\n    out, w = attention(Q, K, V)\n    return out, w, Q + 1",
-             "class Layer:\n    def attend(self, Q, K, V):\n        return attention(Q, K, V)")
+             "class Layer:\n    def attend(self, Q, K, V):\n        return attention(Q, K, V)",
+             POOLED_CELL, LAYERS_CELL)
     solution = tmp_path / "solution.ipynb"
     nbformat.write(nb, solution)
     done = subprocess.run([*GRADER, "spec", "infer", str(solution), "-o", str(tmp_path / "spec.toml")],
@@ -137,7 +202,7 @@ def test_infer_prints_each_reason_in_the_spec_s_words(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     said = {line.split(":")[0].removeprefix("  left out "): line for line in done.stdout.splitlines()
             if line.startswith("  left out ")}
-    assert set(said) == {"additive_attention", "stacked", "triple", "Layer"}, done.stdout
+    assert set(said) == {"additive_attention", "stacked", "triple", "Layer", "pooled", "Narrowing", "Softmax"}, done.stdout
     assert "parameter `alpha` has a name no role is known by (roles: x, memory" in said["additive_attention"]
     # Returning the weights only, its keys need not be the values: the plainest reading is kept.
     assert "bahdanau: query=q, keys=k, W1=score_wq, W2=score_wk, v=score_v; one query, a vector; returns " \
@@ -148,4 +213,9 @@ def test_infer_prints_each_reason_in_the_spec_s_words(tmp_path):
     assert "(output, weights, scores, q, k, v, heads, mean_weights)" in said["triple"]
     assert '`method = "attend"`' in said["Layer"]
     assert ADDITIVE not in said["triple"] and ADDITIVE not in said["stacked"]
+    # Batched: its unbatched readings raise first, its batched ones return what no part is.
+    assert "no reading of its returns matched: on N = 5, D = 6, B = 3" in said["pooled"], said["pooled"]
+    assert "is none of the parts" in said["pooled"] and "raised" not in said["pooled"], said["pooled"]
+    # A size read for `dim` (no default): the reason says how the object was made.
+    assert "on an object made as Narrowing(dim=6), Narrowing.forward(x) raised AxisError" in said["Narrowing"]
     assert Path(tmp_path / "spec.toml").is_file()

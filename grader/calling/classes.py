@@ -113,6 +113,18 @@ def constructor_call(class_name: str, conv: Convention, sent: list) -> str:
     return f"{class_name}({', '.join(f'{p.name}={_shown(v)}' for p, v in zip(call.construct, given))})"
 
 
+def made_as(class_name: str, conv: Convention, sent: list) -> str:
+    """How the object of a call was made, from what the grader sent: `Softmax(dim=6)`, then
+    `init_weights(Wq, ...)`, or with `self.W_q, ...` set."""
+    call = conv.object_call
+    words = constructor_call(class_name, conv, sent)
+    if call.attributes:
+        words += f" with {', '.join(f'self.{p.name}' for p in call.attributes)} set"
+    if call.init:
+        words += f", then {call.init}({', '.join(p.name for p in call.init_params)})"
+    return words
+
+
 def raised(class_name: str, conv: Convention, step: str, sent: list) -> str:
     """The start of a failed call's message, "<what> raised": which step of making the object
     or calling its method raised. `step` comes from the kernel, so it only picks the words."""

@@ -15,6 +15,7 @@ import numpy as np
 from grader.kernel import replies as payloads
 from grader.calling.cases import base_case
 from grader.judging.checks import Probe
+from grader.calling.classes import made_as
 from grader.calling.conventions import Convention, implied_fully_masked, parse_convention
 from grader.errors import SpecError
 from grader.grade import FunctionProber, assignment_kernel
@@ -39,10 +40,22 @@ class Fit:
     rank: int
 
 
+# How far a candidate got, in order: the reason a function none fits is left out is the
+# simplest of those that got furthest (a batched reading whose returns no part is, say, not the
+# unbatched one that raised before it).
+NOT_CALLED, RAISED, UNREAD, REFUSED = range(4)
+
+
 @dataclass
 class Probed:
     fits: list[Fit] = field(default_factory=list)
-    why_none: str = ""       # when no candidate fits: what the simplest one's call did
+    why_none: str = ""       # when no candidate fits: what the one that got furthest did
+    furthest: int = -1       # how far that one got (NOT_CALLED ... REFUSED)
+
+    def note(self, stage: int, why: str) -> None:
+        """A candidate that did not fit, and why: kept if none before it got as far."""
+        if stage > self.furthest:
+            self.furthest, self.why_none = stage, why
 
 
 class KeepingProber(FunctionProber):
@@ -156,6 +169,16 @@ async def _fully_masked(session, fn: FunctionSpec, table: dict, case, settings, 
     return {}
 
 
+def _raised(name: str, candidate: Candidate, conv: Convention, outcome) -> str:
+    """Why a call failed, with the reading it was called with (each candidate before it failed
+    as far, so it is the simplest that got as far) and, for a class, how its object was made."""
+    reading = ", ".join(f"`{p['name']}` as {p['role']}" for p in candidate.table["params"])
+    error = outcome.error
+    if conv.class_call is not None and not error.startswith("constructing "):
+        error = f"on an object made as {made_as(name, conv, outcome.sent)}, {error}"
+    return f"called with {reading} (the simplest reading), {error}"
+
+
 async def _probe_function(session, signature: Signature, found: list[Candidate], settings, deadline,
                           tol: Tolerance) -> Probed:
     probed = Probed()
@@ -173,16 +196,15 @@ async def _probe_function(session, signature: Signature, found: list[Candidate],
             called = await _call_each(session, signature.name, probes[probe.index:probe.index + CHUNK], settings,
                                       deadline)
         if probe.index not in called:
-            probed.why_none = probed.why_none or "its calls were not made (the kernel stopped, or time ran out)"
+            probed.note(NOT_CALLED, "its calls were not made (the kernel stopped, or time ran out)")
             continue
         outcome, value, kept = called[probe.index]
         if outcome.status != "ok":
-            reading = ", ".join(f"`{p['name']}` as {p['role']}" for p in candidate.table["params"])
-            probed.why_none = probed.why_none or f"called with {reading} (the simplest reading), {outcome.error}"
+            probed.note(RAISED, _raised(signature.name, candidate, probe.candidate, outcome))
             continue
         returns = read_returns(probe.candidate, probe.case, value, tol)
         if returns is None:
-            probed.why_none = probed.why_none or why_unread(probe.candidate, probe.case, value, tol)
+            probed.note(UNREAD, why_unread(probe.candidate, probe.case, value, tol))
             continue
         table = {**candidate.table, **returns}
         if kept:
@@ -190,7 +212,7 @@ async def _probe_function(session, signature: Signature, found: list[Candidate],
         try:
             fn = _spec_of(signature.name, table)
         except SpecError as exc:
-            probed.why_none = probed.why_none or str(exc)
+            probed.note(REFUSED, str(exc))
             continue
         if fn.convention.masked:
             table.update(await _fully_masked(session, fn, table, probe.case, settings, deadline, tol))
