@@ -71,6 +71,23 @@ def test_a_constructor_parameter_without_a_role_lists_the_construct_roles():
     assert "by hand in the class table's `construct`" in why
 
 
+def test_a_constructor_s_axis_with_a_default_is_left_to_it_and_a_size_named_dim_is_read_as_one():
+    signatures, _ = notebook_class_signatures(_nb(
+        "class Softmax:\n    def __init__(self, dim=-1):\n        self.dim = dim\n"
+        "    def forward(self, x):\n        return x",
+        "class Norm:\n    def __init__(self, d_model, axis=None):\n        pass\n"
+        "    def forward(self, x):\n        return x",
+        "class Block:\n    def __init__(self, dim, num_heads=2):\n        pass\n"
+        "    def forward(self, x):\n        return x",
+        "class Wide:\n    def __init__(self, dim=512):\n        pass\n"
+        "    def forward(self, x):\n        return x"))
+    tables = {s.name: class_table(s)[0] for s in signatures}
+    assert tables["Softmax"] == {"method": "forward"}
+    assert tables["Norm"]["construct"] == [{"name": "d_model", "role": "d_model"}]
+    assert tables["Block"]["construct"] == [{"name": "dim", "role": "d_model"}, {"name": "num_heads", "role": "n_heads"}]
+    assert tables["Wide"]["construct"] == [{"name": "dim", "role": "d_model"}]
+
+
 def test_a_class_graded_through_another_method_is_told_to_name_it():
     _, why = notebook_class_signatures(_nb(
         "class Attention:\n    def attend(self, x):\n        return x\n    def show(self):\n        pass",
@@ -202,7 +219,7 @@ def test_infer_prints_each_reason_in_the_spec_s_words(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     said = {line.split(":")[0].removeprefix("  left out "): line for line in done.stdout.splitlines()
             if line.startswith("  left out ")}
-    assert set(said) == {"additive_attention", "stacked", "triple", "Layer", "pooled", "Narrowing", "Softmax"}, done.stdout
+    assert set(said) == {"additive_attention", "stacked", "triple", "Layer", "pooled", "Narrowing"}, done.stdout
     assert "parameter `alpha` has a name no role is known by (roles: x, memory" in said["additive_attention"]
     # Returning the weights only, its keys need not be the values: the plainest reading is kept.
     assert "bahdanau: query=q, keys=k, W1=score_wq, W2=score_wk, v=score_v; one query, a vector; returns " \
@@ -218,4 +235,6 @@ def test_infer_prints_each_reason_in_the_spec_s_words(tmp_path):
     assert "is none of the parts" in said["pooled"] and "raised" not in said["pooled"], said["pooled"]
     # A size read for `dim` (no default): the reason says how the object was made.
     assert "on an object made as Narrowing(dim=6), Narrowing.forward(x) raised AxisError" in said["Narrowing"]
+    # `dim=-1` is an axis, left to its default: the layer is a softmax over the last axis.
+    assert "Softmax: an object made as (), holding no weights; its forward takes x=scores" in done.stdout
     assert Path(tmp_path / "spec.toml").is_file()

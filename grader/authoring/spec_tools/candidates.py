@@ -187,6 +187,19 @@ def _first_role(name: str, allowed) -> str | None:
     return next((g.role for g in guesses(name) if g.role in allowed and g.role != "dict" and g.head is None), None)
 
 
+# A constructor parameter named as an axis (`Softmax(dim=-1)`, `LayerNorm(axis=-1)`): the axis
+# a layer computes over, never a size, when its default says so.
+AXIS_NAMES = ("dim", "axis", "softmaxdim", "softmaxaxis")
+
+
+def an_axis(param: Parameter) -> bool:
+    """Whether a constructor's parameter is an axis left to its default: named as one, with a
+    default that is no width (an integer below 2, -1 say, or None). A `dim=512` is a width."""
+    if not param.has_default or normalised(param.name) not in AXIS_NAMES:
+        return False
+    return param.default == "None" or bool(re.fullmatch(r"-?\d+", param.default or "")) and int(param.default) < 2
+
+
 def class_table(cls: ClassSignature) -> tuple[dict | None, str]:
     """How to make the object, as a convention's `class` table, from the class's source: its
     constructor's parameters by their names, and where the weights go, in order of preference:
@@ -194,6 +207,8 @@ def class_table(cls: ClassSignature) -> tuple[dict | None, str]:
     object that holds none). (None, why) when a constructor's parameter has no role."""
     construct = []
     for p in cls.construct:
+        if an_axis(p):
+            continue   # left to its default: taken for the model's width, it would be an axis out of bounds
         role = _first_role(p.name, CONSTRUCT_ROLES)
         if role is None:
             if p.has_default:

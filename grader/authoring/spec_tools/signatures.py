@@ -20,6 +20,8 @@ class Parameter:
     name: str
     has_default: bool
     held: Held | None = None      # the keys or attributes the function reads from it, and from those
+    # Its default when that is a literal number, string, bool or None, as repr() writes it ("-1").
+    default: str | None = None
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -55,9 +57,19 @@ def _signature(node: ast.FunctionDef, others: dict | None = None) -> Signature |
         return None
     positional = [*args.posonlyargs, *args.args]
     first_default = len(positional) - len(args.defaults)
-    params = tuple(Parameter(a.arg, i >= first_default, held(node, a.arg, others or {}))
+    defaults = [None] * first_default + [_literal(d) for d in args.defaults]
+    params = tuple(Parameter(a.arg, i >= first_default, held(node, a.arg, others or {}), defaults[i])
                    for i, a in enumerate(positional))
     return Signature(node.name, params) if params else None
+
+
+def _literal(node: ast.expr) -> str | None:
+    """A default's value as repr() writes it, when it is a literal scalar (`-1`, `None`)."""
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return repr(value) if value is None or isinstance(value, (int, float, str)) else None
 
 
 def _statements(nb) -> list[ast.stmt]:
