@@ -93,10 +93,16 @@ class DefiningCellFailure(_DefiningCellFailureBase, total=False):
     cell_number: int   # `cell` numbered from 1; absent from results of graders before it was added
 
 
-class SmallestCase(TypedDict):
-    """The smallest input a function fails on, as a cell to paste (grader/judging/smallest.py)."""
+class _SmallestCaseBase(TypedDict):
     case: str
     code: str
+
+
+class SmallestCase(_SmallestCaseBase, total=False):
+    """The smallest input a function fails on, as a cell to paste (grader/judging/smallest.py)."""
+    # The notebook globals the function reads its weights from (a convention's `globals`), as
+    # the grader set them for the call: name -> the value as the cell spells it.
+    globals: dict[str, str]
 
 
 class _FunctionInfoBase(TypedDict):

@@ -98,9 +98,7 @@ def planted_mistakes_named(path: Path, assignment: str, planted: dict) -> tuple:
     cells. Returns the result and each function's smallest case."""
     import nbformat
     result = grade(path, assignment)
-    space: dict = {}
-    for cell in nbformat.read(path, as_version=4).cells:
-        exec(cell.source, space)
+    cells = [cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
     smallest = {}
     for function, (_, _, title) in planted.items():
         checks = [c for c in result.checks if c.function == function]
@@ -108,7 +106,12 @@ def planted_mistakes_named(path: Path, assignment: str, planted: dict) -> tuple:
         assert any(title in (c.diagnosis or "") for c in checks), (function, {c.diagnosis for c in checks})
         assert not result.functions[function].get("non_answer"), function
         smallest[function] = result.functions[function]["smallest_failing"]
-        exec(smallest[function]["code"], dict(space))
+        # Pasted into the notebook: its cells run, then the case's cell in the same namespace
+        # (which it may assign to: the notebook globals a function reads).
+        space: dict = {}
+        for source in cells:
+            exec(source, space)
+        exec(smallest[function]["code"], space)
     return result, smallest
 
 

@@ -4,9 +4,14 @@ import numpy as np
 import nbformat
 import pytest
 
-from conftest import SUBMISSIONS, grade
+from conftest import SUBMISSIONS, grade, planted_mistakes_named, write_notebook
 from grader.judging import smallest
-from grader.calling.conventions import CONVENTIONS
+from grader.judging.checks import Outcome, Probe
+from grader.calling.classes import sent_arguments
+from grader.calling.conventions import CONVENTIONS, parse_convention
+from grader.calling.returns import canonical_parts
+from grader.kernel import replies as payloads
+from grader.kernel_side.wire import encode_value
 from grader.reference.attention import attention
 from grader.result import CheckResult, GradeResult
 from grader.report.view import result_view
@@ -39,6 +44,53 @@ def test_no_case_is_looked_for_or_shown_when_only_hidden_checks_failed():
                          functions={"f": {"smallest_failing": {"case": "N = 1", "code": "f(1)"}}})
     assert result_view(result).by_function[0].smallest_failing is None
     assert result_view(result, staff=True).by_function[0].smallest_failing is not None
+
+
+# A lab's cells: its weights as globals, then attention reading them, the scaling forgotten.
+LAB_WEIGHTS = """rng = np.random.default_rng(0)
+Wq, Wk, Wv = (rng.normal(size=(4, 3)) for _ in range(3))"""
+LAB_UNSCALED = """def self_attention(X):
+    Q, K, V = X @ Wq, X @ Wk, X @ Wv
+    w = np.exp(Q @ K.T - (Q @ K.T).max(axis=-1, keepdims=True))
+    return (w / w.sum(axis=-1, keepdims=True)) @ V"""
+LAB_GLOBALS = {"Wq": "wq", "Wk": "wk", "Wv": "wv"}
+
+
+def test_the_cell_of_a_function_reading_globals_assigns_them_as_the_grader_set_them():
+    """Pasted into the lab's notebook, whose own Wq is another shape, the cell computes what the
+    grader saw: it assigns the globals first, and the result records them."""
+    conv = parse_convention({"params": [{"name": "X", "role": "x"}], "returns": "output", "globals": LAB_GLOBALS},
+                            "t", "t")
+    probe = Probe(smallest.candidates(conv, 1)[2])
+    sent = sent_arguments(probe, conv)
+    graded_in: dict = {"np": np, **dict(zip(LAB_GLOBALS, sent[1:]))}
+    exec(LAB_UNSCALED, graded_in)
+    returned = graded_in["self_attention"](sent[0])
+    outcome = Outcome("ok", parts=canonical_parts(conv, payloads.encoded_value(encode_value(returned))), sent=sent)
+    found = smallest.cell("self_attention", ("X",), probe, outcome, conv, by_keyword=False)
+    assert list(found["globals"]) == ["Wq", "Wk", "Wv"]
+    assert found["globals"]["Wq"] == smallest._literal(sent[1])
+    code = found["code"]
+    assert code.index("Wq = ") < code.index("self_attention(X)")
+    notebook: dict = {"np": np}
+    exec(LAB_WEIGHTS, notebook)
+    exec(LAB_UNSCALED, notebook)
+    exec(code, notebook)
+    assert np.allclose(notebook["self_attention"](notebook["X"]), returned)
+
+
+@pytest.mark.slow
+def test_a_lab_reading_globals_gets_a_smallest_case_that_runs_in_its_own_notebook(tmp_path):
+    spec = tmp_path / "lab.toml"
+    spec.write_text('name = "lab"\ntitle = "Lab"\n[[functions]]\nname = "self_attention"\n'
+                    '[functions.convention]\nparams = [{ name = "X", role = "x" }]\nreturns = "output"\n'
+                    'globals = { Wq = "wq", Wk = "wk", Wv = "wv" }\n')
+    path = write_notebook(tmp_path / "lab.ipynb", "import numpy as np", LAB_WEIGHTS, LAB_UNSCALED)
+    result, found = planted_mistakes_named(path, str(spec), {"self_attention": (None, None, "scores not scaled")})
+    case = found["self_attention"]
+    assert list(case["globals"]) == ["Wq", "Wk", "Wv"]
+    assert all(f"{name} = {value}" in case["code"] for name, value in case["globals"].items())
+    assert result.to_json()["functions"]["self_attention"]["smallest_failing"]["globals"] == case["globals"]
 
 
 @pytest.mark.slow

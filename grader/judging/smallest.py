@@ -180,6 +180,16 @@ def cell(fn_name: str, params: tuple[str, ...], probe: Probe, outcome: Outcome, 
     args = outcome.sent or sent_arguments(probe, conv)
     # An object argument is spelled as the SimpleNamespace the grader passed: the cell imports it.
     lines = ["import numpy as np", *(["from types import SimpleNamespace"] if _holds_object(args) else []), ""]
+    given_globals = {}
+    if conv.global_params:
+        # The notebook globals it reads, as the grader set them for the call: assigned before it,
+        # so that the cell computes what the grader saw.
+        given = args[len(params):]
+        given_globals = {p.name: _literal(value) for p, value in zip(conv.global_params, given)}
+        lines.append(f"# the notebook globals {fn_name} reads, as the grader set them")
+        for name, value in given_globals.items():
+            lines.extend(f"{name} = {value}".splitlines())
+        args = args[:len(params)]
     if conv.class_call is None:
         lines.append(f"{fn_name}({_arguments(params, args, by_keyword, lines)})")
     else:
@@ -192,7 +202,10 @@ def cell(fn_name: str, params: tuple[str, ...], probe: Probe, outcome: Outcome, 
         returned = _shown(outcome.parts.values, conv)
     expected = _shown(conv.expected_parts(probe.case), conv)
     lines += _comment("returned: ", returned) + _comment("expected: ", expected)
-    return {"case": probe.case.label.removeprefix(LABEL).strip(), "code": "\n".join(lines)[:8000]}
+    found: SmallestCase = {"case": probe.case.label.removeprefix(LABEL).strip(), "code": "\n".join(lines)[:8000]}
+    if given_globals:
+        found["globals"] = given_globals
+    return found
 
 
 async def find(prober, fn, ctx, checks: list[CheckResult], name: str) -> SmallestCase | None:
