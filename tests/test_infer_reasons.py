@@ -84,7 +84,8 @@ def test_a_constructor_s_axis_with_a_default_is_left_to_it_and_a_size_named_dim_
     tables = {s.name: class_table(s)[0] for s in signatures}
     assert tables["Softmax"] == {"method": "forward"}
     assert tables["Norm"]["construct"] == [{"name": "d_model", "role": "d_model"}]
-    assert tables["Block"]["construct"] == [{"name": "dim", "role": "d_model"}, {"name": "num_heads", "role": "n_heads"}]
+    assert tables["Block"]["construct"] == [{"name": "dim", "role": "d_model"},
+                                            {"name": "num_heads", "role": "n_heads"}]
     assert tables["Wide"]["construct"] == [{"name": "dim", "role": "d_model"}]
 
 

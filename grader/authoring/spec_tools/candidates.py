@@ -195,9 +195,10 @@ AXIS_NAMES = ("dim", "axis", "softmaxdim", "softmaxaxis")
 def an_axis(param: Parameter) -> bool:
     """Whether a constructor's parameter is an axis left to its default: named as one, with a
     default that is no width (an integer below 2, -1 say, or None). A `dim=512` is a width."""
-    if not param.has_default or normalised(param.name) not in AXIS_NAMES:
+    default = param.default
+    if not param.has_default or default is None or normalised(param.name) not in AXIS_NAMES:
         return False
-    return param.default == "None" or bool(re.fullmatch(r"-?\d+", param.default or "")) and int(param.default) < 2
+    return default == "None" or bool(re.fullmatch(r"-?\d+", default)) and int(default) < 2
 
 
 def class_table(cls: ClassSignature) -> tuple[dict | None, str]:
