@@ -75,6 +75,12 @@ class FunctionProber:
         one function in many candidate conventions, and says so here)."""
         return self.fn.convention
 
+    def request(self, probe: Probe, args: list) -> dict:
+        """What the harness is sent for one call."""
+        return {"names": self.fn.names, "params": list(self.fn.params),
+                **classes.request(self.convention_of(probe), args, probe.variant.layout),
+                "return_inputs": probe.return_inputs}
+
     async def run(self, probes: list[Probe]) -> None:
         """Call the function once per distinct probe (checks share some), in the order given,
         and wait for every call's outcome."""
@@ -90,9 +96,7 @@ class FunctionProber:
             return self._fill(0, ("timeout", TIME_USED_UP))
         if not self.session.alive:
             return self._fill(0, ("dead", "not made: the kernel had stopped before this function was called"))
-        requests = [{"names": self.fn.names, "params": list(self.fn.params),
-                     **classes.request(self.convention_of(p), args, p.variant.layout),
-                     "return_inputs": p.return_inputs} for p, args in zip(self.calls, self.sent)]
+        requests = [self.request(p, args) for p, args in zip(self.calls, self.sent)]
         # The requests go as data beside a one-line call: IPython parses only that line.
         end = await self.session.run_calls(f"{HARNESS}.call_sent()", len(requests), self.call_timeout,
                                            remaining, self._received, metadata={wire.CALLS_KEY: requests})
@@ -158,7 +162,8 @@ class FunctionProber:
         inputs_after = None
         if "inputs_after" in reply:
             inputs_after = [_argument_after(item) for item in reply["inputs_after"]]
-        return Outcome("ok", parts=canonical_parts(self.fn.convention, reply.get("value", {})), sent=args,
+        parts = canonical_parts(self.fn.convention, reply.get("value", {}), reply.get("kept"))
+        return Outcome("ok", parts=parts, sent=args,
                        inputs_after=inputs_after)
 
 

@@ -238,7 +238,8 @@ def _attention(case: Case) -> dict:
     per_head = []
     for head in case.heads:
         q, k, v = head_projections(case, head)
-        per_head.append({"q": q, "k": k, "v": v, **attend(q, k, v, case.scaled, keep, case.fully_masked, case.additive)})
+        attended = attend(q, k, v, case.scaled, keep, case.fully_masked, case.additive)
+        per_head.append({"q": q, "k": k, "v": v, **attended})
     concat = np.concatenate([h["output"] for h in per_head], axis=1)
     output = concat if case.wo is None else concat @ case.wo
     if case.wo is not None and case.bo is not None:

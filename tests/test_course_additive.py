@@ -116,7 +116,8 @@ def test_each_additive_mistake_differs_from_the_reference_and_from_the_others(fn
 
 
 @pytest.mark.parametrize("text, words", [
-    (GIVEN.replace(', { name = "va", role = "score_v" }', "") + 'returns = "output"\n', "its score vector (role score_v)"),
+    (GIVEN.replace(', { name = "va", role = "score_v" }', "") + 'returns = "output"\n',
+     "its score vector (role score_v)"),
     (GIVEN.replace('{ name = "W2", role = "score_wk" }', '{ name = "W", role = "score_w" }') + 'returns = "output"\n',
      "apart (score_wq, score_wk) or as one on [q; k] (score_w), not both"),
     (GIVEN.replace('{ name = "W2", role = "score_wk" }, ', "") + 'returns = "output"\n',
@@ -177,11 +178,11 @@ def additive_attention(queries, keys, values, W_q, W_k, w_v):
     return weights @ values, weights
 ''')
     spec = tmp_path / "course.toml"
+    named = (GIVEN.replace('"q"', '"queries"', 1).replace('name = "k"', 'name = "keys"')
+             .replace('name = "v", role = "v"', 'name = "values", role = "v"')
+             .replace('"W1"', '"W_q"').replace('"W2"', '"W_k"').replace('"va"', '"w_v"'))
     spec.write_text('name = "c"\ntitle = "c"\n[[functions]]\nname = "additive_attention"\n'
-                    '[functions.convention]\n' + GIVEN.replace('"q"', '"queries"', 1).replace('name = "k"', 'name = "keys"')
-                    .replace('name = "v", role = "v"', 'name = "values", role = "v"')
-                    .replace('"W1"', '"W_q"').replace('"W2"', '"W_k"').replace('"va"', '"w_v"')
-                    + 'returns = ["output", "weights"]\n')
+                    '[functions.convention]\n' + named + 'returns = ["output", "weights"]\n')
     result = grade(path, str(spec))
     assert result.score == 0 and result.functions["additive_attention"].get("non_answer")
 

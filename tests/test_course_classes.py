@@ -91,7 +91,7 @@ def test_an_object_made_from_the_request_computes_the_reference(name):
         sizes = dict(zip([p.name for p in conv.class_call.construct], sent[len(conv.params):]))
         if "d_model" in sizes:
             assert sizes["d_model"] == probe.case.d
-        method, _, _ = harness._method_of(space[name], request["object"], {"at": ""})
+        method, _, _, _ = harness._method_of(space[name], request["object"], {"at": ""})
         returned = method(*[wire.decode_argument(a) for a in request["args"]])
         returned = returned if isinstance(returned, tuple) else (returned,)
         expected = conv.expected_parts(probe.case)
@@ -128,7 +128,7 @@ def test_per_head_lists_a_dict_and_a_reordered_constructor_reach_the_object():
     for probe in check_probes("random_shapes", fn, Context(seed=4, tolerance=Tolerance())):
         sent = classes.sent_arguments(probe, conv)
         request = classes.request(conv, sent, probe.variant.layout)
-        method, by_keyword, given_after = harness._method_of(_PerHead, request["object"], {"at": ""})
+        method, by_keyword, given_after, _ = harness._method_of(_PerHead, request["object"], {"at": ""})
         assert by_keyword and method.__self__.n_heads == len(probe.case.heads)
         assert isinstance(method.__self__.W_q, list) and len(method.__self__.W_q) == len(probe.case.heads)
         output = method(*[wire.decode_argument(a) for a in request["args"]])

@@ -260,11 +260,12 @@ def _softmax(s, axis=-1):
 
 
 def _heads(q, k, v, n):
-    """Per head (output, weights, scores) of fused Q, K, V (tokens as rows)."""
+    """Per head (output, weights, scores) of fused Q, K, V (tokens as rows); V split by its own
+    width, which may differ from the keys' (d_v != d_k)."""
     found = []
-    for cols in np.split(np.arange(q.shape[1]), n):
+    for cols, values in zip(np.split(np.arange(q.shape[1]), n), np.split(v, n, axis=1)):
         s = q[:, cols] @ k[:, cols].T / np.sqrt(len(cols))
-        found.append((_softmax(s) @ v[:, cols], _softmax(s), s))
+        found.append((_softmax(s) @ values, _softmax(s), s))
     return found
 
 

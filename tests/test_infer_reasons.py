@@ -46,7 +46,8 @@ def test_a_dict_read_by_no_key_or_by_keys_no_role_is_named_like_says_to_write_it
            "by name" in why
     assert 'params["W_q"]' in why and "**params" in why and "`keys = { KEY = ROLE, ... }`" in why
     why = _why('def f(x, params):\n    return x @ params["alpha"]')
-    assert "`params` is read as a dict or an object, but none of the keys it reads (alpha) is named like a role (x, memory" in why
+    assert "`params` is read as a dict or an object, but none of the keys it reads (alpha) is named like a role " \
+           "(x, memory" in why
 
 
 def test_a_reading_the_spec_refuses_says_which_reading_and_the_spec_s_rule():

@@ -56,7 +56,8 @@ def meaning(fn) -> tuple:
                 tuple(sorted((p.name, p.role) for p in made.attributes)), made.init,
                 tuple((p.name, p.role) for p in made.init_params))
     return (params, conv.returns if keys is None else tuple(sorted(conv.returns)), keys, conv.weights, conv.columns,
-            conv.scaled, conv.per_head_returns, conv.causal_inside, conv.fully_masked, conv.batched, made)
+            conv.scaled, conv.per_head_returns, conv.causal_inside, conv.fully_masked, conv.batched, conv.leading_axes,
+            conv.kept, made)
 
 
 # Each golden solution, with the spec it is graded by: built-in or a course's own.

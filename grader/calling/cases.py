@@ -32,6 +32,13 @@ QUERY_EXTRA_WIDTH = 2
 # Three inputs (query, key, value): the key and value sequences are as long and as wide as X's
 # on the shorter cases, so that a function reading the query input for its keys or values
 # still runs and is named, and longer and wider (as a memory is) from WIDE_MEMORY_FROM on.
+# Q, K and V given: from WIDE_MEMORY_FROM query tokens on, each head's values are one feature
+# wider than its queries and keys (d_v = d_k + 1, as PyTorch's (N, ..., S, Ev) allows), so that
+# a function assuming Ev == E (a reshape by the keys' width) fails there; the shorter cases keep
+# d_v = d_k, so that such a function's other mistakes still show. Not where the function splits
+# fused heads itself (`multi_head_attention(Q, K, V, n_heads)`): a course handing out V = X W_v
+# with W_v shaped like W_q may rightly split V by the queries' d_k, as seed qkv's sample does.
+WIDER_VALUES = 1
 
 
 def memory_shape(n: int, d: int) -> tuple[int, int]:
@@ -51,6 +58,14 @@ def head_count(conv: Convention, requested: int) -> int:
     return conv.head_count(requested)
 
 
+def value_width(conv: Convention, n: int, d_k: int) -> int:
+    """Each head's value width d_v: wider than d_k on the longer cases of a function given V
+    (it takes no projection, bias or output projection whose shapes would follow) that does not
+    split fused heads itself."""
+    given_values = conv.input_stage == 1 and "v" in conv.roles and not conv.splits_heads
+    return d_k + WIDER_VALUES if given_values and n >= WIDE_MEMORY_FROM else d_k
+
+
 def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: int,
                 label: str = "", integral: bool = False, batch: int = 1) -> Case:
     """A case fitting the convention. Single-head conventions get d_k = D / h, so per-head
@@ -66,10 +81,11 @@ def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: i
             return rng.integers(-1, 2, size=(rows, cols)).astype(np.float64)
         return rng.normal(size=(rows, cols))
 
+    d_v = value_width(conv, n, d_k)
     heads = []
     for _ in range(n_heads):
         biases = [rng.normal(size=d_k) if role in conv.bias_roles else None for role in ("bq", "bk", "bv")]
-        heads.append(Head(matrix(d, d_k), matrix(d, d_k), matrix(d, d_k), *biases))
+        heads.append(Head(matrix(d, d_k), matrix(d, d_k), matrix(d, d_v), *biases))
     x: np.ndarray
     if integral:
         x = rng.integers(-2, 3, size=(n, d))
@@ -79,6 +95,8 @@ def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: i
     batch = batch if conv.batched else 1
     # H only where the convention has heads: a single-head course has no H to speak of.
     label = label or f"random N = {n}, D = {d}" + (f", H = {n_heads}" if conv.heads != "one" else "")
+    if d_v != d_k:   # what a function assuming Ev == E fails on: said where the student reads the case
+        label += f", d_k = {d_k}, d_v = {d_v}"
     case = Case(x=x, heads=tuple(heads), wo=wo, label=f"{label}, B = {batch}" if conv.batched else label)
     if conv.cross:
         rows, width = key_value_shape(conv, n, d)

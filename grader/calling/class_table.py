@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from grader.calling.params import BLOCK_ROLES, ROLES, SCORE_ROLES, Param, flattened, parse_param
 from grader.errors import SpecError
 
-CLASS_KEYS = ("method", "construct", "attributes", "init")
+CLASS_KEYS = ("method", "construct", "attributes", "init", "kept")
 INIT_KEYS = ("method", "params")
 # Roles only a class's constructor takes: sizes a module is built for. They hold no array, so
 # they are not roles of the attention computation (Convention.flat).
@@ -24,6 +24,8 @@ CONSTRUCT_ROLES = (*SIZE_ROLES, "n_heads", "scale", "causal", *WEIGHT_ROLES)
 STAGES = ("construct", "attribute", "init")
 # The steps of a call that may raise, as the harness names them (anything else: the method).
 RAISING_STEPS = ("construct", "attributes", "init", "method")
+# More attributes than this are not read back after a call: what the kernel sends stays bounded.
+MAX_KEPT = 8
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,29 @@ def parse_globals(raw, where: str) -> tuple[Param, ...]:
     its role (global = role), which the grader sets, for each call, in the function's own copy
     of the notebook's namespace."""
     return _attributes(raw, f"{where}: globals", "global", "the notebook")
+
+
+def parse_kept(raw, where: str, parts: tuple[str, ...], call: ClassCall) -> tuple[tuple[str, str], ...]:
+    """A class table's `kept`: the attributes its method stores parts on (`self.attention_scores
+    = weights`), each with the part it holds, as written (attribute = part), read back after
+    the call as if returned."""
+    where = f"{where}: class: kept"
+    if not isinstance(raw, dict) or not raw or len(raw) > MAX_KEPT:
+        _fail(where, f"must be a table {{ <attribute> = \"<part>\", ... }} of 1 to {MAX_KEPT} attributes")
+    set_on = {p.name for p in call.attributes}
+    found = []
+    for name, part in raw.items():
+        if not name.isidentifier() or name.startswith("__"):
+            _fail(where, f"{name!r} is not an attribute to read off an object"[:200])
+        if name == call.method or name in set_on:
+            what = "the method graded" if name == call.method else "an attribute the weights are set through"
+            _fail(where, f"{name} is {what}, not a part the method keeps")
+        if part not in parts:
+            _fail(where, f"{name}: {part!r} is not a part (parts: {', '.join(parts)})"[:200])
+        found.append((name, part))
+    if len({part for _, part in found}) != len(found):
+        _fail(where, "a part is kept in two attributes")
+    return tuple(found)
 
 
 def parse_class(raw, where: str) -> ClassCall:

@@ -73,7 +73,8 @@ def request(conv: Convention, sent: list, layout) -> dict:
         "construct": {"params": [n for n, _ in of["construct"]], "args": [v for _, v in of["construct"]]},
         "attributes": [[n, v] for n, v in of["attribute"]],
         "init": {"method": call.init, "params": [n for n, _ in of["init"]], "args": [v for _, v in of["init"]]}
-        if call.init else None}}
+        if call.init else None,
+        "kept": [attribute for attribute, _ in conv.kept]}}
 
 
 # Words for what happened.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from grader.reference.attention import Case, attention
 from grader.reference.blocks import ACTIVATIONS, DEFAULT_EPS
 from grader.reference.masks import FORMS, FULLY_MASKED_RULES
 
-from grader.calling.class_table import ClassCall, parse_class, parse_globals
+from grader.calling.class_table import ClassCall, parse_class, parse_globals, parse_kept
 from grader.calling.params import (BLOCK_NORM_ROLES, BLOCK_ROLES, FFN_ROLES, MASK_ROLES, NORM_ROLES, SCORE_ROLES,
                                    SEQUENCE_ROLES, WEIGHT_ROLES, Param, choice, fail, flattened, parse_param)
 from grader.toml_text import load_toml
@@ -89,6 +89,9 @@ class Convention:
     # with those two axes merged.
     leading_axes: bool = False
     class_call: ClassCall | None = None   # a class: how its object is made; params are its method's
+    # A class's parts read off the object after the call, as if returned: (attribute, canonical
+    # part), those parts being the last of `returns`.
+    kept: tuple[tuple[str, str], ...] = ()
     # A softmax helper over one vector: it is given one query's row of scores (1-D) and returns
     # that row's weights; canonically a 1 x Lk matrix.
     vector: bool = False
@@ -271,8 +274,14 @@ class Convention:
         return tuple(_RETURN_NAME.get(p, p) for p in self.returns)
 
     @property
+    def returned(self) -> tuple[str, ...]:
+        """The parts the call returns: every part but those the object keeps."""
+        kept = {part for _, part in self.kept}
+        return tuple(p for p in self.returns if p not in kept)
+
+    @property
     def returns_tuple(self) -> bool:
-        return self.return_keys is None and len(self.returns) > 1
+        return self.return_keys is None and len(self.returned) > 1
 
     def prepare(self, case: Case) -> Case:
         """The case as this convention's function computes it. A function that takes a mask is
@@ -478,7 +487,10 @@ def vector_row(matrix: np.ndarray) -> np.ndarray:
     return matrix[:1]
 
 
-def _given(value: np.ndarray | None, what: str) -> np.ndarray:
+T = TypeVar("T")
+
+
+def _given(value: T | None, what: str) -> T:
     """A part of the case the convention's params call for; a case made for it has each."""
     if value is None:
         raise ValueError(f"the case has no {what}, which the convention passes")
@@ -731,7 +743,15 @@ def with_class(conv: Convention, raw: dict, where: str) -> Convention:
     if "class" not in raw:
         return conv
     call = parse_class(raw["class"], where)
-    return replace(conv, class_call=call, flat=conv.flat + call.flat)
+    conv = replace(conv, class_call=call, flat=conv.flat + call.flat)
+    if not isinstance(raw["class"], dict) or "kept" not in raw["class"]:
+        return conv
+    kept = parse_kept(raw["class"]["kept"], where, RETURN_NAMES, call)
+    both = [part for _, part in kept if part in conv.returns]
+    if both:
+        fail(where, f"returns: {both[0]!r} is both returned and kept on the object")
+    # Read as returned parts after those the call returns; made canonical (per head) with them.
+    return replace(conv, returns=conv.returns + tuple(part for _, part in kept), kept=kept)
 
 
 def parse_convention(raw, name: str, where: str) -> Convention:
@@ -789,8 +809,11 @@ def parse_convention(raw, name: str, where: str) -> Convention:
             fail(where, "globals: a global has the name of a parameter")
         conv = replace(conv, global_params=names, flat=conv.flat + flattened(names))
     multi = conv.heads != "one"
-    canonical = tuple(f"{p}_per_head" if multi and p in ("weights", "scores") else p for p in return_names)
-    conv = replace(conv, returns=canonical)
+
+    def canonical(p: str) -> str:
+        return f"{p}_per_head" if multi and p in ("weights", "scores") else p
+    conv = replace(conv, returns=tuple(canonical(p) for p in conv.returns),
+                   kept=tuple((attribute, canonical(p)) for attribute, p in conv.kept))
     _check_roles(conv, where)
     return conv
 

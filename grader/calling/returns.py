@@ -116,12 +116,12 @@ def wanted(conv: Convention) -> str:
     """What the convention asks a function to return, in words."""
     if conv.return_keys is not None:
         return "a dict with keys " + ", ".join(repr(k) for k in conv.return_keys)
-    return "(" + ", ".join(PART_WORDS[p] for p in conv.returns) + ")"
+    return "(" + ", ".join(PART_WORDS[p] for p in conv.returned) + ")"
 
 
 def _pairs(conv: Convention, encoded: dict, parts: Parts) -> list:
     """(part, encoded value) for each part found where the convention says it is returned."""
-    expected = conv.returns
+    expected = conv.returned
     if conv.return_keys is not None:
         if encoded.get("kind") != "mapping":
             parts.structure.append(f"returned {parts.returned} where {wanted(conv)} was expected")
@@ -158,14 +158,38 @@ def _merged_leading(encoded: dict) -> np.ndarray:
     return value.reshape(-1, *value.shape[2:]) if value.ndim >= 3 else value
 
 
-def canonical_parts(conv: Convention, encoded: dict) -> Parts:
+# How the harness sends an attribute the object does not have after the call.
+NO_ATTRIBUTE = {"kind": "other", "type": "missing", "detail": "no such attribute after the call"}
+
+
+def _kept_pairs(conv: Convention, kept: list | None, parts: Parts) -> list:
+    """(part, encoded value) for each part the object keeps, read back from its attribute; a
+    part whose attribute is not there is said so, in the words of the attribute."""
+    pairs = []
+    for index, (attribute, part) in enumerate(conv.kept):
+        item = kept[index] if kept is not None and index < len(kept) else None
+        verb = "were" if part in PLURAL_PARTS else "was"
+        if item is None:   # only a replaced harness leaves them out
+            parts.unreadable[part] = f"{verb} not read back from `self.{attribute}`: the reply to the call left it out"
+        elif item == NO_ATTRIBUTE:
+            parts.unreadable[part] = f"{verb} not kept: the object has no attribute `{attribute}` after the call"
+        else:
+            pairs.append((part, item))
+    return pairs
+
+
+def canonical_parts(conv: Convention, encoded: dict, kept: list | None = None) -> Parts:
+    """What a call returned, as canonical parts; `kept`: the values of the attributes the
+    convention reads off a class's object after the call (Convention.kept), in its order."""
     parts = Parts(returned=describe_value(encoded))
     read = _merged_leading if conv.leading_axes else _array
-    for name, item in _pairs(conv, encoded, parts):
+    attributes = {part: attribute for attribute, part in conv.kept}
+    for name, item in _pairs(conv, encoded, parts) + _kept_pairs(conv, kept, parts):
         try:
             value = _per_head(item, conv.batched, read) if name in PER_HEAD_PARTS else read(item)
         except Unreadable as exc:
-            parts.unreadable[name] = str(exc)
+            where = f"kept in `self.{attributes[name]}` " if name in attributes else ""
+            parts.unreadable[name] = f"{where}{exc}"
             continue
         if conv.vector and isinstance(value, np.ndarray) and value.ndim == 1:
             value = value[None, :]   # one vector's weights: canonically a 1 x Lk matrix

@@ -123,7 +123,8 @@ def _shown(parts: dict, conv: Convention) -> list[str]:
     lines = []
     # A dict return: each part under its key; otherwise the part's own name (weights, not
     # weights_per_head: the student returns "the weights").
-    keys = dict(zip(conv.returns, conv.return_keys or conv.return_names))
+    keys = dict(zip(conv.returned, conv.return_keys or conv.return_names))
+    keys.update((part, f"{OBJECT}.{attribute}") for attribute, part in conv.kept)   # read off the object
     for part, value in parts.items():
         name = keys.get(part, part)
         value = value if isinstance(value, list) else np.asarray(value)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from grader.calling.class_table import RAISING_STEPS
+from grader.calling.class_table import MAX_KEPT, RAISING_STEPS
 from grader.result import FunctionInfo
 from grader.kernel_side.wire import MAX_DEPTH, MAX_ITEMS, VALUE_KINDS
 
@@ -114,6 +114,11 @@ def call_reply(payload) -> dict:
         clean["error"] = described
         return clean
     clean["value"] = encoded_value(payload.get("value"))
+    if "kept" in payload:   # the attributes a class's method keeps parts in, read after the call
+        kept = payload["kept"]
+        if not isinstance(kept, list) or len(kept) > MAX_KEPT:
+            raise BadReply("the attributes read after a call are malformed")
+        clean["kept"] = [encoded_value(item) for item in kept]
     if "inputs_after" in payload:
         after = payload["inputs_after"]
         if not isinstance(after, list) or len(after) > MAX_ITEMS:

@@ -219,11 +219,30 @@ def _read_back(instance, name):
         return None
 
 
+# What an attribute the object does not have after the call is sent as (returns.NO_ATTRIBUTE).
+_NO_ATTRIBUTE = {"kind": "other", "type": "missing", "detail": "no such attribute after the call"}
+
+
+def _kept(instance, names):
+    """The attributes the method keeps parts in, read after the call and encoded as a return
+    value is (bounded alike); one the object lacks, or whose reading raises, as _NO_ATTRIBUTE."""
+    found = []
+    for name in names[:wire.MAX_ITEMS]:
+        try:
+            value = getattr(instance, str(name))
+        except Exception:  # noqa: BLE001 - a property may raise: the part is then not kept
+            found.append(dict(_NO_ATTRIBUTE))
+            continue
+        found.append(wire.encode_value(value))
+    return found
+
+
 def _method_of(cls, spec, step):
     """A new object of the student's class, made from the grader's values (constructor, then
     the attributes, then the init method), and its graded method. `step` says how far it got,
     for a step that raises. Returns (method, whether a call went by keyword, a function that
-    gives every value the object was handed as it is after the call, in the wire's order)."""
+    gives every value the object was handed as it is after the call, in the wire's order, and
+    one that gives the attributes it keeps parts in, encoded)."""
     step["at"] = "construct"
     construct = [wire.decode_argument(a) for a in spec["construct"]["args"]]
     if not isinstance(cls, type):
@@ -248,7 +267,7 @@ def _method_of(cls, spec, step):
     def given_after():
         return construct + [_read_back(instance, name) for name, _ in attributes] + init_args
 
-    return method, keyword, given_after
+    return method, keyword, given_after, lambda: _kept(instance, spec.get("kept") or [])
 
 
 def _call(request):
@@ -260,16 +279,20 @@ def _call(request):
     args = wire.decode_arguments(request["args"])
     params = request["params"]
     spec, step, given_after, by_keyword = request.get("object"), {"at": "method"}, None, False
+    read_kept, kept = None, None
     try:
         if spec is None:
             fn = _as_defined(name, fn)
             if request.get("globals"):
                 fn, given_after = _with_globals(fn, request["globals"])
         else:
-            fn, by_keyword, given_after = _method_of(fn, spec, step)
+            fn, by_keyword, given_after, read_kept = _method_of(fn, spec, step)
         method_keyword = _by_keyword(fn, params)
         by_keyword = by_keyword or method_keyword
         value = _invoke(fn, params, args, method_keyword)
+        # Read inside the call: reading an attribute may run the student's code (a property),
+        # which is timed and interrupted as the call is.
+        kept = read_kept() if read_kept is not None and spec.get("kept") else None
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - student code may raise anything
         if _calls["interrupted"]:
             raise   # the grader's interrupt, at this call's timeout: it ends the run
@@ -278,6 +301,8 @@ def _call(request):
             error["step"] = step["at"]
         return {"found": True, "name": name, "by_keyword": by_keyword, "error": error}
     reply = {"found": True, "name": name, "by_keyword": by_keyword, "value": wire.encode_value(value)}
+    if kept is not None:
+        reply["kept"] = kept
     if request.get("return_inputs"):
         given = given_after() if given_after else []
         reply["inputs_after"] = [wire.encode_given(a) for a in args + given]

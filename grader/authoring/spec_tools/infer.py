@@ -27,7 +27,7 @@ from grader.toml_text import dumps
 from grader.authoring.spec_tools.candidates import candidates, class_table
 from grader.authoring.spec_tools.probe import Fit, probe_all
 from grader.authoring.spec_tools.words import describe, differences
-from grader.authoring.spec_tools.signatures import (Signature, notebook_class_signatures, notebook_classes,
+from grader.authoring.spec_tools.signatures import (notebook_class_signatures, notebook_classes,
     notebook_functions, uncallable_functions, why_no_function)
 
 # The convention every setup spec can parse: the kernel for probing is set up from the spec's
@@ -124,12 +124,47 @@ def _others(chosen: Fit, later: list[Fit]) -> list[tuple[int, Fit, str]]:
     return [(number, other, words) for number, (other, words) in enumerate(found[:MAX_OTHERS], 1)]
 
 
+# The number a function's fit on any leading axes is graded as, after its other alternatives.
+ANY_AXES_NUMBER = MAX_OTHERS + 1
+
+
+def _any_axes(fits: list[Fit]) -> tuple[Fit, Fit] | None:
+    """The first batched fit of `fits` (the chosen one, then the others graded beside it), and
+    that fit on any leading axes (batch = "any": the same calls, the batch on two leading axes);
+    None when none is batched."""
+    for fit in fits:
+        if fit.table.get("batch") is True:
+            choices = tuple(("batch", "any") if c == ("batch", True) else c for c in fit.choices)
+            return fit, Fit({**fit.table, "batch": "any"}, choices, fit.rank)
+    return None
+
+
 def _alternative(name: str, fit: Fit, number: int) -> FunctionSpec:
     """Another convention that fit the probe, graded beside the chosen one in the same run: a
     function of its own name in the result, calling the solution's `name` (as an alias)."""
     fn = parse(dumps({"name": "alternative", "functions": [{"name": name, "convention": fit.table}]}),
                "alternative").functions[0]
     return replace(fn, name=f"{name} (alternative {number})", aliases=(name,))
+
+
+def _choose_any_axes(name: str, chosen: dict[str, Fit], full: list[tuple[Fit, str]],
+                     on_any: tuple[Fit, Fit] | None, written_for_any: bool, result: GradeResult) -> str:
+    """Where the solution earns every point with its first batched fit both as it is (one
+    leading axis) and on any leading axes, say so among the alternatives (`full`); when its
+    source is written for any leading axes, choose the latter instead (`chosen[name]`, and
+    `full` in words from it). Returns the name the chosen convention was graded under."""
+    if on_any is None or _points_lost(result, f"{name} (alternative {ANY_AXES_NUMBER})"):
+        return name
+    one_axis, fit = on_any
+    if one_axis is not chosen[name] and all(one_axis is not other for other, _ in full):
+        return name   # the one-axis form lost points: neither is proposed
+    if not written_for_any:
+        full.append((fit, differences(chosen[name], fit) or ""))
+        return name
+    previous = chosen[name]
+    chosen[name] = fit
+    full[:] = [(other, words) for other in [previous, *(o for o, _ in full)] if (words := differences(fit, other))]
+    return f"{name} (alternative {ANY_AXES_NUMBER})"
 
 
 def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
@@ -178,9 +213,9 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
     for module in classes:
         # A class is graded as its method, called on an object made as its source says.
         table, why = class_table(module)
-        offered = candidates(Signature(module.name, module.method.params), table) if table else None
+        offered = candidates(module.graded, table) if table else None
         if offered is not None and offered.found:
-            proposals.append((Signature(module.name, module.method.params), offered.found))
+            proposals.append((module.graded, offered.found))
         else:
             inferred.left_out[module.name] = f"a class: {why or (offered.why_none if offered else '')}"
     setup = _setup(header, str(output), output.resolve().parent)
@@ -198,29 +233,36 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
     # The simplest fit of each function is graded with every check, with up to two others that
     # fit the probe in other ways beside it (what the output calls undecided); a function whose
     # choice loses points is graded again with its next fit.
+    any_axes = {s.name: s.any_axes for s, _ in proposals}
     tried = {name: 0 for name in fits}
     while tried:
         chosen = {name: fits[name][index] for name, index in tried.items()}
         others = {name: _others(chosen[name], fits[name][tried[name] + 1:]) for name in chosen}
+        # Each function's first batched fit is graded on any leading axes too (_choose_any_axes).
+        on_any = {name: pair for name in chosen
+                  if (pair := _any_axes([chosen[name], *(other for _, other, _ in others[name])]))}
         text = _spec_text(header, chosen, solution)
         assignment = parse(text, str(output), output.resolve().parent)
         beside = tuple(_alternative(name, other, number) for name in chosen for number, other, _ in others[name])
+        beside += tuple(_alternative(name, fit, ANY_AXES_NUMBER) for name, (_, fit) in on_any.items())
         # Each run gets the notebook as read: running one changes it (the rest of a failed cell).
         result = asyncio.run(grade_notebook(copy.deepcopy(nb), replace(assignment, functions=assignment.functions
                                                                        + beside), settings, solution.name))
         lost = {name: loss for name in chosen if (loss := _points_lost(result, name))}
         if not lost:
-            inferred.text, inferred.functions = text, chosen
             # The solution's own faults: the spec is inferred from what ran, which staff should know.
             inferred.cell_errors = [f"cell {e.cell + 1} raised {e.ename or 'an error'}: {e.evalue}"
                                     for e in result.errors if e.kind == "error"]
-            checks = [c for c in result.checks if c.function in chosen]
-            inferred.score = (sum(c.points for c in checks), sum(c.max_points for c in checks))
+            graded_as = {}
             for name in chosen:
-                full = [words for number, _, words in others[name]
+                full = [(other, words) for number, other, words in others[name]
                         if not _points_lost(result, f"{name} (alternative {number})")]
+                graded_as[name] = _choose_any_axes(name, chosen, full, on_any.get(name), any_axes[name], result)
                 if full:
-                    inferred.undecided[name] = full
+                    inferred.undecided[name] = [words for _, words in full]
+            inferred.text, inferred.functions = _spec_text(header, chosen, solution), chosen
+            checks = [c for c in result.checks if c.function in graded_as.values()]
+            inferred.score = (sum(c.points for c in checks), sum(c.max_points for c in checks))
             break
         for name, why in lost.items():
             tried[name] += 1

@@ -22,7 +22,7 @@ from grader.reference.masks import FULLY_MASKED_RULES
 from grader.calling.returns import Tolerance, same
 from grader.course.spec import Assignment, FunctionSpec
 from grader.authoring.spec_tools.candidates import Candidate
-from grader.authoring.spec_tools.returned import read_returns, why_unread
+from grader.authoring.spec_tools.returned import read_kept, read_returns, why_unread
 from grader.authoring.spec_tools.signatures import Signature
 
 # Fits kept per function: the first to earn full marks when graded is chosen, and those after it
@@ -52,16 +52,29 @@ class KeepingProber(FunctionProber):
     def __init__(self, *args):
         super().__init__(*args)
         self.values: dict[tuple, dict] = {}
+        self.kept: dict[tuple, dict] = {}   # a class's attributes read after the call: name -> value as sent
 
     def convention_of(self, probe: Probe) -> Convention:
         return getattr(probe, "convention", None) or self.fn.convention
 
+    def request(self, probe: Probe, args: list) -> dict:
+        """A class's call also reads back every attribute its methods set on self, to learn
+        which part the object keeps in which (the convention's `kept`)."""
+        sent = super().request(probe, args)
+        read_back = getattr(probe, "read_back", ())
+        if read_back and "object" in sent:
+            sent["object"] = {**sent["object"], "kept": list(read_back)}
+        return sent
+
     def _received(self, index: int, payload) -> None:
         super()._received(index, payload)
         try:
-            self.values[self.calls[index].key] = payloads.indexed_call_reply(payload, index).get("value", {})
+            reply = payloads.indexed_call_reply(payload, index)
         except payloads.BadReply:
-            pass
+            return
+        probe = self.calls[index]
+        self.values[probe.key] = reply.get("value", {})
+        self.kept[probe.key] = dict(zip(getattr(probe, "read_back", ()), reply.get("kept", [])))
 
 
 def _spec_of(name: str, table: dict) -> FunctionSpec:
@@ -75,6 +88,7 @@ class CandidateProbe(Probe):
     the function once per candidate (the kernel's round trip, not the call, is what costs)."""
     convention: Convention | None = None
     index: int = 0
+    read_back: tuple[str, ...] = ()    # a class's attributes to read after the call
 
     @property
     def key(self) -> tuple:
@@ -112,7 +126,8 @@ async def _call_each(session, name: str, probes: list[CandidateProbe], settings,
             stopped = next((i for i, p in enumerate(pending) if prober.outcome(p).status in ("timeout", "dead")),
                            len(pending))
             for probe in pending[:stopped + 1]:
-                results[probe.index] = (prober.outcome(probe), prober.values.get(probe.key, {}))
+                results[probe.index] = (prober.outcome(probe), prober.values.get(probe.key, {}),
+                                        prober.kept.get(probe.key, {}))
             pending = pending[stopped + 1:]
     return results
 
@@ -147,7 +162,9 @@ async def _probe_function(session, signature: Signature, found: list[Candidate],
     probes = []
     for index, candidate in enumerate(found):
         conv = _spec_of(signature.name, candidate.table).convention
-        probes.append(CandidateProbe(conv.prepare(base_case(conv, settings.seed)), convention=conv, index=index))
+        read_back = signature.self_attributes if conv.class_call is not None else ()
+        probes.append(CandidateProbe(conv.prepare(base_case(conv, settings.seed)), convention=conv, index=index,
+                                     read_back=read_back))
     called: dict = {}
     for candidate, probe in zip(found, probes):
         if probe.index % CHUNK == 0:
@@ -158,7 +175,7 @@ async def _probe_function(session, signature: Signature, found: list[Candidate],
         if probe.index not in called:
             probed.why_none = probed.why_none or "its calls were not made (the kernel stopped, or time ran out)"
             continue
-        outcome, value = called[probe.index]
+        outcome, value, kept = called[probe.index]
         if outcome.status != "ok":
             reading = ", ".join(f"`{p['name']}` as {p['role']}" for p in candidate.table["params"])
             probed.why_none = probed.why_none or f"called with {reading} (the simplest reading), {outcome.error}"
@@ -168,6 +185,8 @@ async def _probe_function(session, signature: Signature, found: list[Candidate],
             probed.why_none = probed.why_none or why_unread(probe.candidate, probe.case, value, tol)
             continue
         table = {**candidate.table, **returns}
+        if kept:
+            table.update(read_kept(probe.candidate, probe.case, returns, kept, tol, table["class"]))
         try:
             fn = _spec_of(signature.name, table)
         except SpecError as exc:

@@ -88,3 +88,30 @@ def why_unread(conv: Convention, case: Case, encoded: dict, tol: Tolerance) -> s
 
 def _keys(returns, axis: bool) -> dict:
     return {"returns": returns, **({"per_head_returns": "axis"} if axis else {})}
+
+
+def _returned_names(returns) -> set[str]:
+    """The parts a `returns` value names: one, a list, or a dict's parts."""
+    return {returns} if isinstance(returns, str) else set(returns)
+
+
+def read_kept(conv: Convention, case: Case, returned: dict, kept: dict, tol: Tolerance, made: dict) -> dict:
+    """The convention keys saying which part each attribute a class's object holds after the
+    call is (`kept` in its class table, from `made`; `per_head_returns` for a heads axis), of
+    the parts not returned already; {} when none is a part."""
+    expected = _every_part(conv, case)
+    taken = _returned_names(returned["returns"])
+    found: dict[str, str] = {}
+    axis = False
+    for attribute, encoded in kept.items():
+        wanted = {p: v for p, v in expected.items() if RETURN_NAME.get(p, p) not in taken | set(found.values())}
+        part = _part_of(conv, encoded, wanted, tol)
+        if part is not None:
+            found[attribute] = RETURN_NAME.get(part[0], part[0])
+            axis = axis or part[1]
+    if not found:
+        return {}
+    keys: dict = {"class": {**made, "kept": found}}
+    if axis and "per_head_returns" not in returned:
+        keys["per_head_returns"] = "axis"
+    return keys

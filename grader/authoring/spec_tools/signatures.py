@@ -5,8 +5,10 @@ signature says about a packed argument."""
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, replace
 
+from grader.calling.class_table import MAX_KEPT
 from grader.intake.notebook import code_cells
 from grader.intake.source_scan import is_stub, python_source
 from grader import syntax_tree
@@ -33,6 +35,11 @@ class Signature:
     globals_read: tuple[str, ...] = ()
     # The names of what it calls (`np.tanh` is tanh): what a reason for leaving it out may point at.
     calls: frozenset[str] = frozenset()
+    # A class's method: the attributes the class's methods but __init__ set on self, where its
+    # object may keep a part (`self.attention_scores = weights`), read back after each probe.
+    self_attributes: tuple[str, ...] = ()
+    # Its source is written for any leading axes (any_leading_axes).
+    any_axes: bool = False
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -76,6 +83,32 @@ def _assigned(node: ast.AST) -> list[ast.expr]:
     return [item for target in targets for item in (target.elts if isinstance(target, ast.Tuple) else [target])]
 
 
+# A shape with its leading axes written as `...`, as a docstring gives it: (N, ..., L, E).
+ELLIPSIS_SHAPE = re.compile(r"\(\s*[\w*]+\s*,\s*\.\.\.\s*,")
+
+
+def _unpacks_a_shape(node: ast.AST) -> bool:
+    """`*batch, L, E = Q.shape`: the leading axes taken as they come, however many."""
+    return isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute) and node.value.attr == "shape" \
+        and any(isinstance(item, ast.Starred) for item in _assigned(node))
+
+
+def any_leading_axes(node: ast.AST) -> bool:
+    """Whether a function's or class's source is written for any leading axes: an Ellipsis in
+    a subscript (`mask[..., None, :]`), a starred unpacking of a shape (`*batch, L, E =
+    Q.shape`), or a docstring giving a shape with `...` for its leading axes (`(N, ..., L, E)`).
+    Negative axes alone (`np.swapaxes(K, -1, -2)`) are not: 2-D code writes them too."""
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Subscript) and any(isinstance(n, ast.Constant) and n.value is Ellipsis
+                                                    for n in ast.walk(inner.slice)):
+            return True
+        if _unpacks_a_shape(inner):
+            return True
+        if isinstance(inner, (ast.FunctionDef, ast.ClassDef)) and ELLIPSIS_SHAPE.search(ast.get_docstring(inner) or ""):
+            return True
+    return False
+
+
 def notebook_functions(nb) -> list[Signature]:
     """The notebook's top-level functions that take parameters, each as last defined, in the
     order they are first defined; placeholders (a template's stubs) and private names left out."""
@@ -87,7 +120,7 @@ def notebook_functions(nb) -> list[Signature]:
     for node in nodes:
         signature = None if is_stub(node) else _signature(node, others)
         found[node.name] = signature and replace(signature, globals_read=_globals_read(node, variables),
-                                                 calls=_calls(node))
+                                                 calls=_calls(node), any_axes=any_leading_axes(node))
     return [s for s in found.values() if s is not None]
 
 
@@ -160,6 +193,13 @@ class ClassSignature:
     construct: tuple[Parameter, ...]      # __init__'s parameters, without self
     attributes: tuple[str, ...]           # what __init__ sets on self, in order
     methods: tuple[Signature, ...]        # its other public methods (an init method among them)
+    set_later: tuple[str, ...] = ()       # what its other methods set on self (where a part may be kept)
+    any_axes: bool = False                # its source is written for any leading axes
+
+    @property
+    def graded(self) -> Signature:
+        """Its graded method as the candidates and the probe see it."""
+        return Signature(self.name, self.method.params, self_attributes=self.set_later, any_axes=self.any_axes)
 
 
 def _self_attributes(init: ast.FunctionDef) -> tuple[str, ...]:
@@ -204,6 +244,8 @@ def notebook_class_signatures(nb) -> tuple[list[ClassSignature], dict[str, str]]
             continue
         others = tuple(s for m in methods.values() if not m.name.startswith("_") and m is not graded
                        and (s := _without_self(m)) is not None and s.params)
+        set_later = [a for m in methods.values() if m is not init for a in _self_attributes(m)]
         found.append(ClassSignature(name, method, construct.params,
-                                    _self_attributes(init) if init is not None else (), others))
+                                    _self_attributes(init) if init is not None else (), others,
+                                    tuple(dict.fromkeys(set_later))[:MAX_KEPT], any_leading_axes(node)))
     return found, why

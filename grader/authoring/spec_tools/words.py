@@ -37,6 +37,8 @@ def describe(table: dict) -> str:
             "the weights through attributes " + ", ".join(made["attributes"]) if "attributes" in made else \
             "the weights through the constructor" if weighted else "holding no weights"
         words = [f"an object made as ({built}), {given}; its {made['method']} takes " + words[0]]
+        if made.get("kept"):
+            words.append("keeping " + ", ".join(f"the {part} in self.{name}" for name, part in made["kept"].items()))
     if table.get("globals"):
         words.append("weights read from the notebook's globals " + ", ".join(
             f"{n}={r}" for n, r in table["globals"].items()))
@@ -83,11 +85,19 @@ def describe(table: dict) -> str:
 # dividing the scores by sqrt(D) is right too.
 NARROWING = {("square", True): "square = true (every case has d_k = D, as square weights give: dividing by "
                                "sqrt(D) is then right too)"}
+# A choice that asks more of students than the one it is derived from, said for the staff to
+# decide: the same batch on two leading axes.
+STRICTER = {("batch", "any"): 'batch = "any" (the batch on two leading axes, as (N, ..., L, E): it fails students '
+                              "whose code handles one leading axis only)"}
+# The one-axis form beside a chosen batch on any leading axes.
+ONE_AXIS = "batch = true (one leading batch axis: students whose code handles only one earn full marks too)"
 
 
 def _choice_words(dim: str, option) -> str:
     if (dim, option) in NARROWING:
         return NARROWING[(dim, option)]
+    if (dim, option) in STRICTER:
+        return STRICTER[(dim, option)]
     if dim.startswith("form:"):
         return f"{dim.split(':', 1)[1]} in form {option}"
     if dim.startswith("shape:"):
@@ -101,7 +111,11 @@ def differences(chosen: Fit, other: Fit) -> str | None:
     mine, theirs = dict(chosen.choices), dict(other.choices)
     changed = [(dim, option) for dim, option in theirs.items() if dim != "role" and mine.get(dim) != option]
     words = [label for dim, label in other.choices if dim == "role" and (dim, label) not in chosen.choices]
-    words += [_choice_words(dim, option) for dim, option in changed]
+    words += [ONE_AXIS if (dim, option, mine.get(dim)) == ("batch", True, "any") else _choice_words(dim, option)
+              for dim, option in changed]
     if other.table.get("returns") != chosen.table.get("returns"):
         words.append(f"returns {other.table['returns']}")
+    kept = other.table.get("class", {}).get("kept")
+    if kept != chosen.table.get("class", {}).get("kept"):
+        words.append(f"keeps {kept}" if kept else "keeps nothing")
     return ", ".join(words) or None
