@@ -384,17 +384,18 @@ def _mistaken(cases: list[Case], v: Variant) -> list[dict]:
     it reads (the batch's elements together, for a softmax over the batch), then the block
     around it. Where the mistaken attention's output cannot meet the block's tokens (a transposed
     output, heads on the wrong axis: the student's code raises), the element is the reference's."""
-    if cases[0].block is None:
+    blocks = [c.block for c in cases]
+    if not all(blocks):
         return _mistaken_attention(cases, v)
     steps = v.block_steps
-    inner = [replace(c, x=attention_input(c.block, c.x, steps), block=None) for c in cases]
-    attended = _mistaken_attention(inner, v) if cases[0].block.attends else [{} for _ in cases]
+    inner = [replace(c, x=attention_input(b, c.x, steps), block=None) for c, b in zip(cases, blocks) if b]
+    attended = _mistaken_attention(inner, v) if blocks[0] and blocks[0].attends else [{} for _ in cases]
     results = []
-    for case, result in zip(cases, attended):
+    for case, block, result in zip(cases, blocks, attended):
         if result and np.shape(result["output"]) != case.x.shape:
             results.append(_mistaken([case], REFERENCE)[0])
-            continue
-        results.append(finish(case.block, case.x, result, steps))
+        elif block:
+            results.append(finish(block, case.x, result, steps))
     return results
 
 
