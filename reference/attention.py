@@ -26,6 +26,10 @@ softmax over the keys and the weighted sum of the values are as above. W1 is d_q
 d_k x d_a, so queries and keys may differ in width. A course's single weight on the
 concatenation, W [q_i; k_j], is W1 stacked on W2.
 
+Blocks (blocks.py): with `block`, the case is a transformer block around its attention (post-LN
+or pre-LN, with a feed-forward network), or a part of one on its own (layer norm, the network),
+and its output is the block's.
+
 Batches: a case is one sequence (one batch element). A course's B x N x D inputs are B cases
 sharing the weights (`batch_elements`), computed one by one and stacked (`batched`); a
 heads axis (B x H x N x d) is a representation of the fused projections (`split_heads`).
@@ -36,6 +40,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .blocks import Block, attention_input, finish
 from .masks import FULLY_MASKED_RULES, causal_keep, combine, masked_softmax
 
 
@@ -79,6 +84,7 @@ class Case:
     fully_masked: str = "zeros"          # what a row with no key left gives: masks.FULLY_MASKED_RULES
     bo: np.ndarray | None = None         # output projection bias
     additive: Additive | None = None     # additive (Bahdanau) scores instead of dot products
+    block: Block | None = None           # the transformer block around attention, or a part of it
     # A batch: the other elements of a batched function's input (this case is element 0),
     # sharing its weights; each is a case of its own and is computed on its own.
     batch_rest: tuple["Case", ...] = ()
@@ -219,7 +225,15 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scaled: bool = True,
 
 
 def attention(case: Case) -> dict:
-    """Everything a convention may ask for: per-head q/k/v, scores, weights, outputs, result."""
+    """Everything a convention may ask for: per-head q/k/v, scores, weights, outputs, result;
+    for a block (or a part of one), its output, attention's parts those of the attention inside."""
+    if case.block is None:
+        return _attention(case)
+    inner = replace(case, x=attention_input(case.block, case.x), block=None)
+    return finish(case.block, case.x, _attention(inner) if case.block.attends else {})
+
+
+def _attention(case: Case) -> dict:
     keep = case.keep
     per_head = []
     for head in case.heads:

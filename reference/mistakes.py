@@ -19,6 +19,14 @@ shapes say ("scaled", "model_dim", "heads", "fused_heads", "projection", "biases
   framework_layout - its weights are out x in, applied as x @ W.T + b
   projection_bias  - its output projection has a bias
   additive         - it scores with an additive network, v . tanh(q W1 + k W2)
+  layer_norm       - it computes a layer norm (alone, or in a block)
+  feed_forward     - it computes the position-wise feed-forward network (alone, or in a block)
+  block            - it computes a transformer block: residuals around attention and the network
+  norm_of_tokens   - a layer norm reads its tokens X as given (a layer norm alone, or pre-LN's
+                     first), where the grader's cases give one token nearly constant features
+  gelu             - its network's activation is a GELU
+  attention_output - it returns attention's own output (not a block's): a mistake that changes
+                     that output's shape raises inside a block, where it meets the residual
   dot_product      - it scores with dot products (every convention that is not additive)
 A mistake that cannot be made on a case (a mask mistake without a mask, keys from X when the
 memory's width differs from X's) predicts the reference there, so it is never named on it.
@@ -31,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from .attention import Additive, Case, Head, softmax_rows, stack_batch
+from .blocks import BlockSteps, attention_input, finish
 from .masks import causal_keep, combine, masked_softmax
 
 # What a mask added with the wrong sign adds to the masked scores.
@@ -64,6 +73,17 @@ class Variant:
     queries_from: str = "wq"        # wq | wk | wv: the weights the queries are projected with
     # additive scores: tanh | linear (tanh left out) | summed (query and key added, then W1)
     additive: str = "tanh"
+    # The steps around attention in a transformer block (blocks.BlockSteps): layer norm's,
+    # the residuals, the norms' order and the network's activation.
+    norm: str = "features"
+    residual: str = "both"
+    block_order: str = "right"
+    activation: str = "right"
+
+    @property
+    def block_steps(self) -> BlockSteps:
+        return BlockSteps(norm=self.norm, residual=self.residual, order=self.block_order,
+                          activation=self.activation)
 
 
 @dataclass(frozen=True)
@@ -360,6 +380,26 @@ def mistaken_elements(cases: list[Case], v: Variant) -> list[dict]:
 
 
 def _mistaken(cases: list[Case], v: Variant) -> list[dict]:
+    """Each case's result with the variant's mistakes; a block's attention is computed on what
+    it reads (the batch's elements together, for a softmax over the batch), then the block
+    around it. Where the mistaken attention's output cannot meet the block's tokens (a transposed
+    output, heads on the wrong axis: the student's code raises), the element is the reference's."""
+    blocks = [c.block for c in cases]
+    if not all(blocks):
+        return _mistaken_attention(cases, v)
+    steps = v.block_steps
+    inner = [replace(c, x=attention_input(b, c.x, steps), block=None) for c, b in zip(cases, blocks) if b]
+    attended = _mistaken_attention(inner, v) if blocks[0] and blocks[0].attends else [{} for _ in cases]
+    results = []
+    for case, block, result in zip(cases, blocks, attended):
+        if result and np.shape(result["output"]) != case.x.shape:
+            results.append(_mistaken([case], REFERENCE)[0])
+        elif block:
+            results.append(finish(block, case.x, result, steps))
+    return results
+
+
+def _mistaken_attention(cases: list[Case], v: Variant) -> list[dict]:
     plans = []
     for case in cases:
         cv = _possible(case, v)
@@ -488,7 +528,7 @@ MISTAKES: tuple[Mistake, ...] = (
     _m("values_from_x", "values taken from X instead of V",
        "The weights multiply the inputs X rather than the values V = X W_v.",
        "Look at what the weights are applied to: the projected values V.",
-       needs={"projections", "output"}, values="x"),
+       needs={"projections", "output", "attention_output"}, values="x"),
     _m("interleaved_heads", "heads split in an interleaved pattern",
        "Head i takes every H-th column (i, i + H, ...) of W_q, W_k, W_v instead of a contiguous block.",
        "Look at how you split the columns: head i uses columns i*d_k to (i+1)*d_k - 1.",
@@ -505,7 +545,7 @@ MISTAKES: tuple[Mistake, ...] = (
     _m("heads_stacked_on_tokens", "heads stacked on the wrong axis",
        "The head outputs are stacked along the token axis instead of side by side along the features.",
        "Look at the axis of your concatenation: the result has one row per token and H * d_v columns.",
-       needs={"heads"}, heads="stacked"),
+       needs={"heads", "attention_output"}, heads="stacked"),
     _m("projection_missing", "output projection missing",
        "The concatenated heads are returned without the final output projection.",
        "Look at the last step: the concatenated heads are multiplied by the output projection.",
@@ -525,7 +565,7 @@ MISTAKES: tuple[Mistake, ...] = (
     _m("transposed_output", "output transposed",
        "The output has tokens and features swapped.",
        "Look at the shape you return: one row per token (one column per token where tokens are columns).",
-       needs={"output"}, output="transposed"),
+       needs={"output", "attention_output"}, output="transposed"),
     _m("mask_after_softmax", "mask applied after the softmax",
        "The masked weights are zeroed after the softmax, so each query's remaining weights no longer "
        "sum to 1.",
@@ -702,6 +742,51 @@ MISTAKES: tuple[Mistake, ...] = (
        "that meet k, so the key's weight W2 is never used.",
        "Look at the score's inside: W1 q + W2 k (W [q; k] is the two blocks of W, each on its own part).",
        needs={"additive"}, additive="summed"),
+    # The transformer block around attention, and its parts (blocks.py).
+    _m("layer_norm_wrong_axis", "layer norm over the wrong axis (over the tokens, not the features)",
+       "Your layer norm takes each feature's mean and variance over the tokens instead of each token's over "
+       "its features.",
+       "Look at the axis of your mean and variance: a layer norm normalises each token (row) on its own, "
+       "over the last axis, keepdims=True.",
+       needs={"layer_norm"}, norm="tokens"),
+    _m("layer_norm_eps_outside", "eps added outside the square root",
+       "Your layer norm divides by sqrt(var) + eps instead of sqrt(var + eps): the same on ordinary tokens, "
+       "but not on a token whose features are nearly constant, where eps is what keeps the division finite.",
+       "Look at where eps goes: (x - mean) / sqrt(var + eps).",
+       needs={"norm_of_tokens"}, norm="eps_outside"),
+    _m("layer_norm_unbiased", "unbiased variance in the layer norm (divided by D - 1)",
+       "Your layer norm's variance divides by D - 1 (np.var(..., ddof=1), or torch's default for var), where a "
+       "layer norm divides by D.",
+       "Use the biased variance: np.var(x, axis=-1, keepdims=True), or the mean of the squared deviations.",
+       needs={"layer_norm"}, norm="unbiased"),
+    _m("layer_norm_no_affine", "layer norm's gamma and beta not applied",
+       "Your layer norm normalises but never scales by gamma nor shifts by beta.",
+       "Look at the last step of the layer norm: normalised * gamma + beta.",
+       needs={"layer_norm"}, norm="no_affine"),
+    _m("residual_around_attention_missing", "residual connection around attention missing",
+       "The block adds nothing of its input to the attention's output: x + attention(...) became attention(...).",
+       "Look at the first sublayer: its output is added to the tokens it was given (the residual).",
+       needs={"block"}, residual="no_attention"),
+    _m("residual_around_feed_forward_missing", "residual connection around the feed-forward network missing",
+       "The block does not add the feed-forward network's input to its output.",
+       "Look at the second sublayer: h + FFN(...) (the residual), not FFN(...) alone.",
+       needs={"block"}, residual="no_ffn"),
+    _m("pre_and_post_ln_swapped", "layer norms in the other order (pre-LN and post-LN swapped)",
+       "Your block puts its layer norms where the other order does: before each sublayer (x + f(LN(x))) "
+       "where they belong after each residual (LN(x + f(x))), or the other way round.",
+       "Look at where each layer norm goes in this assignment's block: post-LN normalises the sum x + f(x), "
+       "pre-LN normalises the sublayer's input and adds f(LN(x)) to x.",
+       needs={"block"}, block_order="swapped"),
+    _m("activation_missing", "activation missing in the feed-forward network",
+       "Your feed-forward network applies no activation between its two layers, so it is one linear map.",
+       "Look at the hidden layer: act(x W1 + b1) W2 + b2, with the assignment's activation (ReLU or GELU).",
+       needs={"feed_forward"}, activation="missing"),
+    _m("other_gelu", "the other GELU (the tanh approximation for the exact one, or the reverse)",
+       "Your GELU is the other one: GPT-2's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 "
+       "x^3))), where the exact 0.5 x (1 + erf(x / sqrt(2))) is asked for, or the reverse. They differ by up "
+       "to about 1e-3.",
+       "Use the GELU this assignment defines.",
+       needs={"gelu"}, activation="other_gelu"),
 )
 
 # Mistakes that give the reference on ordinary inputs and differ only where exp() leaves its

@@ -90,5 +90,5 @@ def test_features_come_from_what_a_convention_declares_not_its_name():
     for conv in CONVENTIONS.values():
         assert features(replace(conv, name="renamed")) == features(conv), conv.name
     # A softmax helper's scores are a dot product's as far as its course says: not additive.
-    assert features(CONVENTIONS["softmax_rows"]) == {"softmax", "tokens_as_rows", "dot_product"}
+    assert features(CONVENTIONS["softmax_rows"]) == {"softmax", "tokens_as_rows", "dot_product", "attention_output"}
     assert "projections" in features(CONVENTIONS["rows_single"]) and "softmax" not in features(CONVENTIONS["scores"])

@@ -6,6 +6,7 @@ from dataclasses import replace
 import numpy as np
 
 from grader.reference.attention import Additive, Case, Head, attention
+from grader.reference.blocks import Block, FeedForward, Norm
 
 from grader.calling.conventions import Convention
 
@@ -72,8 +73,8 @@ def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: i
     batched convention's case is a batch of `batch` elements sharing the weights."""
     n_heads = head_count(conv, h)
     d_k = d if conv.square else d // h
-    if conv.heads != "one":
-        d_k = d // n_heads
+    if conv.heads != "one" or conv.unit != "attention":
+        d_k = d // n_heads   # a block's attention gives back D features, for its residual
 
     def matrix(rows, cols):
         if integral and conv.int_inputs == "qkv":
@@ -109,10 +110,50 @@ def random_case(conv: Convention, rng: np.random.Generator, n: int, d: int, h: i
     return conv.prepare(_shared_mask_leaves_a_key(conv, replace(case, batch_rest=rest)))
 
 
+# A block's feed-forward network is this many times wider than D (a course's 4, smaller here).
+FFN_WIDTH = 2
+
+
+def with_block(conv: Convention, case: Case, rng: np.random.Generator, small: bool = False) -> Case:
+    """The case with what the convention's unit adds around (or instead of) attention: its layer
+    norms (a scale around 1, so that a norm left unscaled shows), its feed-forward network (F =
+    FFN_WIDTH * D + 1, so that W1 and W2 transposed do not fit), the activation and eps."""
+    if conv.unit == "attention":
+        return case
+    d = case.d
+
+    def draw(*shape):
+        return rng.integers(-4, 5, size=shape) / 2 if small else rng.normal(size=shape)
+
+    def norm():
+        return Norm(gamma=1.0 + draw(d) / 2, beta=draw(d))
+
+    width = FFN_WIDTH * d + 1
+    ffn = FeedForward(w1=draw(d, width), b1=draw(width), w2=draw(width, d), b2=draw(d))
+    two = conv.unit in ("post_ln", "pre_ln")
+    block = Block(unit=conv.unit, norm1=norm() if conv.unit != "feed_forward" else None,
+                  norm2=norm() if two else None, ffn=ffn if conv.unit != "layer_norm" else None,
+                  activation=conv.activation, eps=conv.eps)
+    x = case.x
+    if "norm_of_tokens" in _norm_reads(conv) and case.n > 1:
+        # One token with nearly constant features: its variance is far below eps, so where eps
+        # goes shows. (Integer tokens stay whole: a constant row, variance 0.)
+        x = x.astype(np.float64).copy() if not np.issubdtype(x.dtype, np.integer) else x.copy()
+        x[-1] = x[-1].mean() + (0 if np.issubdtype(x.dtype, np.integer) else 1e-4 * (x[-1] - x[-1].mean()))
+    return replace(case, block=block, x=x)
+
+
+def _norm_reads(conv: Convention) -> set:
+    """Whether a layer norm reads the tokens as given (a layer norm alone, pre-LN's first)."""
+    return {"norm_of_tokens"} if conv.unit in ("layer_norm", "pre_ln") else set()
+
+
 def with_convention_weights(conv: Convention, case: Case, rng: np.random.Generator, small: bool = False) -> Case:
     """The case with the weights the convention's roles add or tie: an additive score network
-    (on queries wider than the keys from WIDE_MEMORY_FROM tokens on), and values that are the
-    keys (role kv). `small`: the score network's entries in halves, as a printed cell shows them."""
+    (on queries wider than the keys from WIDE_MEMORY_FROM tokens on), values that are the keys
+    (role kv), and a block's norms and network. `small`: the entries drawn in halves, as a
+    printed cell shows them."""
+    case = with_block(conv, case, rng, small)
     if conv.tied_values:
         case = replace(case, heads=tuple(replace(h, wv=h.wk, bv=h.bk) for h in case.heads))
     if not conv.additive:
@@ -205,7 +246,11 @@ def max_score(case: Case) -> float:
 
 def _scaled_up(case: Case, factor: float) -> Case:
     """The case with larger scores: its tokens scaled, or, for additive scores (which tanh
-    bounds by the score vector), the score vector shared by the batch."""
+    bounds by the score vector), the score vector shared by the batch, or, in a block (whose
+    attention may read normalised tokens), the query and key weights."""
+    if case.block is not None:
+        heads = tuple(replace(h, wq=h.wq * factor, wk=h.wk * factor) for h in case.heads)
+        return replace(case, heads=heads, batch_rest=tuple(replace(e, heads=heads) for e in case.batch_rest))
     if case.additive is None:
         return replace(case, x=case.x * factor)
     additive = replace(case.additive, va=case.additive.va * factor)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grader.calling.params import ROLES, Param, flattened, parse_param
+from grader.calling.params import BLOCK_ROLES, ROLES, SCORE_ROLES, Param, flattened, parse_param
 from grader.errors import SpecError
 
 CLASS_KEYS = ("method", "construct", "attributes", "init", "kept")
@@ -17,7 +17,8 @@ INIT_KEYS = ("method", "params")
 SIZE_ROLES = {"d_model": "the model width D (the tokens' features)",
               "d_k": "the per-head dimension d_k of the queries and keys"}
 # What the weights may go through, and what the constructor may take besides its sizes.
-WEIGHT_ROLES = ("wq", "wk", "wv", "bq", "bk", "bv", "wqkv", "bqkv", "wo", "bo", "dict", "object")
+WEIGHT_ROLES = ("wq", "wk", "wv", "bq", "bk", "bv", "wqkv", "bqkv", "wo", "bo", "dict", "object", *SCORE_ROLES,
+                *BLOCK_ROLES)
 CONSTRUCT_ROLES = (*SIZE_ROLES, "n_heads", "scale", "causal", *WEIGHT_ROLES)
 # Where each value goes, in the order the grader sends and the harness reports them.
 STAGES = ("construct", "attribute", "init")

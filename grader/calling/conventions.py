@@ -18,11 +18,12 @@ from typing import Any, Callable, TypeVar
 import numpy as np
 
 from grader.reference.attention import Case, attention
+from grader.reference.blocks import ACTIVATIONS, DEFAULT_EPS
 from grader.reference.masks import FORMS, FULLY_MASKED_RULES
 
 from grader.calling.class_table import ClassCall, parse_class, parse_globals, parse_kept
-from grader.calling.params import (MASK_ROLES, SCORE_ROLES, SEQUENCE_ROLES, WEIGHT_ROLES, Param, choice, fail,
-                                   flattened, parse_param)
+from grader.calling.params import (BLOCK_NORM_ROLES, BLOCK_ROLES, FFN_ROLES, MASK_ROLES, NORM_ROLES, SCORE_ROLES,
+                                   SEQUENCE_ROLES, WEIGHT_ROLES, Param, choice, fail, flattened, parse_param)
 from grader.toml_text import load_toml
 
 # How tokens index each canonical part, for the permutation property.
@@ -63,7 +64,8 @@ RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "mean_weights
 STEPS = ((1, "projections"), (2, "scores"), (3, "softmax"))
 
 CONVENTION_KEYS = ("description", "params", "returns", "weights", "tokens", "scaled", "axis", "square",
-                   "per_head_returns", "batch", "causal", "fully_masked", "class", "vector", "globals")
+                   "per_head_returns", "batch", "causal", "fully_masked", "class", "vector", "globals",
+                   "block", "activation", "eps")
 # The shapes a mask may be passed in, unbatched and batched; the first is the default. A mask
 # shared by the whole batch is one Lq x Lk; "B x 1 x ..." broadcasts over a heads axis.
 MASK_SHAPES = {("mask", False): ("Lq x Lk",), ("mask", True): ("B x Lq x Lk", "B x 1 x Lq x Lk", "Lq x Lk"),
@@ -105,6 +107,12 @@ class Convention:
     # Weights the function reads from the notebook's globals (a lab's `Wq = ...` cell): the
     # grader sets each, for each call, in the function's own copy of the notebook's namespace.
     global_params: tuple[Param, ...] = ()
+    # A transformer block around its attention: "post_ln" or "pre_ln" (reference/blocks.py);
+    # its feed-forward network's activation and its layer norms' eps (also a layer norm's, or a
+    # network's, graded on its own).
+    block: str | None = None
+    activation: str = "relu"
+    eps: float = DEFAULT_EPS
     flat: tuple[Param, ...] = field(default=(), compare=False)   # every role, dicts' keys included
 
     # What follows is derived from the declared roles and returns, never declared.
@@ -123,6 +131,23 @@ class Convention:
     @property
     def roles(self) -> set[str]:
         return {p.role for p in self.flat}
+
+    @property
+    def unit(self) -> str:
+        """What the function computes: attention, a transformer block around it (post_ln or
+        pre_ln), or one of a block's parts on its own (layer_norm, feed_forward)."""
+        if self.block is not None:
+            return self.block
+        if self.roles & set(NORM_ROLES):
+            return "layer_norm"
+        if self.roles & set(FFN_ROLES):
+            return "feed_forward"
+        return "attention"
+
+    @property
+    def attends(self) -> bool:
+        """It computes attention (alone, or in a block)."""
+        return self.unit not in ("layer_norm", "feed_forward")
 
     @property
     def input_stage(self) -> int:
@@ -243,6 +268,8 @@ class Convention:
     @property
     def steps(self) -> frozenset:
         """The steps of attention its functions compute themselves: from its inputs to its last return."""
+        if not self.attends:
+            return frozenset()
         last = max(RETURN_STAGE[p] for p in self.return_names)
         return frozenset(step for stage, step in STEPS if self.input_stage < stage <= last)
 
@@ -403,6 +430,8 @@ class Convention:
             return reference()["heads"][0][role][0]   # the first query's row (vector_row)
         if role in SCORE_ROLES:
             return self._score_weight(role, _given(case.additive, "an additive score network"))
+        if role in BLOCK_ROLES:
+            return self._block_part(role, _given(case.block, "a transformer block"))
         if role == "kv":
             role = "k"   # the case's values are its keys (cases.with_convention_weights)
         if role in ("q", "k", "v", "scores"):
@@ -443,6 +472,12 @@ class Convention:
         if self.square and any(h.wq.shape[1] != case.d for h in case.heads):
             return f"its d_k is not D = {case.d}, the convention's square = true needs them equal"
         return None
+
+    def _block_part(self, role: str, block) -> np.ndarray:
+        if role.startswith("ff_"):
+            return (self._bias if role.startswith("ff_b") else self._matrix)(getattr(block.ffn, role[3:]))
+        norm = block.norm2 if role.startswith("ln2") else block.norm1
+        return getattr(norm, role.rsplit("_", 1)[1])
 
     def _score_weight(self, role: str, additive) -> np.ndarray:
         if role == "score_v":
@@ -547,6 +582,8 @@ def _check_roles(conv: Convention, where: str) -> None:
             fail(where, f"role {p.role!r} is given twice ({counted[key]} and {p.name})")
         counted[key] = p.name
     roles = conv.roles
+    if _check_unit(conv, roles, where):
+        return
     inputs = roles & set(INPUT_STAGE)
     if not inputs:
         fail(where, "no param has an input role (x, q/k/v or scores)")
@@ -620,6 +657,45 @@ def _check_roles(conv: Convention, where: str) -> None:
             if conv.mask_shape(p) not in allowed:
                 fail(where, f"param {p.name}: shape {p.shape!r} is not one of {', '.join(map(repr, allowed))}"
                              + ("" if conv.batched else " (without batch = true)"))
+
+
+# The roles each unit around attention needs, all of them.
+UNIT_ROLES = {"layer_norm": NORM_ROLES, "feed_forward": FFN_ROLES,
+              "post_ln": (*BLOCK_NORM_ROLES, *FFN_ROLES), "pre_ln": (*BLOCK_NORM_ROLES, *FFN_ROLES)}
+
+
+def _check_unit(conv: Convention, roles: set, where: str) -> bool:
+    """A block's parts: each unit's roles complete and no other unit's; a part graded on its own
+    (layer norm, the network) takes the tokens and its own roles and returns the output. True
+    when that is all there is to check (a part on its own)."""
+    unit = conv.unit
+    given = roles & set(BLOCK_ROLES)
+    if unit == "attention" and given:
+        fail(where, f"role {sorted(given)[0]!r} belongs to a transformer block: give block = \"post_ln\" or "
+                    "\"pre_ln\" (or layer norm's roles, or the network's, alone)")
+    if unit == "attention":
+        return False
+    needed = UNIT_ROLES[unit]
+    missing = [r for r in needed if r not in roles]
+    if missing:
+        fail(where, f"{unit.replace('_', ' ')} needs role {missing[0]!r} too ({', '.join(needed)})")
+    extra = sorted(given - set(needed))
+    if extra:
+        fail(where, f"role {extra[0]!r} is not a part of {unit.replace('_', ' ')} ({', '.join(needed)})")
+    if conv.columns or conv.vector:
+        fail(where, f"{unit.replace('_', ' ')} takes tokens as rows")
+    if unit in ("post_ln", "pre_ln"):
+        if conv.cross or conv.additive or conv.input_stage != 0:
+            fail(where, "a block's attention is self-attention on its tokens X (role x) and their projections")
+        if "output" not in conv.return_names:
+            fail(where, "a block returns its output")
+        return False
+    if roles - {"x", *needed}:
+        fail(where, f"{unit.replace('_', ' ')} takes the tokens X (role x) and its own roles only, not "
+                    f"{sorted(roles - {'x', *needed})[0]!r}")
+    if conv.return_names != ("output",):
+        fail(where, f"{unit.replace('_', ' ')} returns the output only")
+    return True
 
 
 def _check_additive(conv: Convention, roles: set, start: int, where: str) -> None:
@@ -715,6 +791,11 @@ def parse_convention(raw, name: str, where: str) -> Convention:
             fail(where, f"{key} must be {'true or false' if kind is bool else 'text'}")
     flat = flattened(params)
     additive = any(p.role in SCORE_ROLES for p in flat)
+    if "eps" in raw and (type(raw["eps"]) not in (int, float) or not 0 < raw["eps"] < 1):
+        fail(where, f"eps must be a number between 0 and 1 (layer norm's), not {raw['eps']!r}"[:200])
+    for key in ("activation", "eps"):
+        if key in raw and "block" not in raw and not any(p.role in FFN_ROLES + NORM_ROLES for p in flat):
+            fail(where, f"{key} applies to a transformer block, a layer norm or a feed-forward network only")
     if additive and raw.get("scaled") is True:
         fail(where, "additive scores are not scaled: leave scaled out")
     columns = choice(raw, "tokens", ("rows", "columns"), "rows", where) == "columns"
@@ -734,7 +815,9 @@ def parse_convention(raw, name: str, where: str) -> Convention:
         causal_inside=choice(raw, "causal", (False, True), False, where),
         batched=choice(raw, "batch", (False, True, "any"), False, where) in (True, "any"),
         leading_axes=raw.get("batch") == "any",
-        fully_masked=_fully_masked(raw, flat, where), vector=choice(raw, "vector", (False, True), False, where))
+        fully_masked=_fully_masked(raw, flat, where), vector=choice(raw, "vector", (False, True), False, where),
+        block=choice(raw, "block", (None, "post_ln", "pre_ln"), None, where) if "block" in raw else None,
+        activation=choice(raw, "activation", ACTIVATIONS, "relu", where), eps=float(raw.get("eps", DEFAULT_EPS)))
     conv = with_class(conv, raw, where)
     if "globals" in raw:
         if conv.class_call is not None:

@@ -36,6 +36,11 @@ ROLES = {
     "score_wk": "additive attention: the key's weight W2 in v . tanh(q W1 + k W2)",
     "score_w": "additive attention: one weight on the concatenation [q; k], W1 above W2",
     "score_v": "additive attention: the score vector v in v . tanh(q W1 + k W2)",
+    "ln_gamma": "a layer norm's scale (D), graded on its own", "ln_beta": "a layer norm's shift (D), graded on its own",
+    "ln1_gamma": "a block's first layer norm's scale (D)", "ln1_beta": "a block's first layer norm's shift (D)",
+    "ln2_gamma": "a block's second layer norm's scale (D)", "ln2_beta": "a block's second layer norm's shift (D)",
+    "ff_w1": "the feed-forward network's first weight (D x F)", "ff_b1": "the feed-forward network's first bias (F)",
+    "ff_w2": "the feed-forward network's second weight (F x D)", "ff_b2": "the feed-forward network's second bias (D)",
     "object": "an object holding other roles as the attributes given (a types.SimpleNamespace)",
 }
 # Roles the next steps of the calling conventions will give meaning to. A spec naming one is
@@ -56,6 +61,11 @@ MAX_NESTING = 2
 MASK_ROLES = ("mask", "key_padding")
 # The weights of an additive (Bahdanau) score network, which replace the dot product.
 SCORE_ROLES = ("score_wq", "score_wk", "score_w", "score_v")
+# The parts of a transformer block around attention (reference/blocks.py), by the unit they make.
+NORM_ROLES = ("ln_gamma", "ln_beta")
+BLOCK_NORM_ROLES = ("ln1_gamma", "ln1_beta", "ln2_gamma", "ln2_beta")
+FFN_ROLES = ("ff_w1", "ff_b1", "ff_w2", "ff_b2")
+BLOCK_ROLES = (*NORM_ROLES, *BLOCK_NORM_ROLES, *FFN_ROLES)
 # The sequences keys and values are projected from, when it is not X (self-attention).
 SEQUENCE_ROLES = ("memory", "key_tokens", "value_tokens")
 

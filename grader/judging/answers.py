@@ -276,7 +276,10 @@ def _slack(value, like: np.ndarray) -> float:
 
 def _attended_part(conv: Convention) -> str | None:
     """The part that holds the values once attended: the output, else the heads' outputs (a
-    function that takes the heads already split returns those)."""
+    function that takes the heads already split returns those). A block's output, or its
+    parts', is not attended values: such a function is judged by matching alone."""
+    if conv.unit != "attention":
+        return None
     return next((part for part in ("output", "heads") if part in conv.returns), None)
 
 

@@ -811,7 +811,9 @@ CHECKS: dict[str, CheckKind] = {c.name: c for c in [
               lambda fn, ctx: [_base(fn, ctx)], judge_structure),
     # Informational by default: no sheet asks for the max-subtraction (seed 002 says students are
     # not expected to do it; seed 003 hands out a softmax without it). A course may give it points.
-    CheckKind("numerical_stability", "Large scores (past exp's range) stay finite", 0, _always,
+    # Only where there are scores: a layer norm or a feed-forward network on its own has none.
+    CheckKind("numerical_stability", "Large scores (past exp's range) stay finite", 0,
+              lambda conv, f: conv.attends,
               lambda fn, ctx: [Probe(make.large_score_case(fn.convention, ctx.seed))], judge_stability),
     CheckKind("forbidden_libraries", "No neural-network or softmax libraries", 0, _always,
               lambda fn, ctx: [], judge_forbidden, policy=True),

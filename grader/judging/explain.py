@@ -186,7 +186,18 @@ def features(conv: Convention) -> set[str]:
     # the transpose is the layout itself).
     if conv.weights == "out_in" and not conv.columns and conv.input_stage == 0:
         found.add("framework_layout")
-    found.add("additive" if conv.additive else "dot_product")
+    if conv.attends:
+        found.add("additive" if conv.additive else "dot_product")
+    if conv.unit == "attention":
+        found.add("attention_output")
+    else:
+        found.add("feed_forward" if conv.unit == "feed_forward" else "layer_norm")
+    if conv.unit in ("post_ln", "pre_ln"):
+        found |= {"block", "feed_forward"}
+    if conv.unit in ("layer_norm", "pre_ln"):
+        found.add("norm_of_tokens")
+    if "feed_forward" in found and conv.activation != "relu":
+        found.add("gelu")
     return found
 
 

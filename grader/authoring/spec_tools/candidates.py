@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 
 from grader.calling.conventions import MASK_SHAPES, parse_convention
-from grader.calling.params import CONTAINERS, HEAD_FORM_ROLES, MASK_ROLES, ROLES, SCORE_ROLES
+from grader.calling.params import (BLOCK_NORM_ROLES, CONTAINERS, FFN_ROLES, HEAD_FORM_ROLES, MASK_ROLES, NORM_ROLES,
+                                   ROLES, SCORE_ROLES)
 from grader.errors import SpecError
 from grader.reference.masks import FORMS
 from grader.calling.class_table import CONSTRUCT_ROLES
@@ -67,7 +68,7 @@ def _param_options(param: Parameter) -> list:
     return ranked
 
 
-def _held_entries(name: str, held: Held) -> dict:
+def _held_entries(name: str, held: Held, within: str = "") -> dict:
     """A dict's keys or an object's attributes as a spec writes them: each one's role, from the
     holder's name and its own (roles.key_role), or, for one that holds weights in turn, its own
     table (saying what it is where a dict holds an object, or an object a dict); those no role
@@ -75,11 +76,11 @@ def _held_entries(name: str, held: Held) -> dict:
     entries: dict = {}
     for key, inner in held.items:
         if inner is not None:
-            nested = _held_entries(key, inner)
+            nested = _held_entries(key, inner, within=name)
             if nested:
                 entries[key] = nested if inner.kind == held.kind else \
                     {"role": inner.kind, CONTAINERS[inner.kind]: nested}
-        elif (role := key_role(name, key)) is not None:
+        elif (role := key_role(name, key, within)) is not None:
             entries[key] = role
     return entries
 
@@ -113,6 +114,12 @@ def _dimensions(params: list[dict], plural: bool) -> list[tuple[str, list]]:
     dims: list[tuple[str, list]] = []
     helper = "scores" in roles
     additive = bool(roles & set(SCORE_ROLES))
+    if roles & set(FFN_ROLES):
+        dims.append(("activation", ["relu", "gelu_tanh", "gelu"]))
+    if roles & {*NORM_ROLES, *FFN_ROLES} and not roles & {"wq", "wk", "wv", "wqkv", "q", "k", "v", "scores"}:
+        return dims + [("batch", [False, True])]   # a block's part on its own: tokens as rows, nothing to scale
+    if roles & set(BLOCK_NORM_ROLES):
+        dims.append(("block", ["post_ln", "pre_ln"]))
     if roles & (WEIGHT_ROLES | {"score_wq", "score_wk", "score_w"}):
         dims.append(("weights", ["in_out", "out_in"]))
     if helper:
@@ -153,7 +160,7 @@ def _placeholder_returns(roles: set) -> str | list:
     """A return to parse the candidate with before its real returns are read off a call."""
     if "scores" in roles:
         return "weights"
-    if roles & {"v", "kv", "wv", "wqkv"}:
+    if roles & {"v", "kv", "wv", "wqkv", *NORM_ROLES, *FFN_ROLES}:
         return "output"
     if roles & {"q", "wq"} and roles & {"k", "wk"}:
         return "scores"
@@ -174,7 +181,7 @@ def _apply(params: list[dict], dims: list[tuple[str, list]], picks: tuple) -> di
                 for p in table["params"]:
                     if p["role"] in HEAD_FORM_ROLES and "head" not in p:
                         p["heads"] = pick
-        elif pick != options[0]:
+        elif pick != options[0] or dim == "block":   # a block's order has no default
             table[dim] = pick
     return table
 

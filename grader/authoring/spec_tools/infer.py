@@ -228,7 +228,9 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
             kind = "a class: " if name in {c.name for c in classes} else ""
             inferred.left_out[name] = f"{kind}no candidate convention fits: {fitted.why_none or 'none was tried'}"
     for signature in signatures:
-        if signature.name in inferred.left_out and "tanh" in signature.calls:
+        # A score network takes the queries, keys and its weights: a tanh of one argument (an
+        # activation such as GELU's) is not one.
+        if signature.name in inferred.left_out and "tanh" in signature.calls and len(signature.params) >= 3:
             inferred.left_out[signature.name] += ADDITIVE
     # The simplest fit of each function is graded with every check, with up to two others that
     # fit the probe in other ways beside it (what the output calls undecided); a function whose

@@ -61,10 +61,23 @@ NAME_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
      r"|enc|encout|encoutputs?|memory|mem|hs|h|hiddenstates?|states|context|ctx|source|src", ("kv",)),
     (r"state|s|st|sprev|ht|hprev|decoderstate|decoderhidden|dechidden|hidden|prevstate|decoderhiddenstate"
      r"|querystate|query|q", ("q",)),
+    # A transformer block's parts: its layer norms' scale and shift (one on its own, or a block's
+    # first and second), and its feed-forward network's two layers (W1 also reads as additive
+    # attention's, above: the candidates decide).
+    (r"gamma|g|gain|lngamma|lnweight|lng|lnscale|normweight|normgamma", ("ln_gamma",)),
+    (r"beta|lnbeta|lnbias|lnb|lnshift|normbias|normbeta", ("ln_beta",)),
+    (r"(gamma|g|ln|ln_?g|lngamma|norm|normgamma)(1|attn)(gamma|g|weight)?", ("ln1_gamma",)),
+    (r"(beta|ln|lnbeta|lnb|norm|normbeta)(1|attn)(beta|b|bias)?", ("ln1_beta",)),
+    (r"(gamma|g|ln|ln_?g|lngamma|norm|normgamma)(2|ffn|ff|mlp)(gamma|g|weight)?", ("ln2_gamma",)),
+    (r"(beta|ln|lnbeta|lnb|norm|normbeta)(2|ffn|ff|mlp)(beta|b|bias)?", ("ln2_beta",)),
+    (r"w1|wff1|wfc|wfc1|fc1w|wup|wi|win|ffw1|w_?ff_?in|linear1weight|fc1weight", ("ff_w1",)),
+    (r"b1|bff1|bfc|bfc1|fc1b|bup|bi|ffb1|linear1bias|fc1bias", ("ff_b1",)),
+    (r"w2|wff2|wfc2|fc2w|wdown|wout2|ffw2|linear2weight|fc2weight", ("ff_w2",)),
+    (r"b2|bff2|bfc2|fc2b|bdown|ffb2|linear2bias|fc2bias", ("ff_b2",)),
     # A parameter holding weights, a dict or an object (what is read from it says which:
     # held.py): its keys' or attributes' own names say their roles (key_role).
     (r"params|parameters|weights|w|p|theta|state|statedict|paramdict|layer|module|projections"
-     r"|cattn|cproj|inproj|outproj|oproj|qkvproj|attn", ("dict",)),
+     r"|cattn|cproj|inproj|outproj|oproj|qkvproj|attn|ln[12f]?|norm[12]?|mlp|ffn|ff|feedforward", ("dict",)),
     # One weight on an additive score network's concatenation [q; k]: after the dict, so that
     # a dict's key `w` says nothing of its own.
     (r"w|wa|wconcat|wcat|wc|watt|wattention|wenergy|wscore|attnw", ("score_w",)),
@@ -114,10 +127,32 @@ def guesses(name: str) -> list[Guess]:
     return found
 
 
-def key_role(dict_name: str, key: str) -> str | None:
+# The same inside a block's feed-forward network (GPT-2's mlp: c_fc, then c_proj) and for a
+# layer norm's dict ({"g": ..., "b": ...}): the holder's own name and the one holding it say which.
+FFN_HOLDERS = r"mlp|ffn|ff|feedforward|fc|positionwise"
+FFN_LAYERS = ((r"cfc|fc1|fcin|wi|up|lin1|linear1|layer1|dense1|w1", {"weight": "ff_w1", "bias": "ff_b1"}),
+              (r"cproj|fc2|fcout|wo|down|lin2|linear2|layer2|dense2|w2|proj|out", {"weight": "ff_w2", "bias": "ff_b2"}))
+NORM_DICTS = ((r"ln1|ln_1|norm1|lnattn|attnnorm|layernorm1|ln1attn", {"weight": "ln1_gamma", "bias": "ln1_beta"}),
+              (r"ln2|ln_2|norm2|lnffn|lnmlp|ffnnorm|mlpnorm|layernorm2", {"weight": "ln2_gamma", "bias": "ln2_beta"}),
+              (r"ln|norm|layernorm|lnf", {"weight": "ln_gamma", "bias": "ln_beta"}))
+NORM_KEYS = {"g": "weight", "gamma": "weight", "weight": "weight", "w": "weight", "scale": "weight",
+             "b": "bias", "beta": "bias", "bias": "bias", "shift": "bias"}
+
+
+def key_role(dict_name: str, key: str, within: str = "") -> str | None:
     """The role of a key of a dict parameter: a layer's weight or bias by the dict's name
-    (LAYER_DICTS), else what the key's own name proposes first; None when neither says."""
+    (LAYER_DICTS; FFN_LAYERS where what holds it, `within`, is a feed-forward network; a
+    layer norm's, NORM_DICTS), else what the key's own name proposes first; None when none says."""
+    holder = normalised(dict_name)
+    norm_part = NORM_KEYS.get(normalised(key))
+    for pattern, roles in NORM_DICTS:
+        if norm_part and re.fullmatch(pattern, holder):
+            return roles[norm_part]
     part = LAYER_KEYS.get(normalised(key))
+    if part and re.fullmatch(FFN_HOLDERS, normalised(within)):
+        for pattern, roles in FFN_LAYERS:
+            if re.fullmatch(pattern, holder):
+                return roles[part]
     for pattern, roles in LAYER_DICTS:
         if part and re.fullmatch(pattern, normalised(dict_name)):
             return roles[part]

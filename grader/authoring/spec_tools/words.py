@@ -42,6 +42,11 @@ def describe(table: dict) -> str:
     if table.get("globals"):
         words.append("weights read from the notebook's globals " + ", ".join(
             f"{n}={r}" for n, r in table["globals"].items()))
+    if table.get("block"):
+        words.append({"post_ln": "a post-LN block (LN(x + f(x)))", "pre_ln": "a pre-LN block (x + f(LN(x)))"}
+                     [table["block"]])
+    if table.get("activation"):
+        words.append(f"activation {table['activation']}")
     if table.get("batch") == "any":
         words.append("any leading batch axes")
     elif table.get("batch"):
