@@ -18,7 +18,7 @@ RETURN_NAME = {"weights_per_head": "weights", "scores_per_head": "scores"}
 
 def _every_part(conv: Convention, case: Case) -> dict:
     """Every part the reference computes for this case, canonical."""
-    parts = MULTI_PARTS if conv.heads != "one" else SINGLE_PARTS
+    parts: tuple[str, ...] = MULTI_PARTS if conv.heads != "one" else SINGLE_PARTS
     if not conv.attends:
         parts = ("output",)   # a layer norm or a feed-forward network computes nothing else
     return replace(conv, returns=parts, return_keys=None).expected_parts(case)
