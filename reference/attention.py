@@ -85,6 +85,7 @@ class Case:
     bo: np.ndarray | None = None         # output projection bias
     additive: Additive | None = None     # additive (Bahdanau) scores instead of dot products
     block: Block | None = None           # the transformer block around attention, or a part of it
+    scale_off: bool = False              # a function with a scale flag is told not to scale (flag False)
     # A batch: the other elements of a batched function's input (this case is element 0),
     # sharing its weights; each is a case of its own and is computed on its own.
     batch_rest: tuple["Case", ...] = ()

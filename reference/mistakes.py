@@ -25,6 +25,7 @@ shapes say ("scaled", "model_dim", "heads", "fused_heads", "projection", "biases
   norm_of_tokens   - a layer norm reads its tokens X as given (a layer norm alone, or pre-LN's
                      first), where the grader's cases give one token nearly constant features
   gelu             - its network's activation is a GELU
+  scale_flag       - it takes a scale flag, passed as False on one randomized case
   attention_output - it returns attention's own output (not a block's): a mistake that changes
                      that output's shape raises inside a block, where it meets the residual
   dot_product      - it scores with dot products (every convention that is not additive)
@@ -50,7 +51,9 @@ WRONG_SIGN_BIG = 1e9
 class Variant:
     """How the computation goes wrong; the defaults are the reference."""
 
-    scale: str = "sqrt_dk"          # sqrt_dk | none | sqrt_D | sqrt_N | twice | after_softmax | floor
+    # sqrt_dk | none | sqrt_D | sqrt_N | twice | after_softmax | floor | flag_ignored (scaled though
+    # its scale flag says not to)
+    scale: str = "sqrt_dk"
     # rows | columns | whole | naive | heads | batch, or a slip inside a row softmax (_SLIPS)
     softmax: str = "rows"
     scores: str = "qk"              # qk | kq
@@ -248,7 +251,9 @@ def _scored(case: Case, q, k, values, v: Variant) -> dict:
         return {"q": q, "k": k, "v": values, "scores": s if v.scores == "qk" else s.T}
     raw = q @ k.T if v.scores == "qk" else k @ q.T
     d_k = k.shape[1]
-    if not case.scaled or v.scale in ("none", "after_softmax"):
+    if v.scale == "flag_ignored" and case.scale_off:
+        s = raw / np.sqrt(d_k)
+    elif not case.scaled or v.scale in ("none", "after_softmax"):
         s = raw
     elif v.scale == "sqrt_D":
         s = raw / np.sqrt(case.d)
@@ -787,6 +792,11 @@ MISTAKES: tuple[Mistake, ...] = (
        "to about 1e-3.",
        "Use the GELU this assignment defines.",
        needs={"gelu"}, activation="other_gelu"),
+    _m("scale_flag_ignored", "scale flag ignored (scaled when told not to)",
+       "Your function divides the scores by sqrt(d_k) whatever its scale flag says: called with the flag False, "
+       "it still scales.",
+       "Look at your scale parameter: scale the scores only when it is True.",
+       needs={"scale_flag"}, scale="flag_ignored"),
 )
 
 # Mistakes that give the reference on ordinary inputs and differ only where exp() leaves its

@@ -259,12 +259,12 @@ def _softmax(s, axis=-1):
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def _heads(q, k, v, n):
+def _heads(q, k, v, n, scaled=True):
     """Per head (output, weights, scores) of fused Q, K, V (tokens as rows); V split by its own
     width, which may differ from the keys' (d_v != d_k)."""
     found = []
     for cols, values in zip(np.split(np.arange(q.shape[1]), n), np.split(v, n, axis=1)):
-        s = q[:, cols] @ k[:, cols].T / np.sqrt(len(cols))
+        s = q[:, cols] @ k[:, cols].T / (np.sqrt(len(cols)) if scaled else 1.0)
         found.append((_softmax(s) @ values, _softmax(s), s))
     return found
 
@@ -305,7 +305,7 @@ SYNTHETIC = [
     ('params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name = "V", role = "v" }, '
      '{ name = "n", role = "n_heads" }, { name = "scaled", role = "scale" }]\nreturns = ["output", "weights"]\n',
      lambda Q, K, V, n, scaled: (lambda p: (np.concatenate([o for o, _, _ in p], axis=1), [w for _, w, _ in p]))(
-         _heads(Q, K, V, n)) if scaled is True else None),
+         _heads(Q, K, V, n, scaled)) if scaled in (True, False) else None),
 ]
 
 

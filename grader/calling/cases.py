@@ -221,9 +221,22 @@ def with_convention_features(conv: Convention, case: Case, rng: np.random.Genera
     return case
 
 
+# The randomized case on which a function with a scale flag is told not to scale (the flag
+# passed as False): a function that ignores its flag computes the scaled attention there.
+SCALE_OFF_CASE = 3
+
+
 def random_cases(conv: Convention, seed: int, shapes=RANDOM_SHAPES) -> list[Case]:
     rng = np.random.default_rng(seed)
-    return [random_case(conv, rng, n, d, h, batch=b) for (n, d, h), b in zip(shapes, RANDOM_BATCHES)]
+    drawn = [random_case(conv, rng, n, d, h, batch=b) for (n, d, h), b in zip(shapes, RANDOM_BATCHES)]
+    if "scale" in conv.roles and conv.scaled and len(drawn) > SCALE_OFF_CASE:
+        drawn[SCALE_OFF_CASE] = conv.prepare(_scale_off(drawn[SCALE_OFF_CASE]))
+    return drawn
+
+
+def _scale_off(case: Case) -> Case:
+    return replace(case, scale_off=True, label=f"{case.label}, scale = False",
+                   batch_rest=tuple(_scale_off(e) for e in case.batch_rest))
 
 
 def single_head_case(conv: Convention, seed: int) -> Case:

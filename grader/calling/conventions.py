@@ -298,7 +298,8 @@ class Convention:
         still invert."""
         if "mask" in self.roles and case.mask is None:
             case = replace(case, mask=np.ones((case.n, case.lk), dtype=bool))
-        return replace(case, scaled=self.scaled, causal=self.causal, fully_masked=self.fully_masked,
+        return replace(case, scaled=self.scaled and not case.scale_off, causal=self.causal,
+                       fully_masked=self.fully_masked,
                        batch_rest=tuple(self.prepare(e) for e in case.batch_rest))
 
     def elements(self, case: Case) -> list[Case]:
@@ -403,7 +404,7 @@ class Convention:
         if role == "n_heads":
             return len(case.heads)
         if role == "scale":
-            return self.scaled
+            return self.scaled and not case.scale_off
         if role == "causal":
             return True
         if role == "mask":

@@ -188,6 +188,8 @@ def features(conv: Convention) -> set[str]:
         found.add("framework_layout")
     if conv.attends:
         found.add("additive" if conv.additive else "dot_product")
+    if "scale" in conv.roles and conv.scaled:
+        found.add("scale_flag")
     if conv.unit == "attention":
         found.add("attention_output")
     else:
