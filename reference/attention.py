@@ -30,6 +30,10 @@ Blocks (blocks.py): with `block`, the case is a transformer block around its att
 or pre-LN, with a feed-forward network), or a part of one on its own (layer norm, the network),
 and its output is the block's.
 
+Backward passes (backward.py): with `d_output`, the gradient of a loss with respect to the
+output (Lq x H*d_v, each head's block of columns its own), every head's result holds the
+gradients dq, dk and dv of that loss with respect to its Q, K and V too.
+
 Batches: a case is one sequence (one batch element). A course's B x N x D inputs are B cases
 sharing the weights (`batch_elements`), computed one by one and stacked (`batched`); a
 heads axis (B x H x N x d) is a representation of the fused projections (`split_heads`).
@@ -40,6 +44,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .backward import attention_backward
 from .blocks import Block, attention_input, finish
 from .masks import FULLY_MASKED_RULES, causal_keep, combine, masked_softmax
 
@@ -86,6 +91,7 @@ class Case:
     additive: Additive | None = None     # additive (Bahdanau) scores instead of dot products
     block: Block | None = None           # the transformer block around attention, or a part of it
     scale_off: bool = False              # a function with a scale flag is told not to scale (flag False)
+    d_output: np.ndarray | None = None   # a backward pass: the upstream gradient, Lq x H*d_v
     # A batch: the other elements of a batched function's input (this case is element 0),
     # sharing its weights; each is a case of its own and is computed on its own.
     batch_rest: tuple["Case", ...] = ()
@@ -106,6 +112,11 @@ class Case:
         if self.values is not None and (self.memory is None or np.shape(self.values)[0] != self.lk):
             # Each key has its value: the two sequences are one set of Lk tokens read twice.
             raise ValueError("the values' sequence needs the keys' one (memory) of the same length")
+        if self.d_output is not None:
+            width = sum(h.wv.shape[1] for h in self.heads)
+            if np.shape(self.d_output) != (self.n, width):
+                raise ValueError(f"the upstream gradient is {np.shape(self.d_output)}, not Lq x H*d_v = "
+                                 f"{(self.n, width)}")
 
     @property
     def elements(self) -> tuple["Case", ...]:
@@ -152,7 +163,8 @@ class Case:
             mask = mask[order] if self.memory is not None else mask[order][:, order]
         if key_mask is not None and self.memory is None:
             key_mask = key_mask[order]
-        return replace(self, x=self.x[order], mask=mask, key_mask=key_mask,
+        d_output = None if self.d_output is None else self.d_output[order]
+        return replace(self, x=self.x[order], mask=mask, key_mask=key_mask, d_output=d_output,
                        batch_rest=tuple(e.permuted(order) for e in self.batch_rest),
                        label=f"{self.label} (tokens permuted)")
 
@@ -237,10 +249,15 @@ def attention(case: Case) -> dict:
 def _attention(case: Case) -> dict:
     keep = case.keep
     per_head = []
+    start = 0
     for head in case.heads:
         q, k, v = head_projections(case, head)
         attended = attend(q, k, v, case.scaled, keep, case.fully_masked, case.additive)
         per_head.append({"q": q, "k": k, "v": v, **attended})
+        if case.d_output is not None:
+            d_output = case.d_output[:, start:start + v.shape[1]]
+            per_head[-1].update(attention_backward(q, k, v, d_output, case.scaled, keep, case.fully_masked))
+        start += v.shape[1]
     concat = np.concatenate([h["output"] for h in per_head], axis=1)
     output = concat if case.wo is None else concat @ case.wo
     if case.wo is not None and case.bo is not None:

@@ -29,6 +29,10 @@ shapes say ("scaled", "model_dim", "heads", "fused_heads", "projection", "biases
   attention_output - it returns attention's own output (not a block's): a mistake that changes
                      that output's shape raises inside a block, where it meets the residual
   dot_product      - it scores with dot products (every convention that is not additive)
+  backward         - it computes the backward pass: the gradients dQ, dK and dV given the upstream
+                     gradient (a mistake of the forward pass is then made in the recomputed forward,
+                     and the backward is taken through it, the same scale factor included)
+  backward_mask    - a backward pass under a mask (given, or causal)
 A mistake that cannot be made on a case (a mask mistake without a mask, keys from X when the
 memory's width differs from X's) predicts the reference there, so it is never named on it.
 """
@@ -40,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from .attention import Additive, Case, Head, softmax_rows, stack_batch
+from .backward import attention_backward
 from .blocks import BlockSteps, attention_input, finish
 from .masks import causal_keep, combine, masked_softmax
 
@@ -87,6 +92,17 @@ class Variant:
     def block_steps(self) -> BlockSteps:
         return BlockSteps(norm=self.norm, residual=self.residual, order=self.block_order,
                           activation=self.activation)
+    # The backward pass (backward.py): the softmax's backward as its Jacobian-vector product or
+    # element-wise s (1 - s); the 1/sqrt(d_k) applied to dS or missing; dQ and dK returned in
+    # their places or swapped; dK as dS^T Q or dS Q; the row sum of dP * P over the keys (rows)
+    # or over the queries (columns); the softmax's backward through the masked weights (kept)
+    # or through weights computed without the mask (ignored).
+    softmax_backward: str = "jacobian"
+    backward_scale: str = "applied"
+    gradients: str = "right"
+    key_gradient: str = "ds_t_q"
+    row_sum: str = "rows"
+    backward_mask: str = "kept"
 
 
 @dataclass(frozen=True)
@@ -284,6 +300,39 @@ def _head_output(case: Case, part: dict, w: np.ndarray, v: Variant) -> dict:
     return {**part, "weights": w, "output": out}
 
 
+def _backward_scale(case: Case, k: np.ndarray, v: Variant) -> float:
+    """What the student divides dS by: the forward's scale factor, as the variant computes it,
+    unless the backward leaves it out."""
+    if not case.scaled or v.backward_scale == "missing" or v.scale == "none":
+        return 1.0
+    if v.scale == "twice":
+        return float(k.shape[1])
+    if v.scale == "sqrt_D":
+        return float(np.sqrt(case.d))
+    return float(np.sqrt(k.shape[0] if v.scale == "sqrt_N" else k.shape[1]))
+
+
+def _head_backward(case: Case, part: dict, w: np.ndarray, d_output: np.ndarray, v: Variant) -> dict:
+    """dQ, dK and dV of one head as the variant takes the backward pass, through the weights its
+    forward computed; where those cannot meet the upstream gradient (the student's code would
+    raise), the reference's gradients."""
+    q, k, values = part["q"], part["k"], part["v"]
+    if w.shape != (q.shape[0], k.shape[0]) or d_output.shape != (q.shape[0], values.shape[1]):
+        return attention_backward(q, k, values, d_output, case.scaled, case.keep, case.fully_masked)
+    d_v = w.T @ d_output
+    d_p = d_output @ values.T
+    p = softmax_rows(part["scores"]) if v.backward_mask == "ignored" else w
+    if v.softmax_backward == "elementwise":
+        d_s = d_p * p * (1 - p)
+    else:
+        d_s = p * (d_p - (d_p * p).sum(axis=0 if v.row_sum == "columns" else -1, keepdims=True))
+    d_s = d_s / _backward_scale(case, k, v)
+    d_q, d_k = d_s @ k, (d_s @ q if v.key_gradient == "ds_q" else d_s.T @ q)
+    if v.gradients == "swapped":
+        d_q, d_k = d_k, d_q
+    return {"dq": d_q, "dk": d_k, "dv": d_v}
+
+
 def _head(case: Case, head, v=Variant(), keep=None):
     part = _head_scores(case, head, v)
     return _head_output(case, part, _weights(part["scores"], keep, v, case.fully_masked), v)
@@ -345,6 +394,8 @@ def _possible(case: Case, v: Variant) -> Variant:
         undo["queries_from"] = "wq"
     if v.additive == "summed" and any(h.wq.shape[1] != h.wk.shape[1] for h in case.heads):
         undo["additive"] = "tanh"                       # a d_q query meets a d_k key
+    if (v.gradients != "right" or v.key_gradient != "ds_t_q") and case.n != case.lk:
+        undo.update(gradients="right", key_gradient="ds_t_q")   # dQ is Lq x d_k, dK Lk x d_k
     if v.layout == "transposed" and not all(_square(a) for a in (
             case.fused("wq"), case.fused("wk"), case.fused("wv"), case.wo)):
         undo["layout"] = "right"
@@ -442,6 +493,12 @@ def _finish(plan: dict) -> dict:
         per_head = _token_heads(case, v)
     else:
         per_head = [_head_output(case, part, w, v) for part, w in zip(plan["parts"], plan["weights"])]
+        if case.d_output is not None:
+            start = 0
+            for head in per_head:
+                width = head["v"].shape[1]
+                head.update(_head_backward(case, head, head["weights"], case.d_output[:, start:start + width], v))
+                start += width
     outputs = [h["output"] for h in per_head]
     if v.heads == "reversed":
         outputs = outputs[::-1]
@@ -797,6 +854,40 @@ MISTAKES: tuple[Mistake, ...] = (
        "it still scales.",
        "Look at your scale parameter: scale the scores only when it is True.",
        needs={"scale_flag"}, scale="flag_ignored"),
+    # The backward pass (backward.py): dV = P^T dO, dS = P * (dP - rowsum(dP * P)) / sqrt(d_k),
+    # dQ = dS K, dK = dS^T Q.
+    _m("softmax_backward_elementwise", "softmax's backward taken element-wise, s (1 - s)",
+       "Your backward multiplies dP by P (1 - P) entry by entry, the diagonal of the softmax's Jacobian "
+       "only: each weight depends on every score of its row, so the off-diagonal terms -P_ij P_ik are "
+       "missing.",
+       "Use the Jacobian-vector product: dS = P * (dP - sum(dP * P, axis=-1, keepdims=True)).",
+       needs={"backward"}, softmax_backward="elementwise"),
+    _m("backward_scale_missing", "1/sqrt(d_k) missing in the backward",
+       "Your forward divides the scores by sqrt(d_k), but your backward does not divide dS by it, so dQ "
+       "and dK are sqrt(d_k) times too large (dV is right).",
+       "The scores are Q K^T / sqrt(d_k): the chain rule divides dS by sqrt(d_k) before dQ = dS K and "
+       "dK = dS^T Q.",
+       needs={"backward", "scaled"}, backward_scale="missing"),
+    _m("query_key_gradients_swapped", "dQ and dK swapped",
+       "Your gradient with respect to Q is the one with respect to K, and the other way round.",
+       "dQ = dS K (each query's row of dS weighs the keys); dK = dS^T Q (each key's column weighs the queries).",
+       needs={"backward"}, gradients="swapped"),
+    _m("key_gradient_not_transposed", "dK computed as dS Q instead of dS^T Q",
+       "Your dK multiplies dS by Q without transposing dS, so row j of dK sums over query j's row of dS "
+       "instead of key j's column.",
+       "Look at the shapes: dS is Lq x Lk and Q is Lq x d_k, so dK (Lk x d_k) = dS^T Q.",
+       needs={"backward"}, key_gradient="ds_q"),
+    _m("softmax_backward_wrong_axis", "the softmax backward's row sum taken over the wrong axis",
+       "Your sum of dP * P is taken over the queries (axis 0) instead of over each query's keys, so each "
+       "row of dS is corrected by the wrong numbers.",
+       "Each query's softmax is over its keys: sum(dP * P, axis=-1, keepdims=True).",
+       needs={"backward"}, row_sum="columns"),
+    _m("masked_positions_given_gradient", "masked positions given gradient (the softmax's backward without the mask)",
+       "Your softmax's backward uses weights computed without the mask, so scores the mask hides get "
+       "gradient and it reaches Q and K through keys the query never attended.",
+       "Take the backward through the weights of the masked softmax: a masked score is replaced, so its "
+       "gradient is 0 (P is 0 there).",
+       needs={"backward_mask"}, backward_mask="ignored"),
 )
 
 # Mistakes that give the reference on ordinary inputs and differ only where exp() leaves its

@@ -210,6 +210,8 @@ def with_convention_features(conv: Convention, case: Case, rng: np.random.Genera
     case = with_course_features(case, rng, mask="mask" in takes, causal=conv.causal,
                                 projection_bias=conv.projection_bias and element == 0,
                                 key_padding="key_padding" in takes, padded_from=element)
+    if conv.backward:
+        case = replace(case, d_output=upstream_gradient(rng, case))
     if "mask" in takes and conv.causal and case.mask is not None:   # with_course_features gave it one
         keep = case.mask.copy()
         np.fill_diagonal(keep, True)
@@ -224,6 +226,16 @@ def with_convention_features(conv: Convention, case: Case, rng: np.random.Genera
 # The randomized case on which a function with a scale flag is told not to scale (the flag
 # passed as False): a function that ignores its flag computes the scaled attention there.
 SCALE_OFF_CASE = 3
+
+
+def upstream_gradient(rng: np.random.Generator, case: Case) -> np.ndarray:
+    """A backward pass's upstream gradient dO (Lq x H*d_v): random, never all ones (the gradient
+    of a plain sum, which hides a transposed or swapped product), small nonzero whole numbers
+    where the tokens are whole (the integer and smallest cases)."""
+    shape = (case.n, sum(h.wv.shape[1] for h in case.heads))
+    if np.issubdtype(np.asarray(case.x).dtype, np.integer):
+        return rng.choice(np.array([-2.0, -1.0, 1.0, 2.0]), size=shape)
+    return rng.normal(size=shape)
 
 
 def random_cases(conv: Convention, seed: int, shapes=RANDOM_SHAPES) -> list[Case]:

@@ -27,22 +27,23 @@ from grader.calling.params import (BLOCK_NORM_ROLES, BLOCK_ROLES, FFN_ROLES, MAS
 from grader.toml_text import load_toml
 
 # How tokens index each canonical part, for the permutation property.
-TOKEN_AXES = {"output": (0,), "q": (0,), "k": (0,), "v": (0,), "heads": (0,),
+TOKEN_AXES = {"output": (0,), "q": (0,), "k": (0,), "v": (0,), "heads": (0,), "dq": (0,), "dk": (0,), "dv": (0,),
               "scores": (0, 1), "weights": (0, 1), "weights_per_head": (0, 1), "scores_per_head": (0, 1),
               "mean_weights": (0, 1)}
 # In cross-attention the keys and values come from the memory: permuting the query tokens
 # moves the queries' axis only, and permuting the memory's rows moves the keys' axis only.
-QUERY_AXES = {"output": (0,), "q": (0,), "k": (), "v": (), "heads": (0,),
+QUERY_AXES = {"output": (0,), "q": (0,), "k": (), "v": (), "heads": (0,), "dq": (0,), "dk": (), "dv": (),
               "scores": (0,), "weights": (0,), "weights_per_head": (0,), "scores_per_head": (0,),
               "mean_weights": (0,)}
-MEMORY_AXES = {"output": (), "q": (), "k": (0,), "v": (0,), "heads": (),
+MEMORY_AXES = {"output": (), "q": (), "k": (0,), "v": (0,), "heads": (), "dq": (), "dk": (0,), "dv": (0,),
                "scores": (1,), "weights": (1,), "weights_per_head": (1,), "scores_per_head": (1,),
                "mean_weights": (1,)}
 
 PART_WORDS = {"output": "output", "weights": "attention weights", "scores": "attention scores",
               "weights_per_head": "per-head attention weights", "scores_per_head": "per-head attention scores",
               "heads": "heads' outputs (before the output projection)", "q": "Q", "k": "K", "v": "V",
-              "mean_weights": "attention weights averaged over the heads"}
+              "mean_weights": "attention weights averaged over the heads",
+              "dq": "gradient dQ", "dk": "gradient dK", "dv": "gradient dV"}
 
 # The parts whose words are plural ("the attention weights were ...").
 PLURAL_PARTS = ("weights", "scores", "weights_per_head", "scores_per_head", "heads", "mean_weights")
@@ -55,12 +56,15 @@ PER_HEAD_PARTS = ("weights_per_head", "scores_per_head", "heads")
 # by default, average_attn_weights=True: B x Lq x Lk where each head's are B x H x Lq x Lk).
 WEIGHT_PARTS = ("weights", "weights_per_head", "mean_weights")
 
-RETURN_NAMES = ("output", "weights", "scores", "q", "k", "v", "heads", "mean_weights")
+RETURN_NAMES = ("output", "weights", "scores", "q", "k", "v", "heads", "mean_weights", "dq", "dk", "dv")
+# A backward pass's parts: the gradients of the loss with respect to Q, K and V (reference/backward.py).
+GRADIENT_PARTS = ("dq", "dk", "dv")
 
 # The stages of the computation: what an input role starts from and a returned part ends at.
 # Which steps lie in between decides the mistakes a function can make (grader/judging/explain.py).
 INPUT_STAGE = {"x": 0, "q": 1, "k": 1, "v": 1, "kv": 1, "scores": 2}
-RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "mean_weights": 3, "heads": 4, "output": 4}
+RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "mean_weights": 3, "heads": 4, "output": 4,
+                "dq": 5, "dk": 5, "dv": 5}
 STEPS = ((1, "projections"), (2, "scores"), (3, "softmax"))
 
 CONVENTION_KEYS = ("description", "params", "returns", "weights", "tokens", "scaled", "axis", "square",
@@ -72,7 +76,7 @@ MASK_SHAPES = {("mask", False): ("Lq x Lk",), ("mask", True): ("B x Lq x Lk", "B
                ("key_padding", False): ("Lk",), ("key_padding", True): ("B x Lk", "B x 1 x 1 x Lk")}
 # The roles whose argument is one per batch element (stacked on a leading batch axis when
 # batched); every other role (weights, biases, flags, the head count) is shared by the batch.
-PER_ELEMENT_ROLES = ("x", *SEQUENCE_ROLES, "q", "k", "v", "kv", "scores", "mask", "key_padding")
+PER_ELEMENT_ROLES = ("x", *SEQUENCE_ROLES, "q", "k", "v", "kv", "scores", "mask", "key_padding", "d_output")
 # What a row with no key left to attend gives when a convention does not say: the rule its
 # mask form implies by arithmetic (an additive -inf mask gives NaN), else all weights zero.
 DEFAULT_FULLY_MASKED = "zeros"
@@ -200,6 +204,12 @@ class Convention:
         """Additive (Bahdanau) attention: a score network v . tanh(q W1 + k W2) scores each
         query and key, instead of their dot product."""
         return bool(self.roles & set(SCORE_ROLES))
+
+    @property
+    def backward(self) -> bool:
+        """A backward pass: given the upstream gradient (role d_output), it returns the
+        gradients of the loss with respect to Q, K and V (reference/backward.py)."""
+        return "d_output" in self.roles
 
     @property
     def tied_values(self) -> bool:
@@ -414,6 +424,8 @@ class Convention:
             return FORMS[param.mask_form].to_course(real)
         if role == "bo":
             return self._bias(_given(case.bo, "an output projection bias"))
+        if role == "d_output":
+            return self._tokens(_given(case.d_output, "upstream gradient"))
         if role == "x":
             return self._tokens(case.x)
         if role in ("memory", "key_tokens"):
@@ -468,6 +480,9 @@ class Convention:
         if (case.values is not None) != self.three_inputs and case.memory is not None:
             return "its keys and values come from one sequence, the convention takes them apart" \
                 if self.three_inputs else "it has a values' sequence of its own, the convention none"
+        if (case.d_output is not None) != self.backward:
+            return "it has an upstream gradient, the convention none" if case.d_output is not None else \
+                "the convention takes an upstream gradient (a backward pass), it has none"
         if (case.mask is not None or case.key_mask is not None) and not self.masked:
             return "it has a mask, the convention takes none"
         if self.square and any(h.wq.shape[1] != case.d for h in case.heads):
@@ -652,6 +667,7 @@ def _check_roles(conv: Convention, where: str) -> None:
     if "kv" in roles and roles & {"k", "v"}:
         fail(where, "give the keys and values as one array (kv) or apart (k, v), not both")
     _check_additive(conv, roles, start, where)
+    _check_backward(conv, roles, names, where)
     for p in flat:
         if p.role in MASK_ROLES:
             allowed = MASK_SHAPES[(p.role, conv.batched)]
@@ -719,6 +735,27 @@ def _check_additive(conv: Convention, roles: set, start: int, where: str) -> Non
         fail(where, "additive attention has one head")
     if conv.columns:
         fail(where, "additive attention takes tokens as rows")
+
+
+def _check_backward(conv: Convention, roles: set, names: tuple, where: str) -> None:
+    """A backward pass: given Q, K and V and the upstream gradient, one head, tokens as rows,
+    it returns gradients and nothing else; a gradient is returned by a backward pass only."""
+    gradients = [n for n in names if n in GRADIENT_PARTS]
+    if not conv.backward:
+        if gradients:
+            fail(where, f"returns {gradients[0]!r}, a gradient, which needs the upstream gradient (role d_output)")
+        return
+    if not gradients or len(gradients) != len(names):
+        fail(where, "a backward pass (role d_output) returns the gradients dq, dk and dv (any of them), and "
+                    "nothing else")
+    if roles & {"x", "scores", "kv"} or not {"q", "k", "v"} <= roles:
+        fail(where, "a backward pass takes Q, K and V (roles q, k, v) and the upstream gradient")
+    if conv.additive:
+        fail(where, "a backward pass is of scaled dot-product attention, not additive attention")
+    if conv.heads != "one":
+        fail(where, "a backward pass has one head")
+    if conv.columns or conv.vector:
+        fail(where, "a backward pass takes tokens as rows")
 
 
 def _check_sequences(roles: set, start: int, where: str) -> None:

@@ -42,6 +42,7 @@ ROLES = {
     "ff_w1": "the feed-forward network's first weight (D x F)", "ff_b1": "the feed-forward network's first bias (F)",
     "ff_w2": "the feed-forward network's second weight (F x D)", "ff_b2": "the feed-forward network's second bias (D)",
     "object": "an object holding other roles as the attributes given (a types.SimpleNamespace)",
+    "d_output": "a backward pass: the upstream gradient, of the loss with respect to the output (Lq x d_v)",
 }
 # Roles the next steps of the calling conventions will give meaning to. A spec naming one is
 # refused in one line rather than graded as if it were absent.

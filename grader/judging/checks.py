@@ -231,6 +231,7 @@ def _reference_mismatch(conv: Convention, probe: Probe, parts: Parts, ctx: Conte
     expected_parts = ctx.predictions.parts(conv, CORRECT, probe.case)
     if not any(parts.came_back(part) for part in expected_parts):
         return _missing_part(probe, parts, next(iter(expected_parts)))
+    problems = []
     for part, expected in expected_parts.items():
         if not parts.came_back(part):
             continue
@@ -240,8 +241,11 @@ def _reference_mismatch(conv: Convention, probe: Probe, parts: Parts, ctx: Conte
         if problem:
             if overflow_allowed and _only_overflow(conv, probe, parts, tol, ctx):
                 return None
-            return Verdict("failed", f"On {probe.label}: the {PART_WORDS[part]} {problem}.",
-                           weight_heatmaps(conv, probe, parts))
+            problems.append(f"the {PART_WORDS[part]} {problem}")
+            if not conv.backward:   # a backward pass's gradients are each said, with where they differ most
+                break
+    if problems:
+        return Verdict("failed", f"On {probe.label}: {'; '.join(problems)}.", weight_heatmaps(conv, probe, parts))
     return None
 
 
@@ -795,8 +799,9 @@ CHECKS: dict[str, CheckKind] = {c.name: c for c in [
               lambda conv, f: conv.three_inputs, _self_attention, judge_against_reference),
     CheckKind("batch_elements", "Each batch element is computed on its own", 1,
               lambda conv, f: conv.batched, _batch_alone, judge_batch_elements),
+    # Not of a backward pass: a later query's gradient reaches the earlier keys it attends.
     CheckKind("causal_future", "Under a causal mask, a token ignores the tokens after it", 1,
-              lambda conv, f: conv.causal, _future_changed, judge_causal),
+              lambda conv, f: conv.causal and not conv.backward, _future_changed, judge_causal),
     CheckKind("masked_keys_zero_weight", "Masked keys get zero weight", 1,
               lambda conv, f: _masked(conv) and _returns_weights(conv),
               lambda fn, ctx: [_base(fn, ctx), *_random(fn, ctx)], judge_masked_keys),

@@ -200,6 +200,10 @@ def features(conv: Convention) -> set[str]:
         found.add("norm_of_tokens")
     if "feed_forward" in found and conv.activation != "relu":
         found.add("gelu")
+    if conv.backward:
+        found.add("backward")
+        if conv.masked or conv.causal:
+            found.add("backward_mask")
     return found
 
 
