@@ -21,7 +21,7 @@ def run(*args, cwd=None):
     (["check", FIXTURES / "not_a_notebook.ipynb"], "has no cells"),
     (["check", SUBMISSIONS / "worked_solution.ipynb", "--assignment", "nonsense"], "unknown assignment"),
     (["grade", SUBMISSIONS / "worked_solution.ipynb", "-o", "/tmp/grader-test-unused", "--assignment", "nonsense"],
-     "built-in ones: additive, batched, blocks, columns, cross, framework, masks, module, qkv, rows"),
+     "built-in ones: additive, backward, batched, blocks, columns, cross, framework, masks, module, qkv, rows"),
     (["check", SUBMISSIONS / "worked_solution.ipynb", "--assignment", "missing.toml"], "no such assignment spec"),
 ])
 @pytest.mark.slow

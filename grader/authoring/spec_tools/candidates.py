@@ -158,6 +158,8 @@ def _dimensions(params: list[dict], plural: bool) -> list[tuple[str, list]]:
 
 def _placeholder_returns(roles: set) -> str | list:
     """A return to parse the candidate with before its real returns are read off a call."""
+    if "d_output" in roles:
+        return ["dq", "dk", "dv"]
     if "scores" in roles:
         return "weights"
     if roles & {"v", "kv", "wv", "wqkv", *NORM_ROLES, *FFN_ROLES}:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from grader.calling.conventions import PART_WORDS, RETURN_NAMES, Convention
+from grader.calling.conventions import GRADIENT_PARTS, PART_WORDS, RETURN_NAMES, Convention
 from grader.reference.attention import Case
 from grader.calling.returns import Tolerance, canonical_parts, describe_value, same
 
@@ -17,10 +17,13 @@ RETURN_NAME = {"weights_per_head": "weights", "scores_per_head": "scores"}
 
 
 def _every_part(conv: Convention, case: Case) -> dict:
-    """Every part the reference computes for this case, canonical."""
+    """Every part the reference computes for this case, canonical: a backward pass's gradients,
+    else the forward's parts."""
     parts: tuple[str, ...] = MULTI_PARTS if conv.heads != "one" else SINGLE_PARTS
     if not conv.attends:
         parts = ("output",)   # a layer norm or a feed-forward network computes nothing else
+    if conv.backward:
+        parts = GRADIENT_PARTS
     return replace(conv, returns=parts, return_keys=None).expected_parts(case)
 
 

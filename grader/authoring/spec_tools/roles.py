@@ -50,6 +50,10 @@ NAME_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"keypaddingmask|paddingmask|keymask|srckeypaddingmask", ("key_padding",)),
     (r"causal|iscausal|usecausal|causalmask|autoregressive", ("causal",)),
     (r"scale|scaled|usescale|usescaling|scaling|doscale|doscaling", ("scale",)),
+    # A backward pass's upstream gradient: the loss's gradient with respect to the output.
+    (r"do|dout|doutput|doutputs|dy|dz|dattn|dattnout|dattention|dcontext|dctx|gradout|gradoutput|gradoutputs"
+     r"|grad|grads|gout|gradattn|upstream|upstreamgrad|upstreamgradient|dlossdout|dldo|dldout|dldy|dldz|delta"
+     r"|outgrad|outputgrad|outputgradient|dupstream", ("d_output",)),
     # Additive (Bahdanau) attention, tried after the readings above: the score network's
     # weights (W1 and W2, Bahdanau's W_a and U_a, a dot-product course's W_q and W_k given Q and
     # K themselves), its vector (v, v_a, w_v), one weight on the concatenation [q; k] (W, W_a);

@@ -1,0 +1,249 @@
+"""The backward pass of scaled dot-product attention graded as a unit: the reference gradients
+against central finite differences of the reference forward, the cases drawn to fit (a random
+upstream gradient, real masks, a batch), a course function written from docs/specs.md's words
+meeting the reference, the backward mistakes computed apart from each other and named, the
+refusals, and the spec inferred from a worked solution, end to end in a real kernel."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, GRADER, ROOT, graded_at_full_marks, planted_mistakes_named
+from grader.calling import cases
+from grader.course.spec import load_assignment, parse
+from grader.errors import SpecError
+from grader.judging import smallest
+from grader.judging.explain import Explanation, Predictions, applicable, features
+from grader.reference.attention import attend
+from grader.reference.backward import attention_backward
+from grader.reference.mistakes import HARMLESS
+
+sys.path.insert(0, str(ROOT / "tests"))
+from make_backward_fixtures import MISTAKES, OTHERS  # noqa: E402
+
+BACKWARD = FIXTURES / "backward"
+SPEC = "backward"   # a built-in, written in the same TOML as a course's spec
+GIVEN = ('params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name = "V", role = "v" }, '
+         '{ name = "dO", role = "d_output" }]\n')
+MASKED = ('params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name = "V", role = "v" }, '
+          '{ name = "mask", role = "mask", form = "keep" }, { name = "dO", role = "d_output" }]\n')
+OWN_MISTAKES = {"softmax_backward_elementwise", "backward_scale_missing", "query_key_gradients_swapped",
+                "key_gradient_not_transposed", "softmax_backward_wrong_axis", "masked_positions_given_gradient"}
+STEP = 1e-6
+
+
+def _function(text: str):
+    return parse('[[functions]]\nname = "backward"\n[functions.convention]\n' + text, "course.toml").functions[0]
+
+
+def _numerical(q, k, v, d_output, scaled, keep):
+    """Central finite differences of sum(O * dO), O the reference forward, in each of Q, K, V."""
+    found = {}
+    for name, index in (("dq", 0), ("dk", 1), ("dv", 2)):
+        gradient = np.zeros_like((q, k, v)[index])
+        for at in np.ndindex(gradient.shape):
+            for sign in (1.0, -1.0):
+                moved = [a.copy() for a in (q, k, v)]
+                moved[index][at] += sign * STEP
+                gradient[at] += sign * np.sum(attend(*moved, scaled=scaled, keep=keep)["output"] * d_output)
+        found[name] = gradient / (2 * STEP)
+    return found
+
+
+@pytest.mark.parametrize("lq, lk, d_k, d_v", [(3, 5, 4, 2), (1, 1, 2, 3), (6, 6, 3, 4), (4, 2, 1, 1)])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("scaled", [True, False])
+def test_the_reference_gradients_are_the_finite_differences_of_the_reference_forward(lq, lk, d_k, d_v, masked,
+                                                                                     scaled):
+    rng = np.random.default_rng(lq * 100 + lk * 10 + d_k + masked)
+    q, k, v, d_output = (rng.normal(size=s) for s in ((lq, d_k), (lk, d_k), (lk, d_v), (lq, d_v)))
+    keep = None
+    if masked:
+        keep = rng.random((lq, lk)) < 0.5
+        keep[:, 0] = True
+    exact = attention_backward(q, k, v, d_output, scaled, keep)
+    numerical = _numerical(q, k, v, d_output, scaled, keep)
+    for part in ("dq", "dk", "dv"):
+        assert np.allclose(exact[part], numerical[part], rtol=1e-6, atol=1e-7), part
+    if keep is not None:   # a key masked for every query gets no gradient at all
+        hidden = ~keep.any(axis=0)
+        assert np.all(exact["dk"][hidden] == 0) and np.all(exact["dv"][hidden] == 0)
+
+
+def test_the_reference_gradients_of_a_batch_are_each_element_s():
+    conv = _function(MASKED + 'returns = ["dq", "dk", "dv"]\nbatch = true\n').convention
+    case = cases.base_case(conv, 5)
+    expected = conv.expected_parts(case)
+    for i, element in enumerate(conv.elements(case)):
+        head = element.heads[0]
+        q, k, v = (element.x @ w for w in (head.wq, head.wk, head.wv))
+        numerical = _numerical(q, k, v, element.d_output, True, element.keep)
+        for part in ("dq", "dk", "dv"):
+            assert np.allclose(expected[part][i], numerical[part], rtol=1e-6, atol=1e-7), (i, part)
+
+
+def _softmax(s):
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _backward(Q, K, V, dO, keep=None):
+    """docs/specs.md's words: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)) / sqrt(d_k),
+    dQ = dS K, dK = dS^T Q."""
+    S = Q @ K.T / np.sqrt(K.shape[1])
+    if keep is not None:
+        S = np.where(keep, S, -np.inf)
+    P = _softmax(S)
+    dP = dO @ V.T
+    dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True)) / np.sqrt(K.shape[1])
+    return dS @ K, dS.T @ Q, P.T @ dO
+
+
+def _drawn(conv, seed=4):
+    return [*cases.random_cases(conv, seed), cases.base_case(conv, seed), cases.integer_case(conv, seed),
+            *smallest.candidates(conv, seed)]
+
+
+@pytest.mark.parametrize("text", [GIVEN, MASKED])
+def test_a_course_function_written_from_the_docs_words_meets_the_reference(text):
+    conv = _function(text + 'returns = ["dq", "dk", "dv"]\n').convention
+    masked = conv.masked
+    for case in _drawn(conv):
+        arguments = conv.call_arguments(case)
+        Q, K, V, dO = (arguments[i] for i in ((0, 1, 2, 4) if masked else (0, 1, 2, 3)))
+        assert dO.shape == (Q.shape[0], V.shape[1]), case.label
+        # Random, never all ones (nor one number everywhere) where it has room to differ.
+        assert case.label.startswith(smallest.LABEL) or not np.all(dO == dO.flat[0]), case.label
+        got = _backward(Q, K, V, dO, arguments[3] if masked else None)
+        expected = conv.expected_parts(case)
+        for value, part in zip(got, ("dq", "dk", "dv")):
+            assert np.allclose(value, expected[part]), (case.label, part)
+
+
+def test_any_subset_of_the_gradients_in_any_order_and_a_dict():
+    conv = _function(GIVEN + 'returns = ["dv", "dq"]\n').convention
+    case = cases.base_case(conv, 2)
+    assert list(conv.expected_parts(case)) == ["dv", "dq"]
+    keyed = _function(GIVEN + 'returns = { dq = "dQ", dk = "dK", dv = "dV" }\n').convention
+    assert keyed.return_keys == ("dQ", "dK", "dV") and keyed.backward
+
+
+def test_a_backward_pass_has_its_own_features_checks_and_mistakes():
+    fn = _function(MASKED + 'returns = ["dq", "dk", "dv"]\nbatch = true\n')
+    conv = fn.convention
+    assert {"backward", "backward_mask", "scaled", "softmax"} <= features(conv)
+    named = {m.id for m in applicable(conv)}
+    assert OWN_MISTAKES <= named and "no_scaling" in named
+    assert not OWN_MISTAKES & {m.id for m in applicable(load_assignment("rows").functions[0].convention)}
+    assert {"random_shapes", "permutation_equivariance", "batch_elements", "memory_layout", "dtypes",
+            "inputs_unmodified", "return_structure"} <= set(fn.points)
+    assert not {"weights_distribution", "masked_keys_zero_weight", "causal_future", "single_head"} & set(fn.points)
+    causal = _function(GIVEN + 'returns = ["dq", "dk", "dv"]\ncausal = true\n')
+    assert "causal_future" not in causal.points and "permutation_equivariance" not in causal.points
+    assert "masked_positions_given_gradient" in {m.id for m in applicable(causal.convention)}
+
+
+@pytest.mark.parametrize("text", [GIVEN + 'returns = ["dq", "dk", "dv"]\n',
+                                  MASKED + 'returns = ["dq", "dk", "dv"]\nbatch = true\n'])
+def test_each_backward_mistake_differs_from_the_reference_and_from_the_others(text):
+    conv = _function(text).convention
+    inputs = cases.random_cases(conv, 7) + [cases.base_case(conv, 7)]
+    mistakes = [m for m in applicable(conv) if m.id not in HARMLESS]
+    predictions = Predictions()
+
+    def computed(m):
+        return [predictions.parts(conv, Explanation((m,), m.variant), c) for c in inputs]
+
+    def apart(a, b):
+        return any(x[p].shape != y[p].shape or not np.allclose(x[p], y[p]) for x, y in zip(a, b) for p in x)
+
+    reference = [conv.expected_parts(c) for c in inputs]
+    for ours in (m for m in mistakes if m.id in OWN_MISTAKES):
+        mine = computed(ours)
+        assert apart(mine, reference), ours.id
+        for other in mistakes:
+            if other is not ours:
+                assert apart(mine, computed(other)), (ours.id, other.id)
+
+
+def test_the_mistakes_keep_dv_where_only_the_softmax_s_backward_is_wrong():
+    conv = _function(MASKED + 'returns = ["dq", "dk", "dv"]\n').convention
+    case = cases.base_case(conv, 3)
+    reference = conv.expected_parts(case)
+    predictions = Predictions()
+    for m in applicable(conv):
+        if m.id in OWN_MISTAKES - {"query_key_gradients_swapped", "key_gradient_not_transposed"}:
+            got = predictions.parts(conv, Explanation((m,), m.variant), case)
+            assert np.allclose(got["dv"], reference["dv"]) and not np.allclose(got["dq"], reference["dq"]), m.id
+
+
+@pytest.mark.parametrize("text, words", [
+    (GIVEN + 'returns = ["dq", "output"]\n', "returns the gradients dq, dk and dv (any of them), and nothing else"),
+    (GIVEN.replace(', { name = "dO", role = "d_output" }', "") + 'returns = "dq"\n', "needs the upstream gradient"),
+    ('params = [{ name = "X", role = "x" }, { name = "Wq", role = "wq" }, { name = "Wk", role = "wk" }, '
+     '{ name = "Wv", role = "wv" }, { name = "dO", role = "d_output" }]\nreturns = "dq"\n', "takes Q, K and V"),
+    (GIVEN.replace('{ name = "V", role = "v" }', '{ name = "V", role = "v" }, { name = "H", role = "n_heads" }')
+     + 'returns = "dq"\n', "a backward pass has one head"),
+    (GIVEN + 'returns = "dq"\ntokens = "columns"\n', "takes tokens as rows"),
+    (GIVEN.replace('{ name = "dO", role = "d_output" }', '{ name = "dO", role = "d_output" }, '
+                   '{ name = "dO2", role = "d_output" }') + 'returns = "dq"\n', "given twice"),
+])
+def test_a_backward_convention_that_cannot_be_graded_is_refused_in_one_line(text, words):
+    with pytest.raises(SpecError) as error:
+        _function(text)
+    assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_sheet_without_an_upstream_gradient_does_not_fit_a_backward_pass():
+    with pytest.raises(SpecError, match="takes an upstream gradient") as error:
+        parse('[[functions]]\nname = "backward"\nfixed_data = "sheet_004"\n[functions.convention]\n' + GIVEN
+              + 'returns = ["dq", "dk", "dv"]\n', "course.toml")
+    assert "\n" not in str(error.value)
+
+
+def test_the_docs_example_of_a_backward_pass_is_the_built_in_s_first_convention():
+    page = (ROOT / "docs" / "specs.md").read_text()
+    section = page.split("\n## Backward passes\n", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    documented = parse(example, "docs/specs.md").functions[0].convention
+    built_in = load_assignment(SPEC).functions[0].convention
+    assert [p.role for p in documented.params] == [p.role for p in built_in.params]
+    assert documented.returns == built_in.returns and documented.backward
+
+
+@pytest.mark.slow
+def test_the_worked_backward_passes_earn_full_marks():
+    result = graded_at_full_marks(BACKWARD / "worked.ipynb", SPEC)
+    kinds = {c.name for c in result.checks}
+    assert {"attention_backward.permutation_equivariance", "masked_attention_backward.random_shapes",
+            "batched_attention_backward.batch_elements"} <= kinds
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook, planted", [("mistakes.ipynb", MISTAKES), ("other_mistakes.ipynb", OTHERS)])
+def test_each_planted_backward_mistake_is_named(notebook, planted):
+    result, found = planted_mistakes_named(BACKWARD / notebook, SPEC, planted)
+    for name in planted:   # each gradient that differs is said, with where it differs most
+        failed = next(c for c in result.checks if c.function == name and c.kind == "random_shapes")
+        assert "the gradient d" in failed.message and "largest difference" in failed.message, failed.message
+
+
+def _run(*args):
+    return subprocess.run([*GRADER, *map(str, args)], capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_infer_describes_the_backward_passes_and_audit_names_their_mistakes(tmp_path):
+    spec = tmp_path / "backward.toml"
+    done = _run("spec", "infer", BACKWARD / "worked.ipynb", "-o", spec, "--title", "Backward passes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = spec.read_text()
+    assert text.count('role = "d_output"') == 3 and text.count('returns = ["dq", "dk", "dv"]') == 3, text
+    checked = _run("spec", "check", spec, BACKWARD / "worked.ipynb")
+    assert checked.returncode == 0 and "earns every point" in checked.stdout, checked.stdout + checked.stderr
+    audited = _run("audit", spec)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    for _, _, title in (*MISTAKES.values(), *OTHERS.values()):
+        assert title in audited.stdout, title
+    planted_mistakes_named(BACKWARD / "mistakes.ipynb", str(spec), MISTAKES)
