@@ -32,7 +32,9 @@ shapes say ("scaled", "model_dim", "heads", "fused_heads", "projection", "biases
   backward         - it computes the backward pass: the gradients dQ, dK and dV given the upstream
                      gradient (a mistake of the forward pass is then made in the recomputed forward,
                      and the backward is taken through it, the same scale factor included)
-  backward_mask    - a backward pass under a mask (given, or causal)
+  backward_scaled  - a backward pass of scaled attention (the forward's weights given or computed)
+  backward_mask    - a backward pass under a mask (given, or causal) that computes the forward's
+                     weights itself (not handed them in a cache)
 A mistake that cannot be made on a case (a mask mistake without a mask, keys from X when the
 memory's width differs from X's) predicts the reference there, so it is never named on it.
 """
@@ -867,7 +869,7 @@ MISTAKES: tuple[Mistake, ...] = (
        "and dK are sqrt(d_k) times too large (dV is right).",
        "The scores are Q K^T / sqrt(d_k): the chain rule divides dS by sqrt(d_k) before dQ = dS K and "
        "dK = dS^T Q.",
-       needs={"backward", "scaled"}, backward_scale="missing"),
+       needs={"backward", "backward_scaled"}, backward_scale="missing"),
     _m("query_key_gradients_swapped", "dQ and dK swapped",
        "Your gradient with respect to Q is the one with respect to K, and the other way round.",
        "dQ = dS K (each query's row of dS weighs the keys); dK = dS^T Q (each key's column weighs the queries).",

@@ -5,7 +5,8 @@ notebooks with a known mistake in each function.
 The functions are written from the chain rule through O = softmax(Q K^T / sqrt(d_k)) V: dV =
 P^T dO, dP = dO V^T, the softmax's Jacobian-vector product dS = P * (dP - rowsum(dP * P)),
 divided by sqrt(d_k), then dQ = dS K and dK = dS^T Q; a masked score is replaced by -inf, so it
-gets no gradient. One function without a mask, one under a boolean mask, one on a batch.
+gets no gradient. One function without a mask, one under a boolean mask, one on a batch, and
+one taking the forward's cache (a dict holding Q, K, V and the weights P it computed).
 
 Run `python tests/make_backward_fixtures.py` after changing a body below; the notebooks are
 committed so that a test run never depends on this script.
@@ -61,6 +62,16 @@ def batched_attention_backward(q, k, v, grad_output):
     dk = np.swapaxes(ds, -1, -2) @ q
     return dq, dk, dv
 ''',
+    "attention_backward_cached": '''
+def attention_backward_cached(d_out, cache):
+    """The backward pass from the forward's cache: cache["Q"], cache["K"], cache["V"] and the
+    attention weights cache["P"] the forward computed."""
+    Q, K, V, P = cache["Q"], cache["K"], cache["V"], cache["P"]
+    dV = P.T @ d_out
+    dP = d_out @ V.T
+    dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True)) / np.sqrt(Q.shape[1])
+    return dS @ K, dS.T @ Q, dV
+''',
 }
 
 # function -> (line of the worked body, its mistaken replacement, the mistake's title)
@@ -76,6 +87,9 @@ MISTAKES = {
     "batched_attention_backward": ("    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True)) / np.sqrt(d_k)",
                                    "    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))",
                                    "1/sqrt(d_k) missing in the backward"),
+    "attention_backward_cached": ("    dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True)) / np.sqrt(Q.shape[1])",
+                                  "    dS = P * (dP - (dP * P).sum(axis=0, keepdims=True)) / np.sqrt(Q.shape[1])",
+                                  "the softmax backward's row sum taken over the wrong axis"),
 }
 
 # A second notebook: each function's other mistake.
@@ -89,6 +103,9 @@ OTHERS = {
     "batched_attention_backward": ("    dk = np.swapaxes(ds, -1, -2) @ q",
                                    "    dk = ds @ q",
                                    "dK computed as dS Q instead of dS^T Q"),
+    "attention_backward_cached": ("    dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True)) / np.sqrt(Q.shape[1])",
+                                  "    dS = dP * P * (1 - P) / np.sqrt(Q.shape[1])",
+                                  "softmax's backward taken element-wise, s (1 - s)"),
 }
 
 

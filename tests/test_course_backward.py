@@ -121,6 +121,31 @@ def test_a_course_function_written_from_the_docs_words_meets_the_reference(text)
             assert np.allclose(value, expected[part]), (case.label, part)
 
 
+CACHED = ('params = [{ name = "d_out", role = "d_output" }, '
+          '{ name = "cache", role = "dict", keys = { Q = "q", K = "k", V = "v", P = "weights" } }]\n')
+
+
+def test_a_function_given_the_forward_s_cache_meets_the_reference_through_its_weights():
+    conv = _function(CACHED + 'returns = ["dq", "dk", "dv"]\nbatch = true\n').convention
+    assert conv.given_weights and not conv.steps
+    for case in _drawn(conv):
+        d_out, cache = conv.call_arguments(case)
+        expected = conv.expected_parts(case)
+        for i in range(d_out.shape[0]):
+            Q, K, V, P = (cache[key][i] for key in "QKVP")
+            assert np.allclose(P, _softmax(Q @ K.T / np.sqrt(K.shape[1]))), case.label
+            dP = d_out[i] @ V.T
+            dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True)) / np.sqrt(K.shape[1])
+            for value, part in zip((dS @ K, dS.T @ Q, P.T @ d_out[i]), ("dq", "dk", "dv")):
+                assert np.allclose(value, expected[part][i]), (case.label, part)
+    # Handed the weights, it computes no forward: no forward mistake is its to make, and a mask
+    # (which the weights already hold) is refused.
+    assert {m.id for m in applicable(conv)} == OWN_MISTAKES - {"masked_positions_given_gradient"}
+    with pytest.raises(SpecError, match="a mask"):
+        _function(CACHED.replace("[{ name", '[{ name = "mask", role = "mask", form = "keep" }, { name', 1)
+                  + 'returns = ["dq", "dk", "dv"]\n')
+
+
 def test_any_subset_of_the_gradients_in_any_order_and_a_dict():
     conv = _function(GIVEN + 'returns = ["dv", "dq"]\n').convention
     case = cases.base_case(conv, 2)
@@ -188,6 +213,8 @@ def test_the_mistakes_keep_dv_where_only_the_softmax_s_backward_is_wrong():
     (GIVEN + 'returns = "dq"\ntokens = "columns"\n', "takes tokens as rows"),
     (GIVEN.replace('{ name = "dO", role = "d_output" }', '{ name = "dO", role = "d_output" }, '
                    '{ name = "dO2", role = "d_output" }') + 'returns = "dq"\n', "given twice"),
+    ('params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name = "V", role = "v" }, '
+     '{ name = "P", role = "weights" }]\nreturns = "output"\n', "role 'weights' (the forward's attention weights) is"),
 ])
 def test_a_backward_convention_that_cannot_be_graded_is_refused_in_one_line(text, words):
     with pytest.raises(SpecError) as error:
@@ -239,7 +266,8 @@ def test_infer_describes_the_backward_passes_and_audit_names_their_mistakes(tmp_
     done = _run("spec", "infer", BACKWARD / "worked.ipynb", "-o", spec, "--title", "Backward passes")
     assert done.returncode == 0, done.stdout + done.stderr
     text = spec.read_text()
-    assert text.count('role = "d_output"') == 3 and text.count('returns = ["dq", "dk", "dv"]') == 3, text
+    assert text.count('role = "d_output"') == 4 and text.count('returns = ["dq", "dk", "dv"]') == 4, text
+    assert 'keys = { Q = "q", K = "k", V = "v", P = "weights" }' in text, text
     checked = _run("spec", "check", spec, BACKWARD / "worked.ipynb")
     assert checked.returncode == 0 and "earns every point" in checked.stdout, checked.stdout + checked.stderr
     audited = _run("audit", spec)

@@ -76,7 +76,8 @@ MASK_SHAPES = {("mask", False): ("Lq x Lk",), ("mask", True): ("B x Lq x Lk", "B
                ("key_padding", False): ("Lk",), ("key_padding", True): ("B x Lk", "B x 1 x 1 x Lk")}
 # The roles whose argument is one per batch element (stacked on a leading batch axis when
 # batched); every other role (weights, biases, flags, the head count) is shared by the batch.
-PER_ELEMENT_ROLES = ("x", *SEQUENCE_ROLES, "q", "k", "v", "kv", "scores", "mask", "key_padding", "d_output")
+PER_ELEMENT_ROLES = ("x", *SEQUENCE_ROLES, "q", "k", "v", "kv", "scores", "mask", "key_padding", "d_output",
+                     "weights")
 # What a row with no key left to attend gives when a convention does not say: the rule its
 # mask form implies by arithmetic (an additive -inf mask gives NaN), else all weights zero.
 DEFAULT_FULLY_MASKED = "zeros"
@@ -212,6 +213,12 @@ class Convention:
         return "d_output" in self.roles
 
     @property
+    def given_weights(self) -> bool:
+        """A backward pass handed the forward's attention weights P (its cache's), which it
+        takes the backward through instead of computing them again."""
+        return "weights" in self.roles
+
+    @property
     def tied_values(self) -> bool:
         """The keys are the values (role kv): one array, as an encoder's states are both."""
         return "kv" in self.roles
@@ -278,7 +285,7 @@ class Convention:
     @property
     def steps(self) -> frozenset:
         """The steps of attention its functions compute themselves: from its inputs to its last return."""
-        if not self.attends:
+        if not self.attends or self.given_weights:
             return frozenset()
         last = max(RETURN_STAGE[p] for p in self.return_names)
         return frozenset(step for stage, step in STEPS if self.input_stage < stage <= last)
@@ -365,11 +372,21 @@ class Convention:
         def argument(param: Param, element: Case):
             return self._argument(param, element, lambda: reference(element))
 
+        def batched(param: Param):
+            """One argument for the batch: what is one per element stacked (a dict's or an
+            object's too, as a backward pass's cache holds Q, K and V), the rest shared."""
+            if param.role in PER_ELEMENT_ROLES:
+                return self._batched(param, [argument(param, e) for e in elements])
+            if param.role == "dict":
+                return {key: batched(inner) for key, inner in param.keys}
+            if param.role == "object":
+                return SimpleNamespace(**{name: batched(inner) for name, inner in param.keys})
+            return argument(param, elements[0])
+
         if not self.batched:
             arguments = [argument(p, elements[0]) for p in self.params]
         else:
-            arguments = [self._batched(p, [argument(p, e) for e in elements]) if p.role in PER_ELEMENT_ROLES
-                         else argument(p, elements[0]) for p in self.params]
+            arguments = [batched(p) for p in self.params]
         return self._one_array_for_x(arguments, elements)
 
     def _one_array_for_x(self, arguments: list, elements: list[Case]) -> list:
@@ -447,7 +464,7 @@ class Convention:
             return self._block_part(role, _given(case.block, "a transformer block"))
         if role == "kv":
             role = "k"   # the case's values are its keys (cases.with_convention_weights)
-        if role in ("q", "k", "v", "scores"):
+        if role in ("q", "k", "v", "scores", "weights"):
             per_head, shape = [h[role] for h in reference()["heads"]], self._tokens
         else:
             per_head = [getattr(h, role) for h in case.heads]
@@ -744,6 +761,9 @@ def _check_backward(conv: Convention, roles: set, names: tuple, where: str) -> N
     if not conv.backward:
         if gradients:
             fail(where, f"returns {gradients[0]!r}, a gradient, which needs the upstream gradient (role d_output)")
+        if conv.given_weights:
+            fail(where, "role 'weights' (the forward's attention weights) is a backward pass's input: it needs the "
+                        "upstream gradient (role d_output)")
         return
     if not gradients or len(gradients) != len(names):
         fail(where, "a backward pass (role d_output) returns the gradients dq, dk and dv (any of them), and "

@@ -43,6 +43,7 @@ ROLES = {
     "ff_w2": "the feed-forward network's second weight (F x D)", "ff_b2": "the feed-forward network's second bias (D)",
     "object": "an object holding other roles as the attributes given (a types.SimpleNamespace)",
     "d_output": "a backward pass: the upstream gradient, of the loss with respect to the output (Lq x d_v)",
+    "weights": "a backward pass: the forward's attention weights P (Lq x Lk), as its cache holds them",
 }
 # Roles the next steps of the calling conventions will give meaning to. A spec naming one is
 # refused in one line rather than graded as if it were absent.

@@ -202,7 +202,9 @@ def features(conv: Convention) -> set[str]:
         found.add("gelu")
     if conv.backward:
         found.add("backward")
-        if conv.masked or conv.causal:
+        if conv.scaled:
+            found.add("backward_scaled")
+        if (conv.masked or conv.causal) and not conv.given_weights:
             found.add("backward_mask")
     return found
 

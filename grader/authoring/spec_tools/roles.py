@@ -21,6 +21,12 @@ HEAD = r"(?P<head>[1-9])?"
 WEIGHT = r"(w|omega|weight|weights|theta|proj|projection)"
 BIAS = r"(b|beta|bias|biases)"
 
+# A backward pass's cache, a dict the forward filled: its keys for the forward's attention
+# weights, which say "weights" only there (a key `p` of a dict of weights says nothing).
+CACHE = r"cache|cached|saved|forwardcache|fwdcache"
+CACHE_KEYS = (r"p|a|probs|probabilities|weights|attn|attention|attnweights|attentionweights|alpha|softmax"
+              r"|softmaxout|attnprobs", "weights")
+
 NAME_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"x|xs|input|inputs|token|tokens|embedding|embeddings|emb|seq|sequence|hiddenstates?|xin", ("x", "scores")),
     (r"scores?|logits?|z|a|arr|array|mat|matrix|data|datain|itemsin|s|e|attnscores|attentionscores", ("scores",)),
@@ -78,10 +84,15 @@ NAME_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"b1|bff1|bfc|bfc1|fc1b|bup|bi|ffb1|linear1bias|fc1bias", ("ff_b1",)),
     (r"w2|wff2|wfc2|fc2w|wdown|wout2|ffw2|linear2weight|fc2weight", ("ff_w2",)),
     (r"b2|bff2|bfc2|fc2b|bdown|ffb2|linear2bias|fc2bias", ("ff_b2",)),
+    # A backward pass's input: the forward's attention weights, by a name no other role has
+    # (a cache's own keys, P say, are read by CACHE_KEYS).
+    (r"probs|probabilities|attnweights|attentionweights|attnprobs|attentionprobs|softmaxout|softmaxoutput",
+     ("weights",)),
     # A parameter holding weights, a dict or an object (what is read from it says which:
     # held.py): its keys' or attributes' own names say their roles (key_role).
     (r"params|parameters|weights|w|p|theta|state|statedict|paramdict|layer|module|projections"
-     r"|cattn|cproj|inproj|outproj|oproj|qkvproj|attn|ln[12f]?|norm[12]?|mlp|ffn|ff|feedforward", ("dict",)),
+     r"|cattn|cproj|inproj|outproj|oproj|qkvproj|attn|ln[12f]?|norm[12]?|mlp|ffn|ff|feedforward"
+     r"|" + CACHE, ("dict",)),
     # One weight on an additive score network's concatenation [q; k]: after the dict, so that
     # a dict's key `w` says nothing of its own.
     (r"w|wa|wconcat|wcat|wc|watt|wattention|wenergy|wscore|attnw", ("score_w",)),
@@ -148,6 +159,8 @@ def key_role(dict_name: str, key: str, within: str = "") -> str | None:
     (LAYER_DICTS; FFN_LAYERS where what holds it, `within`, is a feed-forward network; a
     layer norm's, NORM_DICTS), else what the key's own name proposes first; None when none says."""
     holder = normalised(dict_name)
+    if re.fullmatch(CACHE, holder) and re.fullmatch(CACHE_KEYS[0], normalised(key)):
+        return CACHE_KEYS[1]
     norm_part = NORM_KEYS.get(normalised(key))
     for pattern, roles in NORM_DICTS:
         if norm_part and re.fullmatch(pattern, holder):
