@@ -119,7 +119,8 @@ SLIPS = {
         "multi_head_attention": ("    q, k, v = split(Q @ W_q), split(K @ W_k), split(V @ W_v)",
                                  "    q, k, v = split(Q @ W_q), split(K @ W_k), split(V @ W_k)",
                                  "values projected with the key weights (W_k instead of W_v)"),
-        "MultiheadAttention": ("        v = value @ self.v_proj_weight.T + b_v", "        v = value @ self.v_proj_weight.T",
+        "MultiheadAttention": ("        v = value @ self.v_proj_weight.T + b_v",
+                               "        v = value @ self.v_proj_weight.T",
                                "value bias missing"),
     }),
     "cross_values_unprojected.ipynb": ("cross", cross.WORKED, cross.SOFTMAX, {

@@ -57,7 +57,8 @@ globals = { Wq = "wq", Wk = "wk", Wv = "wv" }
 name = "MultiHeadAttention"
 [functions.convention]
 description = "a module of course layers: forward(query, key, value) on a batch; returns output"
-params = [{ name = "query", role = "x" }, { name = "key", role = "key_tokens" }, { name = "value", role = "value_tokens" }]
+params = [{ name = "query", role = "x" }, { name = "key", role = "key_tokens" },
+          { name = "value", role = "value_tokens" }]
 batch = true
 returns = "output"
 [functions.convention.class]

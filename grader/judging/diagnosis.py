@@ -8,6 +8,8 @@ changes nothing on these inputs explains nothing. When none does, what is still 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from grader.reference.mistakes import HARMLESS
@@ -92,7 +94,7 @@ def _observed(results: list[tuple[Probe, Outcome]], tol) -> list:
 
 def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: FunctionInfo,
              predictions: Predictions, message: str = "",
-             ordinary: list[tuple[Probe, Outcome]] = ()) -> tuple[str | None, str]:
+             ordinary: Sequence[tuple[Probe, Outcome]] = ()) -> tuple[str | None, str]:
     """(diagnosis and what it means, or None and a sentence to add to the check's `message`)
     for a failed check; `ordinary` holds the function's calls on ordinary inputs, which a
     mistake named on a SATURATED check must explain too."""
