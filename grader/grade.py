@@ -314,8 +314,9 @@ def _judge(grading: _Grading, kinds, ctx: Context) -> None:
             if not grading.non_answer_reason:   # a non-answer's checks say so, all of them (_withhold)
                 verdict = _on_answers(verdict, fn, points, outcomes, ctx)
             if verdict.status == "failed":
+                ordinary = results_to_diagnose([(p, prober.outcome(p)) for p in grading.evidence_for], verdict)
                 diagnosis, note = diagnose(fn, kind, results_to_diagnose(outcomes, verdict), ctx.tolerance,
-                                           grading.info, ctx.predictions, verdict.message)
+                                           grading.info, ctx.predictions, verdict.message, ordinary)
                 if diagnosis:
                     advice = note.strip()
                 else:

@@ -59,16 +59,20 @@ class Variant:
     """How the computation goes wrong; the defaults are the reference."""
 
     # sqrt_dk | none | sqrt_D | sqrt_N | twice | after_softmax | floor | flag_ignored (scaled though
-    # its scale flag says not to)
+    # its scale flag says not to) | times (multiplied by sqrt(d_k))
     scale: str = "sqrt_dk"
     # rows | columns | whole | naive | heads | batch, or a slip inside a row softmax (_SLIPS)
     softmax: str = "rows"
     scores: str = "qk"              # qk | kq
     values: str = "v"               # v | x
     combine: str = "wv"             # wv | transposed
-    heads: str = "blocks"           # blocks | interleaved | tokens | reversed | stacked | reshaped
+    # blocks | interleaved | tokens | reversed | stacked | reshaped (split and merged by reshapes alone)
+    # | merged_by_reshape (split right, merged from H x N x d by a reshape alone)
+    heads: str = "blocks"
     projection: str = "right"       # right | missing | transposed
-    biases: str = "after"           # after | missing | before
+    # after | missing | before | missing_q | missing_v (that one only; a key bias left out adds one
+    # number to each query's scores, which the softmax does not see)
+    biases: str = "after"
     output: str = "plain"           # plain | transposed
     mask: str = "before"            # before | after_softmax | inverted | multiplied | wrong_sign | ignored
     causal: str = "lower"           # lower | strict (diagonal excluded) | upper (upper triangle kept) | ignored
@@ -81,6 +85,7 @@ class Variant:
     projection_bias: str = "added"  # added | missing
     keys_from: str = "wk"           # wk | wq | wv: the weights the keys are projected with
     queries_from: str = "wq"        # wq | wk | wv: the weights the queries are projected with
+    values_from: str = "wv"         # wv | wk | wq: the weights the values are projected with
     # additive scores: tanh | linear (tanh left out) | summed (query and key added, then W1)
     additive: str = "tanh"
     # The steps around attention in a transformer block (blocks.BlockSteps): layer norm's,
@@ -115,6 +120,17 @@ class Mistake:
     hint: str
     variant: Variant
     needs: frozenset = field(default_factory=frozenset)   # features the convention must have
+    # Other words for the same computation where a convention has a feature: (feature, title,
+    # explanation, hint), the first whose feature it has (values unprojected in cross-attention
+    # are the memory's, not X's).
+    worded: tuple = ()
+
+    def words_for(self, have) -> "Mistake":
+        """The mistake in the words that fit a convention with the features `have`."""
+        for feature, title, explanation, hint in self.worded:
+            if feature in have:
+                return replace(self, title=title, explanation=explanation, hint=hint, worded=())
+        return self
 
 
 def _softmax(scores: np.ndarray, how: str) -> np.ndarray:
@@ -157,6 +173,14 @@ _SQUARE_SLIPS = ("broadcast", "broadcast_shifted", "shift_columns")
 
 # The axes each softmax variant normalises one head's score matrix over.
 _SOFTMAX_AXES = {"rows": -1, "columns": 0, "whole": (0, 1), "naive": -1}
+
+
+def _bias_step(v: Variant, part: str) -> str:
+    """How the bias of one projection ("q", "k" or "v") is added: a variant missing one bias
+    leaves only that one out."""
+    if v.biases.startswith("missing_"):
+        return "missing" if v.biases == f"missing_{part}" else "after"
+    return v.biases
 
 
 def _project(x, w, b, how):
@@ -281,6 +305,8 @@ def _scored(case: Case, q, k, values, v: Variant) -> dict:
         s = raw / d_k
     elif v.scale == "floor":
         s = np.floor(raw / np.sqrt(d_k))
+    elif v.scale == "times":
+        s = raw * np.sqrt(d_k)
 
     else:
         s = raw / np.sqrt(d_k)
@@ -289,9 +315,9 @@ def _scored(case: Case, q, k, values, v: Variant) -> dict:
 
 def _head_scores(case: Case, head, v: Variant) -> dict:
     xq, xk, xv = _sources(case, v)
-    q = _project(xq, getattr(head, v.queries_from), head.bq, v.biases)
-    k = _project(xk, getattr(head, v.keys_from), head.bk, v.biases)
-    values = _project(xv, head.wv, head.bv, v.biases) if v.values == "v" else xv
+    q = _project(xq, getattr(head, v.queries_from), head.bq, _bias_step(v, "q"))
+    k = _project(xk, getattr(head, v.keys_from), head.bk, _bias_step(v, "k"))
+    values = _project(xv, getattr(head, v.values_from), head.bv, _bias_step(v, "v")) if v.values == "v" else xv
     return _scored(case, q, k, values, v)
 
 
@@ -349,10 +375,10 @@ def _reshaped_scores(case: Case, heads: list, v: Variant) -> list:
     def fused(source, w, b):
         biases = [getattr(h, b) for h in heads]
         bias = None if any(x is None for x in biases) else np.concatenate(biases)
-        return _project(source, np.concatenate([getattr(h, w) for h in heads], axis=1), bias, v.biases)
+        return _project(source, np.concatenate([getattr(h, w) for h in heads], axis=1), bias, _bias_step(v, b[1]))
 
     q, k = fused(xq, v.queries_from, "bq"), fused(xk, v.keys_from, "bk")
-    values = fused(xv, "wv", "bv") if v.values == "v" else xv
+    values = fused(xv, v.values_from, "bv") if v.values == "v" else xv
     qs, ks, vs = (a.reshape(n, a.shape[0], a.shape[1] // n) for a in (q, k, values))
     return [_scored(case, qs[i], ks[i], vs[i], v) for i in range(n)]
 
@@ -394,6 +420,8 @@ def _possible(case: Case, v: Variant) -> Variant:
         undo["keys_from"] = "wk"
     if v.queries_from != "wq" and any(getattr(h, v.queries_from).shape != h.wq.shape for h in case.heads):
         undo["queries_from"] = "wq"
+    if v.values_from != "wv" and any(getattr(h, v.values_from).shape != h.wv.shape for h in case.heads):
+        undo["values_from"] = "wv"
     if v.additive == "summed" and any(h.wq.shape[1] != h.wk.shape[1] for h in case.heads):
         undo["additive"] = "tanh"                       # a d_q query meets a d_k key
     if (v.gradients != "right" or v.key_gradient != "ds_t_q") and case.n != case.lk:
@@ -508,8 +536,8 @@ def _finish(plan: dict) -> dict:
         concat = np.concatenate(outputs, axis=0)
     elif v.heads == "tokens":
         concat = np.concatenate(outputs, axis=0)
-    elif v.heads == "reshaped":
-        concat = np.stack(outputs).reshape(outputs[0].shape[0], -1)   # the same reshape back
+    elif v.heads in ("reshaped", "merged_by_reshape"):
+        concat = np.stack(outputs).reshape(outputs[0].shape[0], -1)   # H x N x d read as N x H*d
     else:
         concat = np.concatenate(outputs, axis=1)
     projected = True
@@ -545,8 +573,8 @@ def _token_heads(case: Case, v: Variant) -> list:
     return per_head
 
 
-def _m(id, title, explanation, hint, needs=(), **variant):
-    return Mistake(id, title, explanation, hint, Variant(**variant), frozenset(needs))
+def _m(id, title, explanation, hint, needs=(), worded=(), **variant):
+    return Mistake(id, title, explanation, hint, Variant(**variant), frozenset(needs), tuple(worded))
 
 
 # Order matters: when several match, the first is named. The later ones (from the softmax's
@@ -592,7 +620,12 @@ MISTAKES: tuple[Mistake, ...] = (
     _m("values_from_x", "values taken from X instead of V",
        "The weights multiply the inputs X rather than the values V = X W_v.",
        "Look at what the weights are applied to: the projected values V.",
-       needs={"projections", "output", "attention_output"}, values="x"),
+       needs={"projections", "output", "attention_output"}, values="x",
+       worded=[("cross", "values taken unprojected from their sequence instead of V",
+                "The weights multiply the values' own sequence (the memory, or the value input) as it is, "
+                "rather than the values V projected from it with W_v.",
+                "Look at what the weights are applied to: the projected values V = memory W_v, computed from "
+                "the sequence the keys and values come from.")]),
     _m("interleaved_heads", "heads split in an interleaved pattern",
        "Head i takes every H-th column (i, i + H, ...) of W_q, W_k, W_v instead of a contiguous block.",
        "Look at how you split the columns: head i uses columns i*d_k to (i+1)*d_k - 1.",
@@ -890,6 +923,38 @@ MISTAKES: tuple[Mistake, ...] = (
        "Take the backward through the weights of the masked softmax: a masked score is replaced, so its "
        "gradient is 0 (P is 0 there).",
        needs={"backward_mask"}, backward_mask="ignored"),
+    _m("scores_multiplied_by_scale", "scores multiplied by sqrt(d_k) instead of divided",
+       "Your scores are multiplied by sqrt(d_k) where they should be divided by it, so they are d_k times "
+       "too large: the softmax saturates, each query putting nearly all of its weight on one key.",
+       "Look at your scaling: Q K^T / sqrt(d_k) divides the scores (or the queries) by sqrt(d_k).",
+       needs={"scaled"}, scale="times"),
+    _m("values_from_key_weights", "values projected with the key weights (W_k instead of W_v)",
+       "Your values are computed with the key weights, so V equals K, and W_v is never used.",
+       "Look at the projection of the values: V comes from the value weights W_v, K from W_k.",
+       needs={"projections", "output"}, values_from="wk"),
+    _m("values_from_query_weights", "values projected with the query weights (W_q instead of W_v)",
+       "Your values are computed with the query weights, so V equals Q (in self-attention), and W_v is "
+       "never used.",
+       "Look at the projection of the values: V comes from the value weights W_v, Q from W_q.",
+       needs={"projections", "output"}, values_from="wq"),
+    _m("heads_merged_by_reshape", "heads merged with a reshape that mixes tokens and features (the heads axis "
+       "not moved back)",
+       "Your heads' outputs, held as (heads, tokens, d_v), are reshaped straight to (tokens, heads * d_v) "
+       "without moving the heads axis back next to the features first, so each row of the result holds "
+       "pieces of several tokens instead of one token's heads side by side.",
+       "Look at your merge: move the heads axis back behind the tokens (a transpose to (tokens, heads, d_v)) "
+       "before the reshape, undoing the split in reverse order.",
+       needs={"stacked_heads", "fused_heads"}, heads="merged_by_reshape"),
+    _m("query_bias_missing", "query bias missing",
+       "The query bias is never added: Q is the product with the weights alone, while K and V have their "
+       "biases.",
+       "Look at the projection of the queries: it adds its bias, as those of the keys and values do.",
+       needs={"biases"}, biases="missing_q"),
+    _m("value_bias_missing", "value bias missing",
+       "The value bias is never added: V is the product with the weights alone, while Q and K have their "
+       "biases.",
+       "Look at the projection of the values: it adds its bias, as those of the queries and keys do.",
+       needs={"biases"}, biases="missing_v"),
 )
 
 # Mistakes that give the reference on ordinary inputs and differ only where exp() leaves its

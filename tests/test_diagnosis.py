@@ -138,6 +138,8 @@ def test_the_mistakes_page_lists_every_diagnosis():
     page = (Path(__file__).resolve().parent.parent / "docs" / "mistakes.md").read_text()
     for mistake in (*MISTAKES, *PRECISION_SLIPS):
         assert mistake.title in page, mistake.title
+        for _, title, _, _ in mistake.worded:
+            assert title in page, title
     assert "reads notebook globals" in page and "weights right but combined wrongly with V" in page
 
 

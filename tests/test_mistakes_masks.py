@@ -16,7 +16,8 @@ BY_ID = {m.id: m for m in MISTAKES}
 NEW = ("mask_after_softmax", "mask_inverted", "mask_multiplied", "mask_wrong_sign", "causal_diagonal_excluded",
        "causal_upper_triangle", "causal_after_softmax", "causal_multiplied", "softmax_over_heads",
        "softmax_over_batch", "keys_values_from_queries", "cross_sequences_swapped", "heads_split_by_reshape",
-       "weights_wrong_layout", "projection_bias_missing", "mask_ignored", "causal_ignored")
+       "weights_wrong_layout", "projection_bias_missing", "mask_ignored", "causal_ignored",
+       "heads_merged_by_reshape")
 # What the conventions of the five built-in assignments can have: a mistake that needs nothing
 # else would start applying to them.
 BUILT_IN_FEATURES = {"projections", "scores", "softmax", "scaled", "model_dim", "fused_heads", "heads",
@@ -62,6 +63,7 @@ WHERE = {
                                                        dict(memory_rows=7, mask=True)]),
     "cross_sequences_swapped": (dict(memory_rows=3, mask=False), [dict(), dict(memory_rows=3, d_mem=5)]),
     "heads_split_by_reshape": (dict(n_heads=2), [dict(n_heads=1, d_k=6)]),
+    "heads_merged_by_reshape": (dict(n_heads=3, d_k=2, memory_rows=4), [dict(n_heads=1, d_k=6)]),
     "weights_wrong_layout": (dict(wo=True, biases=True), [dict(d_k=2, wo=True), dict(d_k=3, n_heads=3)]),
     "projection_bias_missing": (dict(wo=True, bo=True), [dict(), dict(wo=True)]),
     "mask_ignored": (dict(mask=True, causal=True), [dict(), dict(causal=True)]),

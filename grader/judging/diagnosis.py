@@ -8,6 +8,8 @@ changes nothing on these inputs explains nothing. When none does, what is still 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from grader.reference.mistakes import HARMLESS
@@ -22,6 +24,11 @@ from grader.result import FunctionInfo
 # inputs_unmodified and forbidden_libraries judge no value; memory_layout and dtypes compare a
 # function with itself, so a known mistake (a computation on the case) explains none of their failures.
 NOT_DIAGNOSED = ("inputs_unmodified", "forbidden_libraries", "memory_layout", "dtypes")
+# Checks on scores so large that the softmax saturates: each query's weight goes to one key, which
+# hides most of a mistake's effect (biases left out of Q and K barely move which key that is). A
+# mistake named there must also explain what the function returned on ordinary inputs (the
+# non-answer rule's evidence), so that it never names what the checks on those rule out.
+SATURATED = ("numerical_stability",)
 # How a part not returned is named in a diagnosis: "weights not returned".
 NOT_RETURNED_WORDS = {"output": "output", "weights": "weights", "weights_per_head": "weights",
                       "scores": "scores", "scores_per_head": "scores", "heads": "heads' outputs",
@@ -79,17 +86,26 @@ def _finite_evidence(conv: Convention, explanation, observed, predictions: Predi
     return False
 
 
+def _observed(results: list[tuple[Probe, Outcome]], tol) -> list:
+    """(case, returned parts, tolerance) of each call that returned readable parts."""
+    return [(p.case, o.parts.values, probe_tolerance(p, tol)) for p, o in results
+            if o.status == "ok" and o.parts is not None and o.parts.values]
+
+
 def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: FunctionInfo,
-             predictions: Predictions, message: str = "") -> tuple[str | None, str]:
+             predictions: Predictions, message: str = "",
+             ordinary: Sequence[tuple[Probe, Outcome]] = ()) -> tuple[str | None, str]:
     """(diagnosis and what it means, or None and a sentence to add to the check's `message`)
-    for a failed check."""
+    for a failed check; `ordinary` holds the function's calls on ordinary inputs, which a
+    mistake named on a SATURATED check must explain too."""
     if kind in NOT_DIAGNOSED:
         return None, ""
     usable = [(p, o) for p, o in results if o.status == "ok" and o.parts is not None and o.parts.values]
     if not usable:
         return None, ""
     conv = fn.convention
-    observed = [(p.case, o.parts.values, probe_tolerance(p, tol)) for p, o in usable if o.parts is not None]
+    observed = _observed(usable, tol)
+    also = _observed(list(ordinary), tol) if kind in SATURATED else []
     right = agrees(conv, CORRECT, observed, predictions)
     missing = [part for part in conv.returns if any(not o.ok_parts.came_back(part) for _, o in usable)]
     if missing and (right or kind == "return_structure"):
@@ -102,7 +118,8 @@ def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: Fun
     for explanation in () if handed_back else explanations(conv):
         if agrees(conv, explanation, observed, predictions) and \
                 differs_from_reference(conv, explanation, observed, predictions) and \
-                _finite_evidence(conv, explanation, observed, predictions):
+                _finite_evidence(conv, explanation, observed, predictions) and \
+                (not also or agrees(conv, explanation, also, predictions)):
             return explanation.title, f" {explanation.advice}"
     slip = None if handed_back else precision_slip(conv, observed, predictions)
     if slip:

@@ -211,7 +211,7 @@ def features(conv: Convention) -> set[str]:
 
 def applicable(conv: Convention) -> list[Mistake]:
     have = features(conv)
-    return [m for m in MISTAKES if m.needs <= have]
+    return [m.words_for(have) for m in MISTAKES if m.needs <= have]
 
 
 @lru_cache(maxsize=None)
