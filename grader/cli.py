@@ -154,7 +154,8 @@ def spec_infer(ns) -> int:
         print(f"  note: {printable(error, one_line=True)}; the spec fits what ran")
     print(f"  {printable(inferred.naming, one_line=True)}")
     if len(inferred.functions) > 1 and not ns.function:
-        print("  every function above is graded (helpers such as a softmax too); to grade only some, "
+        print("  every function above is graded (a helper too, where the notebook's Markdown names it as a task or "
+              "the notebook has no Markdown); to grade only some, "
               "give --function NAME for each")
     return EXIT_FULL_MARKS
 

@@ -27,6 +27,7 @@ from grader.toml_text import dumps
 from grader.authoring.spec_tools.candidates import candidates, class_table
 from grader.authoring.spec_tools.probe import Fit, probe_all
 from grader.authoring.spec_tools.words import describe, differences
+from grader.authoring.spec_tools.helpers import helpers
 from grader.authoring.spec_tools.signatures import (notebook_class_signatures, notebook_classes,
     notebook_functions, uncallable_functions, why_no_function)
 
@@ -183,6 +184,9 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
             raise SubmissionError(f"{solution.name} defines no function {missing[0]!r} that takes parameters "
                                   f"(it defines: {', '.join(sorted(known)) or 'none'})")
         signatures = [s for s in signatures if s.name in only]
+    else:
+        own_helpers = helpers(nb, signatures)
+        signatures = [s for s in signatures if s.name not in own_helpers]
     # What the solution imports, and reaches through what it imported (`scipy.special.logsumexp`
     # after `import scipy`): a forbidden library there is the course's own choice.
     found = scan(code_cells(nb), {s.name for s in signatures})
@@ -197,6 +201,8 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
     naming = (f"name {name!r} and title {title!r} (the title: {title_from}): every student sees them; "
               "give --name and --title, or edit the spec")
     inferred = Inferred("", {}, allowed=allowed, naming=naming)
+    if not only:
+        inferred.left_out.update(own_helpers)
     classes, not_modules = notebook_class_signatures(nb)
     if only:
         classes = [c for c in classes if c.name in only]

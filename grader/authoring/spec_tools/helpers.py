@@ -1,0 +1,60 @@
+"""Which of a solution's functions are its own helpers rather than tasks: a function another of
+its functions (or a class's method) calls, which no Markdown cell of the solution names as a task.
+
+A course's sheet says what students write (`softmax(x)`, "implement `scaled_attention`"); a
+helper it does not name is the solution's business, and a student who writes the same step
+inline, or under another name, is right too. Grading it would cost such a student its points. A
+solution without Markdown says nothing of its tasks: then every function is one.
+"""
+from __future__ import annotations
+
+import ast
+import re
+
+from grader.authoring.spec_tools.signatures import Signature
+from grader.syntax_tree import parse
+
+
+def _named(markdown: str, name: str) -> bool:
+    """The Markdown names the function: as code, `name` in backticks or name( as a call, or, for
+    a name of several words, in words ("Implement the self-attention operation" names
+    self_attention). One word in prose ("apply a softmax") names a step, not a task."""
+    escaped = re.escape(name)
+    if re.search(rf"`{escaped}\b|\b{escaped}\s*\(", markdown):
+        return True
+    words = [w for w in name.lower().split("_") if w]
+    return len(words) > 1 and re.search(r"\b" + r"[\s_-]+".join(map(re.escape, words)) + r"\b",
+                                        markdown.lower()) is not None
+
+
+def _class_calls(code: list[str]) -> dict[str, set[str]]:
+    """What each class's methods call, by class name (a module's forward calling softmax)."""
+    calls: dict[str, set[str]] = {}
+    for source in code:
+        try:
+            tree = parse(source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                calls[node.name] = {call.func.id if isinstance(call.func, ast.Name) else call.func.attr
+                                    for call in ast.walk(node) if isinstance(call, ast.Call)
+                                    and isinstance(call.func, (ast.Name, ast.Attribute))}
+    return calls
+
+
+def helpers(nb, signatures: list[Signature]) -> dict[str, str]:
+    """Each helper's name, with why it is one, in the words `spec infer` prints."""
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    if not markdown.strip():
+        return {}
+    callers: dict[str, set[str]] = {s.name: set(s.calls) for s in signatures}
+    callers.update(_class_calls([c.source for c in nb.cells if c.cell_type == "code"]))
+    found = {}
+    for s in signatures:
+        by = sorted(name for name, calls in callers.items() if name != s.name and s.name in calls)
+        if by and not _named(markdown, s.name):
+            found[s.name] = (f"a helper ({by[0]} calls it) that no Markdown cell names as a task (`{s.name}` or "
+                             f"{s.name}(...)), so a student who writes it inline or under another name is right "
+                             f"too; give --function {s.name} with the others to grade it")
+    return found

@@ -1,0 +1,50 @@
+"""spec infer leaves a solution's own helpers out (a function another calls, which no Markdown cell
+names as a task), so that a student who writes the same step inline is not marked down; a helper
+the Markdown names, or any function of a notebook without Markdown, stays a task."""
+import nbformat
+import pytest
+
+from grader.authoring.spec_tools.helpers import helpers
+from grader.authoring.spec_tools.signatures import notebook_functions
+
+SOFTMAX = "def softmax(s):\n    e = np.exp(s - s.max(axis=-1, keepdims=True))\n    return e / e.sum(axis=-1, keepdims=True)"
+ATTENTION = "def attention(Q, K, V):\n    return softmax(Q @ K.T / np.sqrt(K.shape[1])) @ V"
+CLASS = ("class Attention:\n    def forward(self, Q, K, V):\n"
+         "        return softmax(Q @ K.T / np.sqrt(K.shape[1])) @ V")
+
+
+def _nb(*cells):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(c[3:]) if c.startswith("md:") else nbformat.v4.new_code_cell(c)
+                for c in cells]
+    return nb
+
+
+def _helpers(*cells):
+    nb = _nb(*cells)
+    return helpers(nb, notebook_functions(nb))
+
+
+@pytest.mark.parametrize("markdown, left_out", [
+    ("md:# Attention\nImplement `attention(Q, K, V)`, the scaled dot-product attention.", True),
+    ("md:# Attention\nImplement attention; apply a softmax to the scores.", True),
+    ("md:# Attention\nFirst write `softmax`, then `attention`.", False),
+    ("md:# Attention\nWrite softmax(x) over the last axis.", False),
+])
+def test_a_helper_is_left_out_unless_the_markdown_names_it_as_code(markdown, left_out):
+    found = _helpers(markdown, "import numpy as np", SOFTMAX, ATTENTION)
+    assert ("softmax" in found) == left_out and "attention" not in found
+    if left_out:
+        assert "attention calls it" in found["softmax"] and "--function softmax" in found["softmax"]
+
+
+def test_a_helper_a_class_calls_is_one_too_and_a_notebook_without_markdown_names_every_task():
+    assert "softmax" in _helpers("md:# Lab\nThe `Attention` module.", "import numpy as np", SOFTMAX, CLASS)
+    assert _helpers("import numpy as np", SOFTMAX, ATTENTION) == {}
+
+
+def test_a_function_of_several_words_named_in_prose_is_a_task():
+    cells = ["md:### (a) Implement the self-attention operation", "import numpy as np",
+             "def self_attention(X):\n    return X", "def multi_head(X):\n    return self_attention(X)"]
+    assert _helpers(*cells) == {}
+    assert "self_attention" in _helpers("md:# Heads", *cells[1:])
