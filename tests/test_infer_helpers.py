@@ -7,7 +7,8 @@ import pytest
 from grader.authoring.spec_tools.helpers import helpers
 from grader.authoring.spec_tools.signatures import notebook_functions
 
-SOFTMAX = "def softmax(s):\n    e = np.exp(s - s.max(axis=-1, keepdims=True))\n    return e / e.sum(axis=-1, keepdims=True)"
+SOFTMAX = ("def softmax(s):\n    e = np.exp(s - s.max(axis=-1, keepdims=True))\n"
+           "    return e / e.sum(axis=-1, keepdims=True)")
 ATTENTION = "def attention(Q, K, V):\n    return softmax(Q @ K.T / np.sqrt(K.shape[1])) @ V"
 CLASS = ("class Attention:\n    def forward(self, Q, K, V):\n"
          "        return softmax(Q @ K.T / np.sqrt(K.shape[1])) @ V")
