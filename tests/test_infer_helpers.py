@@ -4,7 +4,7 @@ the Markdown names, or any function of a notebook without Markdown, stays a task
 import nbformat
 import pytest
 
-from grader.authoring.spec_tools.helpers import helpers
+from grader.authoring.spec_tools.helpers import helpers, kept_as_tasks
 from grader.authoring.spec_tools.signatures import notebook_functions
 
 SOFTMAX = ("def softmax(s):\n    e = np.exp(s - s.max(axis=-1, keepdims=True))\n"
@@ -49,3 +49,11 @@ def test_a_function_of_several_words_named_in_prose_is_a_task():
              "def self_attention(X):\n    return X", "def multi_head(X):\n    return self_attention(X)"]
     assert _helpers(*cells) == {}
     assert "self_attention" in _helpers("md:# Heads", *cells[1:])
+
+
+def test_an_attribute_a_method_sets_is_read_back_only_where_the_markdown_asks_for_it():
+    said = _nb("md:# Attention\nStore the weights in `self.attention_scores`; `self.cache` is yours.")
+    assert kept_as_tasks(said, ("attention_scores", "attn", "cache")) == ("attention_scores", "cache")
+    assert kept_as_tasks(_nb("md:Keep the attention scores on the object."), ("attention_scores", "attn")) == \
+        ("attention_scores",)
+    assert kept_as_tasks(_nb("import numpy as np"), ("attn",)) == ("attn",)

@@ -1,5 +1,7 @@
 """Which of a solution's functions are its own helpers rather than tasks: a function another of
-its functions (or a class's method) calls, which no Markdown cell of the solution names as a task.
+its functions (or a class's method) calls, which no Markdown cell of the solution names as a task;
+and, in the same way, which attributes a class's method sets on its object are the task's (read
+back as a part the object keeps) rather than the solution's own bookkeeping.
 
 A course's sheet says what students write (`softmax(x)`, "implement `scaled_attention`"); a
 helper it does not name is the solution's business, and a student who writes the same step
@@ -58,3 +60,14 @@ def helpers(nb, signatures: list[Signature]) -> dict[str, str]:
                              f"{s.name}(...)), so a student who writes it inline or under another name is right "
                              f"too; give --function {s.name} with the others to grade it")
     return found
+
+
+def kept_as_tasks(nb, attributes: tuple[str, ...]) -> tuple[str, ...]:
+    """The attributes a method sets on its object that the Markdown names (`attention_scores`,
+    self.attn, or its words): a part kept there is then the course's to read back. One the
+    Markdown does not name is the solution's own (weights stored for a plot), which a student need
+    not keep; a notebook without Markdown says nothing, and every attribute is read back."""
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    if not markdown.strip():
+        return attributes
+    return tuple(a for a in attributes if _named(markdown, a) or f"self.{a}" in markdown)

@@ -27,7 +27,7 @@ from grader.toml_text import dumps
 from grader.authoring.spec_tools.candidates import candidates, class_table
 from grader.authoring.spec_tools.probe import Fit, probe_all
 from grader.authoring.spec_tools.words import describe, differences
-from grader.authoring.spec_tools.helpers import helpers
+from grader.authoring.spec_tools.helpers import helpers, kept_as_tasks
 from grader.authoring.spec_tools.signatures import (notebook_class_signatures, notebook_classes,
     notebook_functions, uncallable_functions, why_no_function)
 
@@ -204,6 +204,7 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
     if not only:
         inferred.left_out.update(own_helpers)
     classes, not_modules = notebook_class_signatures(nb)
+    classes = [replace(c, set_later=kept_as_tasks(nb, c.set_later)) for c in classes]
     if only:
         classes = [c for c in classes if c.name in only]
         not_modules = {name: why for name, why in not_modules.items() if name in only}
