@@ -57,3 +57,13 @@ def test_an_attribute_a_method_sets_is_read_back_only_where_the_markdown_asks_fo
     assert kept_as_tasks(_nb("md:Keep the attention scores on the object."), ("attention_scores", "attn")) == \
         ("attention_scores",)
     assert kept_as_tasks(_nb("import numpy as np"), ("attn",)) == ("attn",)
+
+
+def test_a_layer_class_another_class_makes_is_a_helper_unless_the_markdown_names_it():
+    layer = "class Softmax:\n    def __init__(self, dim=-1):\n        self.dim = dim"
+    module = "class Attention:\n    def __init__(self):\n        self.softmax = Softmax(dim=-1)"
+    nb = _nb("md:# Lab\nThe `Attention` module.", "import numpy as np", layer, module)
+    assert "Softmax" in helpers(nb, notebook_functions(nb), ("Softmax", "Attention"))
+    assert "Attention" not in helpers(nb, notebook_functions(nb), ("Softmax", "Attention"))
+    nb = _nb("md:# Lab\nWrite `Softmax` first.", "import numpy as np", layer, module)
+    assert helpers(nb, notebook_functions(nb), ("Softmax", "Attention")) == {}

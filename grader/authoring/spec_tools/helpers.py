@@ -45,20 +45,22 @@ def _class_calls(code: list[str]) -> dict[str, set[str]]:
     return calls
 
 
-def helpers(nb, signatures: list[Signature]) -> dict[str, str]:
-    """Each helper's name, with why it is one, in the words `spec infer` prints."""
+def helpers(nb, signatures: list[Signature], classes: tuple[str, ...] = ()) -> dict[str, str]:
+    """Each helper's name, with why it is one, in the words `spec infer` prints: among the
+    functions of `signatures` and the classes named in `classes` (a layer another class makes,
+    as a module's `Softmax(dim=-1)`)."""
     markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     if not markdown.strip():
         return {}
     callers: dict[str, set[str]] = {s.name: set(s.calls) for s in signatures}
     callers.update(_class_calls([c.source for c in nb.cells if c.cell_type == "code"]))
     found = {}
-    for s in signatures:
-        by = sorted(name for name, calls in callers.items() if name != s.name and s.name in calls)
-        if by and not _named(markdown, s.name):
-            found[s.name] = (f"a helper ({by[0]} calls it) that no Markdown cell names as a task (`{s.name}` or "
-                             f"{s.name}(...)), so a student who writes it inline or under another name is right "
-                             f"too; give --function {s.name} with the others to grade it")
+    for name in [*(s.name for s in signatures), *classes]:
+        by = sorted(other for other, calls in callers.items() if other != name and name in calls)
+        if by and not _named(markdown, name):
+            found[name] = (f"a helper ({by[0]} calls it) that no Markdown cell names as a task (`{name}` or "
+                           f"{name}(...)), so a student who writes it inline or under another name is right "
+                           f"too; give --function {name} with the others to grade it")
     return found
 
 

@@ -185,7 +185,7 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
                                   f"(it defines: {', '.join(sorted(known)) or 'none'})")
         signatures = [s for s in signatures if s.name in only]
     else:
-        own_helpers = helpers(nb, signatures)
+        own_helpers = helpers(nb, signatures, tuple(notebook_classes(nb)))
         signatures = [s for s in signatures if s.name not in own_helpers]
     # What the solution imports, and reaches through what it imported (`scipy.special.logsumexp`
     # after `import scipy`): a forbidden library there is the course's own choice.
@@ -204,7 +204,9 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
     if not only:
         inferred.left_out.update(own_helpers)
     classes, not_modules = notebook_class_signatures(nb)
-    classes = [replace(c, set_later=kept_as_tasks(nb, c.set_later)) for c in classes]
+    classes = [replace(c, set_later=kept_as_tasks(nb, c.set_later)) for c in classes
+               if only or c.name not in own_helpers]
+    not_modules = {name: why for name, why in not_modules.items() if only or name not in own_helpers}
     if only:
         classes = [c for c in classes if c.name in only]
         not_modules = {name: why for name, why in not_modules.items() if name in only}
