@@ -40,15 +40,22 @@ def test_a_helper_is_left_out_unless_the_markdown_names_it_as_code(markdown, lef
 
 
 def test_a_helper_a_class_calls_is_one_too_and_a_notebook_without_markdown_names_every_task():
+    # the module's own Markdown names it; the softmax it calls is the module's business
     assert "softmax" in _helpers("md:# Lab\nThe `Attention` module.", "import numpy as np", SOFTMAX, CLASS)
+    assert _helpers("md:# Lab\nImplement the dot-product attention.", "import numpy as np",
+                    "class DotProductAttention:\n    pass") == {}
     assert _helpers("import numpy as np", SOFTMAX, ATTENTION) == {}
 
 
-def test_a_function_of_several_words_named_in_prose_is_a_task():
-    cells = ["md:### (a) Implement the self-attention operation", "import numpy as np",
-             "def self_attention(X):\n    return X", "def multi_head(X):\n    return self_attention(X)"]
+def test_a_step_named_in_prose_by_its_words_is_a_task_and_a_called_attention_function_always_is():
+    cells = ["md:### (a) Implement the dot-product softmax", "import numpy as np",
+             "def dot_product_softmax(scores):\n    return np.exp(scores) / np.exp(scores).sum(-1, keepdims=True)",
+             "def attention(Q, K, V):\n    return dot_product_softmax(Q @ K.T) @ V"]
     assert _helpers(*cells) == {}
-    assert "self_attention" in _helpers("md:# Heads", *cells[1:])
+    assert "dot_product_softmax" in _helpers("md:# Attention", *cells[1:])
+    single = ["md:# Heads", "import numpy as np", "def self_attention(X, Wq, Wk, Wv):\n    return X @ Wv",
+              "def multi_head(X, Wq, Wk, Wv, H):\n    return self_attention(X, Wq, Wk, Wv)"]
+    assert _helpers(*single) == {}   # it computes attention: a task whoever calls it
 
 
 def test_an_attribute_a_method_sets_is_read_back_only_where_the_markdown_asks_for_it():
@@ -63,7 +70,8 @@ def test_a_layer_class_another_class_makes_is_a_helper_unless_the_markdown_names
     layer = "class Softmax:\n    def __init__(self, dim=-1):\n        self.dim = dim"
     module = "class Attention:\n    def __init__(self):\n        self.softmax = Softmax(dim=-1)"
     nb = _nb("md:# Lab\nThe `Attention` module.", "import numpy as np", layer, module)
-    assert "Softmax" in helpers(nb, notebook_functions(nb), ("Softmax", "Attention"))
-    assert "Attention" not in helpers(nb, notebook_functions(nb), ("Softmax", "Attention"))
+    layers = {"Softmax": 1, "Attention": 3}   # how many parameters each graded method takes
+    assert "Softmax" in helpers(nb, notebook_functions(nb), layers)
+    assert "Attention" not in helpers(nb, notebook_functions(nb), layers)
     nb = _nb("md:# Lab\nWrite `Softmax` first.", "import numpy as np", layer, module)
-    assert helpers(nb, notebook_functions(nb), ("Softmax", "Attention")) == {}
+    assert helpers(nb, notebook_functions(nb), layers) == {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
+from grader.authoring.spec_tools.candidates import candidates
 from grader.authoring.spec_tools.signatures import Signature
 from grader.syntax_tree import parse
 
@@ -24,7 +25,8 @@ def _named(markdown: str, name: str) -> bool:
     escaped = re.escape(name)
     if re.search(rf"`{escaped}\b|\b{escaped}\s*\(", markdown):
         return True
-    words = [w for w in name.lower().split("_") if w]
+    # Its words: snake_case and CamelCase alike (DotProductAttention, "dot-product attention").
+    words = [w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", name)]
     return len(words) > 1 and re.search(r"\b" + r"[\s_-]+".join(map(re.escape, words)) + r"\b",
                                         markdown.lower()) is not None
 
@@ -45,17 +47,28 @@ def _class_calls(code: list[str]) -> dict[str, set[str]]:
     return calls
 
 
-def helpers(nb, signatures: list[Signature], classes: tuple[str, ...] = ()) -> dict[str, str]:
+def _a_step(signature: Signature) -> bool:
+    """A function that computes a step, not attention: every reading of it is a softmax helper's
+    (its input the scores), or it has none (a `linear`, a `gelu`). One that computes attention
+    (a single head a multi-head function calls) is a task whoever calls it."""
+    found = candidates(signature).found
+    return all(any(p["role"] == "scores" for p in c.table["params"]) for c in found)
+
+
+def helpers(nb, signatures: list[Signature], classes: dict[str, int] | None = None) -> dict[str, str]:
     """Each helper's name, with why it is one, in the words `spec infer` prints: among the
-    functions of `signatures` and the classes named in `classes` (a layer another class makes,
-    as a module's `Softmax(dim=-1)`)."""
+    functions of `signatures` that compute a step, and the classes in `classes` (name: how many
+    parameters its graded method takes) applied to one input, a layer another class makes, as a
+    module's `Softmax(dim=-1)` or `Linear(d, d)`."""
     markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     if not markdown.strip():
         return {}
     callers: dict[str, set[str]] = {s.name: set(s.calls) for s in signatures}
     callers.update(_class_calls([c.source for c in nb.cells if c.cell_type == "code"]))
+    steps = [s.name for s in signatures if _a_step(s)]
+    layers = [name for name, taken in (classes or {}).items() if taken <= 1]
     found = {}
-    for name in [*(s.name for s in signatures), *classes]:
+    for name in [*steps, *layers]:
         by = sorted(other for other, calls in callers.items() if other != name and name in calls)
         if by and not _named(markdown, name):
             found[name] = (f"a helper ({by[0]} calls it) that no Markdown cell names as a task (`{name}` or "

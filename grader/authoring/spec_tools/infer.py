@@ -185,7 +185,8 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
                                   f"(it defines: {', '.join(sorted(known)) or 'none'})")
         signatures = [s for s in signatures if s.name in only]
     else:
-        own_helpers = helpers(nb, signatures, tuple(notebook_classes(nb)))
+        layers = {c.name: len(c.method.params) for c in notebook_class_signatures(nb)[0]}
+        own_helpers = helpers(nb, signatures, layers)
         signatures = [s for s in signatures if s.name not in own_helpers]
     # What the solution imports, and reaches through what it imported (`scipy.special.logsumexp`
     # after `import scipy`): a forbidden library there is the course's own choice.
