@@ -216,3 +216,32 @@ def non_loopback_address() -> str:
     if not found:
         pytest.skip("this machine has no address but loopback")
     return f"[{found[0]}]" if ":" in found[0] else found[0]
+
+
+def own_mistakes_apart(conv, own, parts=("output",), skip=()) -> None:
+    """Each of a convention's own mistakes (ids in `own`, but `skip`) computes something of its
+    own on the randomized cases and the base case: the `parts` it predicts (None: every part)
+    differ from the reference's and from every other applicable mistake's somewhere."""
+    import numpy as np
+
+    from grader.calling import cases
+    from grader.judging.explain import Explanation, Predictions, applicable
+    from grader.reference.mistakes import HARMLESS
+    inputs = cases.random_cases(conv, 7) + [cases.base_case(conv, 7)]
+    mistakes = [m for m in applicable(conv) if m.id not in HARMLESS]
+    predictions = Predictions()
+
+    def computed(m):
+        return [predictions.parts(conv, Explanation((m,), m.variant), c) for c in inputs]
+
+    def apart(a, b):
+        return any(x[p].shape != y[p].shape or not np.allclose(x[p], y[p])
+                   for x, y in zip(a, b) for p in (parts or x))
+
+    reference = [conv.expected_parts(c) for c in inputs]
+    for ours in (m for m in mistakes if m.id in own and m.id not in skip):
+        mine = computed(ours)
+        assert apart(mine, reference), ours.id
+        for other in mistakes:
+            if other is not ours:
+                assert apart(mine, computed(other)), (ours.id, other.id)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nbformat
 
-from make_convention_fixtures import ROW_SOFTMAX, notebook
+from make_convention_fixtures import ROW_SOFTMAX, notebook, planted
 
 HERE = Path(__file__).resolve().parent / "fixtures" / "blocks"
 
@@ -123,20 +123,11 @@ OTHERS = {
 }
 
 
-def _planted(mistakes: dict) -> dict:
-    bodies = {}
-    for name, body in WORKED.items():
-        line, replacement, _ = mistakes[name]
-        assert line in body, name
-        bodies[name] = body.replace(line, replacement)
-    return bodies
-
-
 def main():
     HERE.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook({"helpers": HELPERS, **WORKED}), HERE / "worked.ipynb")
-    nbformat.write(notebook({"helpers": HELPERS, **_planted(MISTAKES)}), HERE / "mistakes.ipynb")
-    nbformat.write(notebook({"helpers": HELPERS, **_planted(OTHERS)}), HERE / "other_mistakes.ipynb")
+    nbformat.write(notebook({"helpers": HELPERS, **planted(WORKED, MISTAKES)}), HERE / "mistakes.ipynb")
+    nbformat.write(notebook({"helpers": HELPERS, **planted(WORKED, OTHERS)}), HERE / "other_mistakes.ipynb")
 
 
 if __name__ == "__main__":

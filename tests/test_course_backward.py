@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, GRADER, ROOT, graded_at_full_marks, planted_mistakes_named
+from conftest import FIXTURES, GRADER, ROOT, graded_at_full_marks, planted_mistakes_named, own_mistakes_apart
 from grader.calling import cases
 from grader.course.spec import load_assignment, parse
 from grader.errors import SpecError
@@ -17,7 +17,6 @@ from grader.judging import smallest
 from grader.judging.explain import Explanation, Predictions, applicable, features
 from grader.reference.attention import attend
 from grader.reference.backward import attention_backward
-from grader.reference.mistakes import HARMLESS
 
 sys.path.insert(0, str(ROOT / "tests"))
 from make_backward_fixtures import MISTAKES, OTHERS  # noqa: E402
@@ -172,24 +171,7 @@ def test_a_backward_pass_has_its_own_features_checks_and_mistakes():
 @pytest.mark.parametrize("text", [GIVEN + 'returns = ["dq", "dk", "dv"]\n',
                                   MASKED + 'returns = ["dq", "dk", "dv"]\nbatch = true\n'])
 def test_each_backward_mistake_differs_from_the_reference_and_from_the_others(text):
-    conv = _function(text).convention
-    inputs = cases.random_cases(conv, 7) + [cases.base_case(conv, 7)]
-    mistakes = [m for m in applicable(conv) if m.id not in HARMLESS]
-    predictions = Predictions()
-
-    def computed(m):
-        return [predictions.parts(conv, Explanation((m,), m.variant), c) for c in inputs]
-
-    def apart(a, b):
-        return any(x[p].shape != y[p].shape or not np.allclose(x[p], y[p]) for x, y in zip(a, b) for p in x)
-
-    reference = [conv.expected_parts(c) for c in inputs]
-    for ours in (m for m in mistakes if m.id in OWN_MISTAKES):
-        mine = computed(ours)
-        assert apart(mine, reference), ours.id
-        for other in mistakes:
-            if other is not ours:
-                assert apart(mine, computed(other)), (ours.id, other.id)
+    own_mistakes_apart(_function(text).convention, OWN_MISTAKES, parts=None)
 
 
 def test_the_mistakes_keep_dv_where_only_the_softmax_s_backward_is_wrong():

@@ -10,13 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, GRADER, ROOT, graded_at_full_marks, planted_mistakes_named
+from conftest import FIXTURES, GRADER, ROOT, graded_at_full_marks, planted_mistakes_named, own_mistakes_apart
 from grader.calling import cases
 from grader.course.spec import load_assignment, parse
 from grader.errors import SpecError
 from grader.judging import smallest
-from grader.judging.explain import Explanation, Predictions, applicable, features
-from grader.reference.mistakes import HARMLESS
+from grader.judging.explain import applicable, features
 
 sys.path.insert(0, str(ROOT / "tests"))
 from make_block_fixtures import MISTAKES, OTHERS  # noqa: E402
@@ -124,22 +123,7 @@ def test_units_have_their_own_features_mistakes_and_checks():
 
 @pytest.mark.parametrize("fn", load_assignment(SPEC).functions, ids=lambda fn: fn.name)
 def test_each_block_mistake_differs_from_the_reference_and_from_the_others(fn):
-    conv = fn.convention
-    inputs = cases.random_cases(conv, 7) + [cases.base_case(conv, 7)]
-    mistakes = [m for m in applicable(conv) if m.id not in HARMLESS]
-    predictions = Predictions()
-
-    def computed(m):
-        return [predictions.parts(conv, Explanation((m,), m.variant), c)["output"] for c in inputs]
-
-    reference = [conv.expected_parts(c)["output"] for c in inputs]
-    for ours in (m for m in mistakes if m.id in OWN_MISTAKES):
-        mine = computed(ours)
-        assert any(not np.allclose(a, r) for a, r in zip(mine, reference)), ours.id
-        for other in mistakes:
-            if other is not ours:
-                assert any(a.shape != b.shape or not np.allclose(a, b) for a, b in zip(mine, computed(other))), \
-                    (ours.id, other.id)
+    own_mistakes_apart(fn.convention, OWN_MISTAKES)
 
 
 @pytest.mark.parametrize("text, words", [

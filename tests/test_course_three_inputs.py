@@ -12,16 +12,15 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, GRADER, ROOT, grade, graded_at_full_marks, planted_mistakes_named
+from conftest import FIXTURES, GRADER, ROOT, grade, graded_at_full_marks, planted_mistakes_named, own_mistakes_apart
 from grader.calling import cases
 from grader.calling.returns import Tolerance
 from grader.course.spec import load_assignment, parse
 from grader.errors import SpecError
 from grader.judging import smallest
 from grader.judging.checks import Context, check_probes
-from grader.judging.explain import Explanation, Predictions, applicable, features
+from grader.judging.explain import applicable, features
 from grader.kernel_side import wire
-from grader.reference.mistakes import HARMLESS
 
 sys.path.insert(0, str(ROOT / "tests"))
 from make_three_input_fixtures import MISTAKES, UNSCALED  # noqa: E402
@@ -155,22 +154,7 @@ def test_one_object_passed_three_times_reaches_the_function_as_one_object():
 def test_each_three_input_mistake_differs_from_the_reference_and_from_the_others(fn):
     """On the randomized cases each mistake that reads the wrong input computes something of
     its own (reading the query input runs only where the shapes allow, on the shorter cases)."""
-    conv = fn.convention
-    inputs = cases.random_cases(conv, 7) + [cases.base_case(conv, 7)]
-    mistakes = [m for m in applicable(conv) if m.id not in HARMLESS]
-    predictions = Predictions()
-
-    def computed(m):
-        return [predictions.parts(conv, Explanation((m,), m.variant), c)["output"] for c in inputs]
-
-    reference = [conv.expected_parts(c)["output"] for c in inputs]
-    for ours in (m for m in mistakes if m.id in NEW_MISTAKES):
-        mine = computed(ours)
-        assert any(not np.allclose(a, r) for a, r in zip(mine, reference)), ours.id
-        for other in mistakes:
-            if other is not ours:
-                assert any(a.shape != b.shape or not np.allclose(a, b) for a, b in zip(mine, computed(other))), \
-                    (ours.id, other.id)
+    own_mistakes_apart(fn.convention, NEW_MISTAKES)
 
 
 def _unbatched_module(query, key, value, key_padding_mask, attn_mask, W_q, W_k, W_v, b_qkv, W_o, b_o):
