@@ -135,17 +135,12 @@ def with_block(conv: Convention, case: Case, rng: np.random.Generator, small: bo
                   norm2=norm() if two else None, ffn=ffn if conv.unit != "layer_norm" else None,
                   activation=conv.activation, eps=conv.eps)
     x = case.x
-    if "norm_of_tokens" in _norm_reads(conv) and case.n > 1:
+    if conv.norm_reads_tokens and case.n > 1:
         # One token with nearly constant features: its variance is far below eps, so where eps
         # goes shows. (Integer tokens stay whole: a constant row, variance 0.)
         x = x.astype(np.float64).copy() if not np.issubdtype(x.dtype, np.integer) else x.copy()
         x[-1] = x[-1].mean() + (0 if np.issubdtype(x.dtype, np.integer) else 1e-4 * (x[-1] - x[-1].mean()))
     return replace(case, block=block, x=x)
-
-
-def _norm_reads(conv: Convention) -> set:
-    """Whether a layer norm reads the tokens as given (a layer norm alone, pre-LN's first)."""
-    return {"norm_of_tokens"} if conv.unit in ("layer_norm", "pre_ln") else set()
 
 
 def with_convention_weights(conv: Convention, case: Case, rng: np.random.Generator, small: bool = False) -> Case:

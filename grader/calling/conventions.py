@@ -155,6 +155,11 @@ class Convention:
         return self.unit not in ("layer_norm", "feed_forward")
 
     @property
+    def norm_reads_tokens(self) -> bool:
+        """A layer norm reads the tokens X as given: a layer norm alone, or pre-LN's first."""
+        return self.unit in ("layer_norm", "pre_ln")
+
+    @property
     def input_stage(self) -> int:
         return min(INPUT_STAGE[r] for r in self.roles if r in INPUT_STAGE)
 

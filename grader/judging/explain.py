@@ -196,7 +196,7 @@ def features(conv: Convention) -> set[str]:
         found.add("feed_forward" if conv.unit == "feed_forward" else "layer_norm")
     if conv.unit in ("post_ln", "pre_ln"):
         found |= {"block", "feed_forward"}
-    if conv.unit in ("layer_norm", "pre_ln"):
+    if conv.norm_reads_tokens:
         found.add("norm_of_tokens")
     if "feed_forward" in found and conv.activation != "relu":
         found.add("gelu")
