@@ -201,7 +201,7 @@ def list_assignments(ns) -> int:
         a = load_assignment(name)
         print(f"{name:<10} {a.title}")
         for fn in a.functions:
-            print(f"{'':<10}   {signature(fn.name, fn.convention, fn.params)}  "
+            print(f"{'':<10}   {signature(fn.symbol, fn.convention, fn.params)}  "
                   f"[{fn.convention.name}: {fn.convention.description}]")
     return 0
 

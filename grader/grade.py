@@ -151,13 +151,13 @@ class FunctionProber:
 
     def _outcome(self, reply: dict, args: list) -> Outcome:
         if not reply.get("found"):
-            return Outcome("missing", error=f"no {classes.kind(self.fn.convention)} named `{self.fn.name}` is defined",
-                           sent=args)
+            kind = classes.kind(self.fn.convention)
+            return Outcome("missing", error=f"no {kind} named `{self.fn.symbol}` is defined", sent=args)
         self.by_keyword = self.by_keyword or bool(reply.get("by_keyword"))
         if "error" in reply:
             e = reply["error"]
             where = f" ({e['where'][-1]})" if e.get("where") else ""
-            said = classes.raised(self.fn.name, self.fn.convention, e.get("step"), args)
+            said = classes.raised(self.fn.symbol, self.fn.convention, e.get("step"), args)
             return Outcome("error", error=f"{said} {e['type']}: {e['message']}{where}", sent=args)
         inputs_after = None
         if "inputs_after" in reply:
@@ -234,7 +234,7 @@ def renamed_definitions(fn: FunctionSpec, scan, assignment: Assignment) -> list[
     hint for the student and for the staff's `aliases`, never graded in its place."""
     graded_names = {name for f in assignment.functions for name in f.names}
     method = fn.convention.class_call.method if fn.convention.class_call else None
-    return static_scan.renamed_candidates(scan, fn.name, graded_names, len(fn.params), method)
+    return static_scan.renamed_candidates(scan, fn.symbol, graded_names, len(fn.params), method)
 
 
 def not_graded(submission: str, assignment: Assignment | str, seed: int, kind: ErrorKind, ename: str,
@@ -255,7 +255,7 @@ def not_graded(submission: str, assignment: Assignment | str, seed: int, kind: E
 
 
 def _forbidden_uses(fn: FunctionSpec, info: FunctionInfo, scan, forbidden) -> list[str]:
-    modules = list(info.get("modules", [])) + scan.function_imports.get(info.get("name", fn.name), [])
+    modules = list(info.get("modules", [])) + scan.function_imports.get(info.get("name", fn.symbol), [])
     return sorted({hit for m in modules if (hit := static_scan.matches(m, forbidden))})
 
 
@@ -425,14 +425,14 @@ async def _grade_visible(session, fn: FunctionSpec, info: FunctionInfo, scan, ct
                          deadline: float) -> _Grading:
     """The evidence for the non-answer rule, the visible checks and the smallest failing case."""
     grading = _Grading(fn, info)
-    name = info.get("name", fn.name)
+    name = info.get("name", fn.symbol)
     if not info.get("found") and info.get("defining_cell_failed"):
         grading.results = {c.kind: c for c in _not_graded_for_failed_cell(fn, info["defining_cell_failed"])}
         return grading
     if not info.get("found"):
         also = f" (nor {', '.join(fn.aliases)})" if fn.aliases else ""
         grading.results = {c.kind: c for c in _not_implemented(
-            fn, f"no {classes.kind(fn.convention)} named `{fn.name}`{also} is defined after running the notebook")}
+            fn, f"no {classes.kind(fn.convention)} named `{fn.symbol}`{also} is defined after running the notebook")}
         return grading
     if name in scan.stubs:
         grading.results = {c.kind: c for c in _not_implemented(fn, f"`{name}` still has the template's "
@@ -546,8 +546,16 @@ def _timing(log, probing: float, started: float) -> Timing:
 def _methods(assignment: Assignment, by_name: bool = True) -> dict:
     """The method graded of each class-based function: by each name it may have (for the
     static scan), or by the function's own name (for the harness's description)."""
-    return {name: fn.convention.class_call.method for fn in assignment.functions if fn.convention.class_call
-            for name in (fn.names if by_name else [fn.name])}
+    found: dict = {}
+    for fn in assignment.functions:
+        call = fn.convention.class_call
+        if call is None:
+            continue
+        for name in fn.names if by_name else [fn.name]:
+            # A class graded as two units (its forward, and its backward after it) is a
+            # template's stub by the first unit's method.
+            found.setdefault(name, call.method)
+    return found
 
 
 async def _described(session, functions: dict, forbidden, timeout: float, methods: dict):
@@ -593,7 +601,7 @@ async def _describe_functions(session, result: GradeResult, assignment: Assignme
     infos: dict[str, FunctionInfo] = {}
     for fn in assignment.functions:
         info = described["functions"].get(fn.name, FunctionInfo(found=False)).copy()
-        info["stub"] = info.get("name", fn.name) in scan.stubs
+        info["stub"] = info.get("name", fn.symbol) in scan.stubs
         info.pop("defining_cell_failed", None)   # the grader's finding alone, never the kernel's
         declared = {p.name for p in fn.convention.global_params}
         if declared and isinstance(info.get("globals"), dict):

@@ -6,7 +6,8 @@ The functions are written from the chain rule through O = softmax(Q K^T / sqrt(d
 P^T dO, dP = dO V^T, the softmax's Jacobian-vector product dS = P * (dP - rowsum(dP * P)),
 divided by sqrt(d_k), then dQ = dS K and dK = dS^T Q; a masked score is replaced by -inf, so it
 gets no gradient. One function without a mask, one under a boolean mask, one on a batch, and
-one taking the forward's cache (a dict holding Q, K, V and the weights P it computed).
+one taking the forward's cache (a dict holding Q, K, V and the weights P it computed), and a
+class whose backward reads what its forward kept on the object.
 
 Run `python tests/make_backward_fixtures.py` after changing a body below; the notebooks are
 committed so that a test run never depends on this script.
@@ -72,6 +73,32 @@ def attention_backward_cached(d_out, cache):
     dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True)) / np.sqrt(Q.shape[1])
     return dS @ K, dS.T @ Q, dV
 ''',
+    # A class, as CMU 11-785's mytorch handout describes its ScaledDotProductAttention: forward
+    # (Q, K, V, mask) on any leading axes, True in the mask where a key is masked out, keeps what
+    # its backward(d_output) needs on the object; backward returns dQ, dK and dV.
+    "ScaledDotProductAttention": '''
+class ScaledDotProductAttention:
+    def __init__(self):
+        self.eps = 1e10
+
+    def forward(self, Q, K, V, mask=None):
+        """Q (..., L, E), K (..., S, E), V (..., S, Ev); mask (..., L, S), True where masked out."""
+        self.Q, self.K, self.V = Q, K, V
+        scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(K.shape[-1])
+        if mask is not None:
+            scores = np.where(mask, -self.eps, scores)
+        self.A = softmax(scores)
+        return self.A @ V
+
+    def backward(self, d_output):
+        d_V = np.swapaxes(self.A, -1, -2) @ d_output
+        d_A = d_output @ np.swapaxes(self.V, -1, -2)
+        d_S = self.A * (d_A - np.sum(d_A * self.A, axis=-1, keepdims=True))
+        d_S = d_S / np.sqrt(self.K.shape[-1])
+        d_Q = d_S @ self.K
+        d_K = np.swapaxes(d_S, -1, -2) @ self.Q
+        return d_Q, d_K, d_V
+''',
 }
 
 # function -> (line of the worked body, its mistaken replacement, the mistake's title)
@@ -90,6 +117,8 @@ MISTAKES = {
     "attention_backward_cached": ("    dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True)) / np.sqrt(Q.shape[1])",
                                   "    dS = P * (dP - (dP * P).sum(axis=0, keepdims=True)) / np.sqrt(Q.shape[1])",
                                   "the softmax backward's row sum taken over the wrong axis"),
+    "ScaledDotProductAttention": ("        d_S = d_S / np.sqrt(self.K.shape[-1])", "",
+                                  "1/sqrt(d_k) missing in the backward"),
 }
 
 # A second notebook: each function's other mistake.
@@ -106,6 +135,8 @@ OTHERS = {
     "attention_backward_cached": ("    dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True)) / np.sqrt(Q.shape[1])",
                                   "    dS = dP * P * (1 - P) / np.sqrt(Q.shape[1])",
                                   "softmax's backward taken element-wise, s (1 - s)"),
+    "ScaledDotProductAttention": ("        d_K = np.swapaxes(d_S, -1, -2) @ self.Q", "        d_K = d_S @ self.Q",
+                                  "dK computed as dS Q instead of dS^T Q"),
 }
 
 

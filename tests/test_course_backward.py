@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, GRADER, ROOT, graded_at_full_marks, planted_mistakes_named, own_mistakes_apart
+from conftest import (FIXTURES, GRADER, ROOT, grade, graded_at_full_marks, own_mistakes_apart, planted_mistakes_named,
+                      write_notebook)
 from grader.calling import cases
 from grader.course.spec import load_assignment, parse
 from grader.errors import SpecError
@@ -229,10 +230,18 @@ def test_the_worked_backward_passes_earn_full_marks():
             "batched_attention_backward.batch_elements"} <= kinds
 
 
+def _by_unit(planted: dict) -> dict:
+    """The planted mistakes by the unit they are graded in: a class's are in its backward's."""
+    return {f"{name}.backward" if name[0].isupper() else name: mistake for name, mistake in planted.items()}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("notebook, planted", [("mistakes.ipynb", MISTAKES), ("other_mistakes.ipynb", OTHERS)])
 def test_each_planted_backward_mistake_is_named(notebook, planted):
+    planted = _by_unit(planted)
     result, found = planted_mistakes_named(BACKWARD / notebook, SPEC, planted)
+    # The class's forward, which the backward runs after, is right: its points are kept.
+    assert not any(c.lost_points for c in result.checks if c.function == "ScaledDotProductAttention")
     for name in planted:   # each gradient that differs is said, with where it differs most
         failed = next(c for c in result.checks if c.function == name and c.kind == "random_shapes")
         assert "the gradient d" in failed.message and "largest difference" in failed.message, failed.message
@@ -248,7 +257,9 @@ def test_infer_describes_the_backward_passes_and_audit_names_their_mistakes(tmp_
     done = _run("spec", "infer", BACKWARD / "worked.ipynb", "-o", spec, "--title", "Backward passes")
     assert done.returncode == 0, done.stdout + done.stderr
     text = spec.read_text()
-    assert text.count('role = "d_output"') == 4 and text.count('returns = ["dq", "dk", "dv"]') == 4, text
+    assert text.count('role = "d_output"') == 5 and text.count('returns = ["dq", "dk", "dv"]') == 5, text
+    # The class's backward is a unit of its own, called after its forward on the same object.
+    assert 'name = "ScaledDotProductAttention.backward"' in text and 'before = { method = "forward"' in text, text
     assert 'keys = { Q = "q", K = "k", V = "v", P = "weights" }' in text, text
     checked = _run("spec", "check", spec, BACKWARD / "worked.ipynb")
     assert checked.returncode == 0 and "earns every point" in checked.stdout, checked.stdout + checked.stderr
@@ -256,4 +267,95 @@ def test_infer_describes_the_backward_passes_and_audit_names_their_mistakes(tmp_
     assert audited.returncode == 0, audited.stdout + audited.stderr
     for _, _, title in (*MISTAKES.values(), *OTHERS.values()):
         assert title in audited.stdout, title
-    planted_mistakes_named(BACKWARD / "mistakes.ipynb", str(spec), MISTAKES)
+    planted_mistakes_named(BACKWARD / "mistakes.ipynb", str(spec), _by_unit(MISTAKES))
+
+
+# A class graded forward then backward (the class table's `before`), as a course spec writes it.
+BEFORE = ('before = { method = "forward", params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, '
+          '{ name = "V", role = "v" }] }\n')
+
+
+def _class_unit(name: str, class_table: str, params: str = '[{ name = "d_output", role = "d_output" }]') -> str:
+    return (f'[[functions]]\nname = "{name}"\n[functions.convention]\nparams = {params}\n'
+            f'returns = ["dq", "dk", "dv"]\n[functions.convention.class]\n{class_table}')
+
+
+def test_a_class_s_backward_takes_its_forward_s_inputs_through_before():
+    fn = parse(_class_unit("Attention.backward", 'method = "backward"\n' + BEFORE), "course.toml").functions[0]
+    conv = fn.convention
+    assert fn.symbol == "Attention" and fn.names == ["Attention"] and conv.backward
+    assert [p.role for p in conv.object_call.before_params] == ["q", "k", "v"] and conv.param_names == ("d_output",)
+    assert {"random_shapes", "permutation_equivariance", "inputs_unmodified"} <= set(fn.points)
+
+
+@pytest.mark.parametrize("name, table, words", [
+    ("Attention.backward", 'method = "backward"\nbefore = { method = "backward", params = [] }\n',
+     "before: backward is the method graded"),
+    ("Attention.backward", 'method = "backward"\nbefore = { method = "forward", params = [] }\n',
+     "before: params must name what the method is given"),
+    ("Attention.backward", 'method = "backward"\nbefore = "forward"\n', "before must be a table"),
+    ("Attention.backward", 'method = "backward"\nbefore = { method = "forward", params = [{ name = "Q", role = "q" }, '
+     '{ name = "K", role = "k" }, { name = "V", role = "v" }, { name = "d", role = "d_output" }] }\n',
+     "role 'd_output' is taken by both forward and backward"),
+    ("Attention.backward", 'method = "backward"\nbefore = { method = "forward", params = [{ name = "Q", role = "q" }, '
+     '{ name = "K", role = "k" }, { name = "V", role = "v" }], extra = 1 }\n', "before must be a table"),
+    ("Attention.forward", 'method = "backward"\n' + BEFORE, 'must have method = "forward"'),
+    ("Attention.backward.x", 'method = "backward"\n' + BEFORE, "missing or invalid 'name'"),
+])
+def test_a_before_table_or_a_unit_name_that_cannot_be_graded_is_refused_in_one_line(name, table, words):
+    with pytest.raises(SpecError) as error:
+        parse(_class_unit(name, table), "course.toml")
+    assert words in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
+FAULTY = '''
+class ForwardRaises:
+    def forward(self, Q, K, V):
+        raise ValueError("no forward yet")
+
+    def backward(self, d_output):
+        return d_output, d_output, d_output
+
+
+class ForwardChangesQ:
+    def forward(self, Q, K, V):
+        Q *= 2   # in place: the caller's Q is changed
+        self.Q, self.K, self.V = Q / 2, K, V
+        return Q
+
+    def backward(self, d_output):
+        Q, K, V = self.Q, self.K, self.V
+        P = np.exp(Q @ K.T / np.sqrt(K.shape[1]))
+        P = P / P.sum(axis=1, keepdims=True)
+        dP = d_output @ V.T
+        dS = P * (dP - (dP * P).sum(axis=1, keepdims=True)) / np.sqrt(K.shape[1])
+        return dS @ K, dS.T @ Q, P.T @ d_output
+'''
+
+
+@pytest.mark.slow
+def test_a_forward_that_raises_or_changes_its_input_is_said_of_the_forward(tmp_path):
+    """The backward is called after the forward: a forward that raises is named as the step
+    that raised, and one that changes its argument in place fails inputs_unmodified, in the
+    forward's words, while its backward's values are right."""
+    spec = tmp_path / "course.toml"
+    spec.write_text("\n".join(_class_unit(f"{name}.backward", 'method = "backward"\n' + BEFORE)
+                              for name in ("ForwardRaises", "ForwardChangesQ")))
+    path = write_notebook(tmp_path / "faulty.ipynb", "import numpy as np", FAULTY)
+    checks = {c.name: c for c in grade(path, str(spec)).checks}
+    raised = checks["ForwardRaises.backward.random_shapes"]
+    assert raised.status == "error" and "ForwardRaises.forward(Q, K, V) raised, before backward was called " \
+                                       "ValueError: no forward yet" in raised.message, raised.message
+    changed = checks["ForwardChangesQ.backward.inputs_unmodified"]
+    assert changed.status == "failed" and "Calling `forward` and then `backward` changed the argument `Q` of " \
+                                          "`forward` in place" in changed.message, changed.message
+    assert checks["ForwardChangesQ.backward.random_shapes"].status == "passed"
+
+
+def test_the_docs_example_of_a_class_s_backward_is_the_built_in_s():
+    section = (ROOT / "docs" / "specs.md").read_text().split("\n## Backward passes\n", 1)[1].split("\n## ", 1)[0]
+    example = next(block.split("```", 1)[0] for block in section.split("```toml\n")[1:] if "before =" in block)
+    documented = parse(example, "docs/specs.md").functions[0]
+    built_in = next(f for f in load_assignment(SPEC).functions if f.name == documented.name)
+    assert documented.convention.class_call == built_in.convention.class_call
+    assert documented.convention.params == built_in.convention.params and documented.convention.leading_axes

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from grader.calling.params import BLOCK_ROLES, ROLES, SCORE_ROLES, Param, flattened, parse_param
 from grader.errors import SpecError
 
-CLASS_KEYS = ("method", "construct", "attributes", "init", "kept")
+CLASS_KEYS = ("method", "construct", "attributes", "init", "before", "kept")
 INIT_KEYS = ("method", "params")
 # Roles only a class's constructor takes: sizes a module is built for. They hold no array, so
 # they are not roles of the attention computation (Convention.flat).
@@ -21,9 +21,9 @@ WEIGHT_ROLES = ("wq", "wk", "wv", "bq", "bk", "bv", "wqkv", "bqkv", "wo", "bo", 
                 *BLOCK_ROLES)
 CONSTRUCT_ROLES = (*SIZE_ROLES, "n_heads", "scale", "causal", *WEIGHT_ROLES)
 # Where each value goes, in the order the grader sends and the harness reports them.
-STAGES = ("construct", "attribute", "init")
+STAGES = ("construct", "attribute", "init", "before")
 # The steps of a call that may raise, as the harness names them (anything else: the method).
-RAISING_STEPS = ("construct", "attributes", "init", "method")
+RAISING_STEPS = ("construct", "attributes", "init", "before", "method")
 # More attributes than this are not read back after a call: what the kernel sends stays bounded.
 MAX_KEPT = 8
 
@@ -35,16 +35,26 @@ class ClassCall:
     attributes: tuple[Param, ...] = ()  # each attribute set on the new object (Param.name: the attribute)
     init: str | None = None            # a method the weights are given to before the call
     init_params: tuple[Param, ...] = ()
+    # A method called on the object just before the one graded, with inputs of its own: a
+    # backward pass is graded after its object's forward ran on the case (`forward(Q, K, V)`,
+    # then `backward(d_output)`), reading what the forward kept on the object.
+    before: str | None = None
+    before_params: tuple[Param, ...] = ()
 
     def slots(self) -> list[tuple[str, Param]]:
         """Every value the object is given, with where it goes (STAGES), in the wire's order."""
         return ([("construct", p) for p in self.construct] + [("attribute", p) for p in self.attributes]
-                + [("init", p) for p in self.init_params])
+                + [("init", p) for p in self.init_params] + [("before", p) for p in self.before_params])
 
     @property
     def flat(self) -> tuple[Param, ...]:
         """The attention roles the object is given (a dict's keys included), for the convention."""
         return flattened(p for _, p in self.slots() if p.role not in SIZE_ROLES)
+
+    @property
+    def made_flat(self) -> tuple[Param, ...]:
+        """The roles the object is made with (its constructor, attributes and init method)."""
+        return flattened(p for where, p in self.slots() if where != "before" and p.role not in SIZE_ROLES)
 
 
 def _fail(where: str, message: str):
@@ -130,6 +140,22 @@ def parse_kept(raw, where: str, parts: tuple[str, ...], call: ClassCall) -> tupl
     return tuple(found)
 
 
+def _before(raw: dict, method: str, init: str | None, where: str) -> tuple[str, tuple[Param, ...]]:
+    """A class table's `before`: the method run on the object just before the one graded (a
+    forward before its backward), and the inputs it takes, as a function's params are written."""
+    table = raw["before"]
+    if not isinstance(table, dict) or sorted(set(table) - set(INIT_KEYS)):
+        _fail(where, "before must be a table { method = \"forward\", params = [...] }")
+    name = _method_name(table.get("method"), "before.method", where)
+    if name in (method, init):
+        _fail(where, f"before: {name} is {'the method graded' if name == method else 'the init method'}; "
+                     "before names the method run just before the one graded")
+    params = _params(table.get("params"), tuple(r for r in ROLES if r not in SIZE_ROLES), f"{where} before")
+    if not params:
+        _fail(where, "before: params must name what the method is given")
+    return name, params
+
+
 def parse_class(raw, where: str) -> ClassCall:
     """The `class` table of a convention; a one-line SpecError naming `where` and the field."""
     where = f"{where}: class"
@@ -155,8 +181,9 @@ def parse_class(raw, where: str) -> ClassCall:
             _fail(where, f"init: {init} is the method graded; the weights go to another method")
     if method in {p.name for p in attributes}:
         _fail(where, f"attribute {method} would replace the method graded")
-    call = ClassCall(method, construct, attributes, init, init_params)
-    inputs = [p for p in call.flat if p.role not in CONSTRUCT_ROLES]
+    before, before_params = _before(raw, method, init, where) if "before" in raw else (None, ())
+    call = ClassCall(method, construct, attributes, init, init_params, before, before_params)
+    inputs = [p for p in call.made_flat if p.role not in CONSTRUCT_ROLES]
     if inputs:
         _fail(where, f"{inputs[0].name}: role {inputs[0].role!r} is the method's to take, not the object's")
     # An object given no weights is fine where its method takes Q, K and V (or the scores): a

@@ -19,6 +19,7 @@ import numpy as np
 
 from grader.calling.class_table import SIZE_ROLES, STAGES
 from grader.calling.conventions import Convention
+from grader.calling.params import MASK_ROLES
 from grader.kernel_side import wire
 
 
@@ -51,7 +52,9 @@ def sent_arguments(probe, conv: Convention) -> list:
         return args + [probe.variant.convert(v) for v in global_values(conv, probe.case)]
     if conv.class_call is None:
         return args
-    return args + [probe.variant.convert(v) for v in object_values(conv, probe.case)]
+    # A mask keeps its course form's dtype, as a method's own mask argument does (Probe.arguments).
+    return args + [v if p.role in MASK_ROLES else probe.variant.convert(v)
+                   for (_, p), v in zip(conv.object_call.slots(), object_values(conv, probe.case))]
 
 
 def request(conv: Convention, sent: list, layout) -> dict:
@@ -65,8 +68,12 @@ def request(conv: Convention, sent: list, layout) -> dict:
     call = conv.class_call
     if call is None:
         return {"args": method}
-    given = [wire.encode_argument(a, layout) for a in sent[given_to_method:]]
     slots = call.slots()
+    made = len(slots) - len(call.before_params)
+    # The method run before the graded one is called as a function is: one array passed as
+    # three of its arguments (`forward(x, x, x)`) is sent once, as the same object.
+    given = [wire.encode_argument(a, layout) for a in sent[given_to_method:given_to_method + made]] + \
+        wire.encode_arguments(sent[given_to_method + made:], layout)
     of = {stage: [(p.name, value) for (where, p), value in zip(slots, given) if where == stage] for stage in STAGES}
     return {"args": method, "object": {
         "method": call.method,
@@ -74,6 +81,8 @@ def request(conv: Convention, sent: list, layout) -> dict:
         "attributes": [[n, v] for n, v in of["attribute"]],
         "init": {"method": call.init, "params": [n for n, _ in of["init"]], "args": [v for _, v in of["init"]]}
         if call.init else None,
+        "before": {"method": call.before, "params": [n for n, _ in of["before"]],
+                   "args": [v for _, v in of["before"]]} if call.before else None,
         "kept": [attribute for attribute, _ in conv.kept]}}
 
 
@@ -103,6 +112,9 @@ def signature(name: str, conv: Convention, params) -> str:
     if call is None:
         return f"{name}({', '.join(params)})"
     made = f"{name}({', '.join(p.name for p in call.construct)})"
+    if call.before:
+        made += f".{call.before}({', '.join(p.name for p in call.before_params)}), then "
+        return f"{made}.{call.method}({', '.join(params)})"
     return f"{made}({', '.join(params)})" if call.method == "__call__" else f"{made}.{call.method}({', '.join(params)})"
 
 
@@ -122,6 +134,8 @@ def made_as(class_name: str, conv: Convention, sent: list) -> str:
         words += f" with {', '.join(f'self.{p.name}' for p in call.attributes)} set"
     if call.init:
         words += f", then {call.init}({', '.join(p.name for p in call.init_params)})"
+    if call.before:
+        words += f", then {call.before}({', '.join(p.name for p in call.before_params)}) called"
     return words
 
 
@@ -137,6 +151,9 @@ def raised(class_name: str, conv: Convention, step: str, sent: list) -> str:
         return f"setting {', '.join(f'self.{p.name}' for p in call.attributes)} on {class_name} raised"
     if step == "init" and call.init:
         return f"{class_name}.{call.init}({', '.join(p.name for p in call.init_params)}) raised"
+    if step == "before" and call.before:
+        return f"{class_name}.{call.before}({', '.join(p.name for p in call.before_params)}) raised, before " \
+               f"{call.method} was called"
     return f"{class_name}.{call.method}({', '.join(conv.param_names)}) raised"
 
 
@@ -158,5 +175,8 @@ def changed_messages(conv: Convention) -> list[str]:
                                     f"not `self.{p.name} *= 2`).",
              "init": lambda p: f"Making the object and calling {method} changed the argument `{p.name}` of "
                                f"`{call.init}` in place; copy what you are given (e.g. `self.W = W.copy()`) "
-                               "before changing it."}
+                               "before changing it.",
+             "before": lambda p: f"Calling `{call.before}` and then {method} changed the argument `{p.name}` of "
+                                 f"`{call.before}` in place; work on a copy (e.g. `q = {p.name} * 2`, not "
+                                 f"`{p.name} *= 2`), or keep a copy when {method} needs the value."}
     return [words[stage](p) for stage, p in call.slots()]

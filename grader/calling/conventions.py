@@ -824,6 +824,9 @@ def with_class(conv: Convention, raw: dict, where: str) -> Convention:
     if "class" not in raw:
         return conv
     call = parse_class(raw["class"], where)
+    twice = {p.role for p in flattened(call.before_params)} & conv.roles
+    if twice:
+        fail(where, f"class: before: role {sorted(twice)[0]!r} is taken by both {call.before} and {call.method}")
     conv = replace(conv, class_call=call, flat=conv.flat + call.flat)
     if not isinstance(raw["class"], dict) or "kept" not in raw["class"]:
         return conv

@@ -57,8 +57,14 @@ class FunctionSpec:
     sheet: CourseSheet | None = None   # the course's own data, read from its file(s) (sheet_data.py)
 
     @property
+    def symbol(self) -> str:
+        """The name the notebook defines: a unit named `Class.method` (a class's backward,
+        graded apart from its forward) is the class `Class`."""
+        return self.name.split(".", 1)[0]
+
+    @property
     def names(self) -> list[str]:
-        return [self.name, *self.aliases]
+        return [self.symbol, *self.aliases]
 
 
 @dataclass(frozen=True)
@@ -138,12 +144,16 @@ def _fixed_data(raw: dict, conv: Convention, name: str, where: str, files: Sheet
 
 def _function(raw: dict, where: str, files: SheetFiles) -> FunctionSpec:
     name = raw.get("name") if isinstance(raw, dict) else None
-    named = isinstance(name, str) and name.isidentifier()
+    named = isinstance(name, str) and all(part.isidentifier() for part in name.split(".", 1))
     # A misspelt key is said with the function's name, as every other error of a function is.
     _known_keys(raw, SCHEMA["functions"], f"{where}: {name}" if named else where)
     if not named or not isinstance(name, str):
-        raise SpecError(f"{where}: missing or invalid 'name' (a Python function name)")
+        raise SpecError(f"{where}: missing or invalid 'name' (a Python function or class name, or "
+                        "Class.method)")
     conv, params = _convention(raw, name, where)
+    if "." in name and (conv.class_call is None or name.split(".", 1)[1] != conv.class_call.method):
+        raise SpecError(f"{where}: {name}: a name Class.method names a class's method graded on its own; its "
+                        f"convention's class table must have method = \"{name.split('.', 1)[1]}\"")
     fixed, sheet = _fixed_data(raw, conv, name, where, files)
     points = {kind: check.default_points for kind, check in CHECKS.items()
               if check.applies(conv, fixed is not None)}

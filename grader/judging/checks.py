@@ -285,13 +285,36 @@ def _judge_reference(fn, ctx: Context, results, overflow_allowed: bool, paid_by_
     """Every call returned the reference's values. With `paid_by_part`, a part not returned
     costs its share of the points (_paid); without, only the parts returned are judged."""
     for probe, outcome in results:
-        verdict = _failed_call(probe, outcome) or _reference_mismatch(fn.convention, probe, outcome.parts, ctx,
-                                                                      overflow_allowed)
+        failed = _failed_call(probe, outcome)
+        if failed:
+            return failed
+    for probe, outcome in results:
+        verdict = _reference_mismatch(fn.convention, probe, outcome.parts, ctx, overflow_allowed)
         if verdict:
-            return verdict
+            return _gradients_paid(fn.convention, ctx, results, verdict) if paid_by_part else verdict
     if paid_by_part and _not_returned(fn.convention, results):
         return _paid(fn.convention, results)
     return Verdict("passed", f"Matches the reference on {len(results)} case(s): {_labels(results)}.")
+
+
+def _gradients_paid(conv: Convention, ctx: Context, results, mismatch: Verdict) -> Verdict:
+    """A backward pass's mismatch, paid by gradient: each gradient asked for is an equal share
+    of the check's points, earned when it matches the reference on every call (a right dV
+    beside a wrong dQ earns its third). Anything else's mismatch as it is."""
+    if not conv.backward:
+        return mismatch
+    right = [part for part in conv.returns
+             if all(o.parts.came_back(part) and part in o.parts.values
+                    and not compare(o.parts.values[part], expected, probe_tolerance(p, ctx.tolerance), conv.columns)
+                    for p, o in results
+                    for expected in [ctx.predictions.parts(conv, CORRECT, p.case)[part]])]
+    if not right:
+        return mismatch
+    verb = "matches" if len(right) == 1 else "match"
+    return Verdict("failed", f"{mismatch.message} The {_words(right)} {verb} the reference on every case, so this "
+                             f"check gives {'its' if len(right) == 1 else 'their'} share: {len(right)} of the "
+                             f"{len(conv.returns)} gradients asked for.",
+                   mismatch.figures, share=len(right) / len(conv.returns))
 
 
 def judge_against_reference(fn, ctx: Context, results) -> Verdict:

@@ -161,8 +161,8 @@ def _object_lines(class_name: str, params, args: list, conv: Convention, by_keyw
     method), then its method called."""
     call = conv.object_call
     given = iter(args[len(params):])
-    construct, attributes, init = ([next(given) for _ in part] for part in
-                                   (call.construct, call.attributes, call.init_params))
+    construct, attributes, init, before = ([next(given) for _ in part] for part in
+                                           (call.construct, call.attributes, call.init_params, call.before_params))
     names = [p.name for p in call.construct]
     lines.append(f"{OBJECT} = {class_name}({_arguments(names, construct, by_keyword, lines)})")
     for p, value in zip(call.attributes, attributes):
@@ -170,6 +170,9 @@ def _object_lines(class_name: str, params, args: list, conv: Convention, by_keyw
     if call.init:
         names = [p.name for p in call.init_params]
         lines.append(f"{OBJECT}.{call.init}({_arguments(names, init, by_keyword, lines)})")
+    if call.before:
+        names = [p.name for p in call.before_params]
+        lines.append(f"{OBJECT}.{call.before}({_arguments(names, before, by_keyword, lines)})")
     method = OBJECT if call.method == "__call__" else f"{OBJECT}.{call.method}"
     lines.append(f"{method}({_arguments(params, args[:len(params)], by_keyword, lines)})")
 

@@ -261,11 +261,20 @@ def _method_of(cls, spec, step):
         by_keyword = _by_keyword(initialise, init["params"])
         keyword = keyword or by_keyword
         _invoke(initialise, init["params"], init_args, by_keyword)
+    before, before_args = spec.get("before"), []
+    if before:
+        # The method run just before the one graded (a forward, before its backward).
+        step["at"] = "before"
+        before_args = wire.decode_arguments(before["args"])
+        first = getattr(instance, before["method"])
+        by_keyword = _by_keyword(first, before["params"])
+        keyword = keyword or by_keyword
+        _invoke(first, before["params"], before_args, by_keyword)
     step["at"] = "method"
     method = getattr(instance, spec["method"])
 
     def given_after():
-        return construct + [_read_back(instance, name) for name, _ in attributes] + init_args
+        return construct + [_read_back(instance, name) for name, _ in attributes] + init_args + before_args
 
     return method, keyword, given_after, lambda: _kept(instance, spec.get("kept") or [])
 

@@ -24,6 +24,7 @@ from grader.result import GradeResult
 from grader.course.spec import DEFAULT_FORBIDDEN, Assignment, FunctionSpec, parse
 from grader.intake.source_scan import matches, scan
 from grader.toml_text import dumps
+from grader.authoring.spec_tools.backward_unit import backward_candidates
 from grader.authoring.spec_tools.candidates import candidates, class_table
 from grader.authoring.spec_tools.probe import Fit, probe_all
 from grader.authoring.spec_tools.words import describe, differences
@@ -226,6 +227,10 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
         offered = candidates(module.graded, table) if table else None
         if offered is not None and offered.found:
             proposals.append((module.graded, offered.found))
+            # Its backward pass, graded after its forward on the same object, where it has one.
+            backward = backward_candidates(module, offered.found)
+            if backward is not None:
+                proposals.append(backward)
         else:
             inferred.left_out[module.name] = f"a class: {why or (offered.why_none if offered else '')}"
     setup = _setup(header, str(output), output.resolve().parent)

@@ -95,8 +95,9 @@ def _assigned(node: ast.AST) -> list[ast.expr]:
     return [item for target in targets for item in (target.elts if isinstance(target, ast.Tuple) else [target])]
 
 
-# A shape with its leading axes written as `...`, as a docstring gives it: (N, ..., L, E).
-ELLIPSIS_SHAPE = re.compile(r"\(\s*[\w*]+\s*,\s*\.\.\.\s*,")
+# A shape with its leading axes written as `...`, as a docstring gives it: (N, ..., L, E) or
+# (..., L, E).
+ELLIPSIS_SHAPE = re.compile(r"\(\s*(?:[\w*]+\s*,\s*)?\.\.\.\s*,")
 
 
 def _unpacks_a_shape(node: ast.AST) -> bool:
@@ -108,7 +109,7 @@ def _unpacks_a_shape(node: ast.AST) -> bool:
 def any_leading_axes(node: ast.AST) -> bool:
     """Whether a function's or class's source is written for any leading axes: an Ellipsis in
     a subscript (`mask[..., None, :]`), a starred unpacking of a shape (`*batch, L, E =
-    Q.shape`), or a docstring giving a shape with `...` for its leading axes (`(N, ..., L, E)`).
+    Q.shape`), or a docstring giving a shape with `...` for its leading axes (`(N, ..., L, E)`, `(..., L, E)`).
     Negative axes alone (`np.swapaxes(K, -1, -2)`) are not: 2-D code writes them too."""
     for inner in ast.walk(node):
         if isinstance(inner, ast.Subscript) and any(isinstance(n, ast.Constant) and n.value is Ellipsis

@@ -37,6 +37,10 @@ def describe(table: dict) -> str:
             "the weights through attributes " + ", ".join(made["attributes"]) if "attributes" in made else \
             "the weights through the constructor" if weighted else "holding no weights"
         words = [f"an object made as ({built}), {given}; its {made['method']} takes " + words[0]]
+        if made.get("before"):
+            first = made["before"]
+            words[0] += f", after its {first['method']} took " + describe(
+                {"params": first["params"], "returns": ""}).split("; returns")[0]
         if made.get("kept"):
             words.append("keeping " + ", ".join(f"the {part} in self.{name}" for name, part in made["kept"].items()))
     if table.get("globals"):
