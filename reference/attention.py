@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .backward import attention_backward
+from .backward import attention_backward, heads_upstream, projections_backward
 from .blocks import Block, attention_input, finish
 from .masks import FULLY_MASKED_RULES, causal_keep, combine, masked_softmax
 
@@ -113,10 +113,11 @@ class Case:
             # Each key has its value: the two sequences are one set of Lk tokens read twice.
             raise ValueError("the values' sequence needs the keys' one (memory) of the same length")
         if self.d_output is not None:
-            width = sum(h.wv.shape[1] for h in self.heads)
+            # Of the output: through the output projection where there is one, else the heads'.
+            width = sum(h.wv.shape[1] for h in self.heads) if self.wo is None else self.wo.shape[1]
             if np.shape(self.d_output) != (self.n, width):
-                raise ValueError(f"the upstream gradient is {np.shape(self.d_output)}, not Lq x H*d_v = "
-                                 f"{(self.n, width)}")
+                raise ValueError(f"the upstream gradient is {np.shape(self.d_output)}, not Lq x the output's "
+                                 f"width = {(self.n, width)}")
 
     @property
     def elements(self) -> tuple["Case", ...]:
@@ -250,19 +251,23 @@ def _attention(case: Case) -> dict:
     keep = case.keep
     per_head = []
     start = 0
+    upstream = None if case.d_output is None else heads_upstream(case)
     for head in case.heads:
         q, k, v = head_projections(case, head)
         attended = attend(q, k, v, case.scaled, keep, case.fully_masked, case.additive)
         per_head.append({"q": q, "k": k, "v": v, **attended})
-        if case.d_output is not None:
-            d_output = case.d_output[:, start:start + v.shape[1]]
+        if upstream is not None:
+            d_output = upstream[:, start:start + v.shape[1]]
             per_head[-1].update(attention_backward(q, k, v, d_output, case.scaled, keep, case.fully_masked))
         start += v.shape[1]
     concat = np.concatenate([h["output"] for h in per_head], axis=1)
     output = concat if case.wo is None else concat @ case.wo
     if case.wo is not None and case.bo is not None:
         output = output + case.bo
-    return {"heads": per_head, "concat": concat, "output": output}
+    result = {"heads": per_head, "concat": concat, "output": output}
+    if upstream is not None:
+        result["gradients"] = projections_backward(case, per_head, concat)
+    return result
 
 
 def batch_elements(x: np.ndarray, heads: tuple[Head, ...], *, memory: np.ndarray | None = None,

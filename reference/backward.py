@@ -46,3 +46,34 @@ def attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, d_output: np
     if scaled:
         d_s = d_s / np.sqrt(d_k)
     return {"dq": d_s @ k, "dk": d_s.T @ q, "dv": d_v}
+
+
+def projections_backward(case, per_head: list[dict], concat: np.ndarray) -> dict[str, np.ndarray]:
+    """The gradients of a projected attention (attention.py's case: Q = X Wq + bq, K = M Wk + bk,
+    V = S Wv + bv per head, the heads side by side, then Wo and bo) where its heads' gradients
+    dq, dk and dv (each head's) are known: with the output projection, those heads were given
+    dO Wo^T, and dWo = concat^T dO, dbo = the column sums of dO.
+
+    Returned: the weights' gradients fused as the weights are (heads side by side, as
+    Case.fused), and each token sequence's: `dx_query` from the queries, `dx_keys` and
+    `dx_values` from the keys and values, whichever sequence those come from (X itself in
+    self-attention: a convention taking X once adds the three)."""
+    x, keys, values = (np.asarray(a, dtype=np.float64) for a in (case.x, case.keys, case.value_source))
+    d_q = np.concatenate([h["dq"] for h in per_head], axis=1)
+    d_k = np.concatenate([h["dk"] for h in per_head], axis=1)
+    d_v = np.concatenate([h["dv"] for h in per_head], axis=1)
+    w_q, w_k, w_v = (case.fused(name) for name in ("wq", "wk", "wv"))
+    found = {"dx_query": d_q @ w_q.T, "dx_keys": d_k @ w_k.T, "dx_values": d_v @ w_v.T,
+             "dwq": x.T @ d_q, "dwk": keys.T @ d_k, "dwv": values.T @ d_v,
+             "dbq": d_q.sum(axis=0), "dbk": d_k.sum(axis=0), "dbv": d_v.sum(axis=0)}
+    if case.wo is not None:
+        found["dwo"] = concat.T @ case.d_output
+        found["dbo"] = case.d_output.sum(axis=0)
+    return found
+
+
+def heads_upstream(case) -> np.ndarray:
+    """The gradient reaching the heads' outputs, side by side (Lq x H*d_v): the upstream
+    gradient itself, or through the output projection dO Wo^T."""
+    d_output = np.asarray(case.d_output, dtype=np.float64)
+    return d_output if case.wo is None else d_output @ case.wo.T

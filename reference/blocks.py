@@ -81,6 +81,8 @@ def activate(h: np.ndarray, activation: str, how: str = "right") -> np.ndarray:
         return h
     if how == "other_gelu":
         activation = {"gelu": "gelu_tanh", "gelu_tanh": "gelu"}.get(activation, activation)
+    elif how in ("relu", "gelu"):   # the other activation altogether: ReLU for a GELU, or the reverse
+        activation = how
     if activation == "relu":
         return np.maximum(h, 0.0)
     if activation == "gelu_tanh":   # GPT-2's approximation

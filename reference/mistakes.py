@@ -25,6 +25,7 @@ shapes say ("scaled", "model_dim", "heads", "fused_heads", "projection", "biases
   norm_of_tokens   - a layer norm reads its tokens X as given (a layer norm alone, or pre-LN's
                      first), where the grader's cases give one token nearly constant features
   gelu             - its network's activation is a GELU
+  relu             - its network's activation is ReLU
   scale_flag       - it takes a scale flag, passed as False on one randomized case
   attention_output - it returns attention's own output (not a block's): a mistake that changes
                      that output's shape raises inside a block, where it meets the residual
@@ -46,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from .attention import Additive, Case, Head, softmax_rows, stack_batch
-from .backward import attention_backward
+from .backward import attention_backward, heads_upstream, projections_backward
 from .blocks import BlockSteps, attention_input, finish
 from .masks import causal_keep, combine, masked_softmax
 
@@ -524,10 +525,10 @@ def _finish(plan: dict) -> dict:
     else:
         per_head = [_head_output(case, part, w, v) for part, w in zip(plan["parts"], plan["weights"])]
         if case.d_output is not None:
-            start = 0
+            start, upstream = 0, heads_upstream(case)
             for head in per_head:
                 width = head["v"].shape[1]
-                head.update(_head_backward(case, head, head["weights"], case.d_output[:, start:start + width], v))
+                head.update(_head_backward(case, head, head["weights"], upstream[:, start:start + width], v))
                 start += width
     outputs = [h["output"] for h in per_head]
     if v.heads == "reversed":
@@ -551,7 +552,13 @@ def _finish(plan: dict) -> dict:
         output = output + case.bo
     if v.output == "transposed":
         output = output.T
-    return {"heads": per_head, "concat": concat, "output": output}
+    result = {"heads": per_head, "concat": concat, "output": output}
+    if case.d_output is not None and all("dq" in h for h in per_head):
+        try:
+            result["gradients"] = projections_backward(case, per_head, concat)
+        except ValueError:
+            pass   # shapes the projections cannot take back: the student's code would raise
+    return result
 
 
 def _token_heads(case: Case, v: Variant) -> list:
@@ -884,6 +891,16 @@ MISTAKES: tuple[Mistake, ...] = (
        "to about 1e-3.",
        "Use the GELU this assignment defines.",
        needs={"gelu"}, activation="other_gelu"),
+    _m("relu_for_gelu", "ReLU in the feed-forward network where a GELU is asked for",
+       "Your feed-forward network applies max(0, x) between its layers, where this assignment's network "
+       "applies a GELU (GPT-2's: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), or the exact one).",
+       "Use the GELU this assignment defines in the hidden layer: gelu(x W1 + b1) W2 + b2.",
+       needs={"gelu"}, activation="relu"),
+    _m("gelu_for_relu", "GELU in the feed-forward network where a ReLU is asked for",
+       "Your feed-forward network applies a GELU between its layers, where this assignment's network applies "
+       "ReLU, max(0, x).",
+       "Use ReLU in the hidden layer: max(0, x W1 + b1) W2 + b2.",
+       needs={"relu"}, activation="gelu"),
     _m("scale_flag_ignored", "scale flag ignored (scaled when told not to)",
        "Your function divides the scores by sqrt(d_k) whatever its scale flag says: called with the flag False, "
        "it still scales.",

@@ -140,11 +140,91 @@ OTHERS = {
 }
 
 
+# A course's layer, as CMU 11-785's mytorch handout describes its Linear: W is out x in, the
+# forward A W^T + b on any leading axes, and backward(dLdZ) leaves dLdW and dLdb on the layer
+# (summed over every leading axis) and returns dLdA.
+LINEAR = '''
+class Linear:
+    def __init__(self, in_features, out_features):
+        self.W = np.zeros((out_features, in_features))
+        self.b = np.zeros(out_features)
+
+    def init_weights(self, W, b):
+        self.W, self.b = W, b
+
+    def forward(self, A):
+        self.A = A
+        return A @ self.W.T + self.b
+
+    def backward(self, dLdZ):
+        flat_dZ = dLdZ.reshape(-1, dLdZ.shape[-1])
+        flat_A = self.A.reshape(-1, self.A.shape[-1])
+        self.dLdW = flat_dZ.T @ flat_A
+        self.dLdb = flat_dZ.sum(axis=0)
+        return dLdZ @ self.W
+'''
+
+# The handout's MultiHeadAttention around that class's ScaledDotProductAttention: its Linear
+# layers project query, key and value (N x L x E, N x S x E), the heads split on an axis; masks
+# True where a key is masked out, a key-padding mask (N x S) and an attention mask (L x S).
+# backward(d_output) returns the gradients of query, key and value and leaves the weights' on
+# the layers. Written once: a mistake in the attention class it uses is its own too.
+MULTI_HEAD = '''
+class MultiHeadAttention:
+    def __init__(self, embed_dim, num_heads):
+        self.num_heads = num_heads
+        self.attention = ScaledDotProductAttention()
+        self.q_proj = Linear(embed_dim, embed_dim)
+        self.k_proj = Linear(embed_dim, embed_dim)
+        self.v_proj = Linear(embed_dim, embed_dim)
+        self.out_proj = Linear(embed_dim, embed_dim)
+
+    def init_weights(self, Wq, bq, Wk, bk, Wv, bv, Wo, bo):
+        self.q_proj.init_weights(Wq, bq)
+        self.k_proj.init_weights(Wk, bk)
+        self.v_proj.init_weights(Wv, bv)
+        self.out_proj.init_weights(Wo, bo)
+
+    def _split_heads(self, x):
+        n, length, e = x.shape
+        return x.reshape(n, length, self.num_heads, e // self.num_heads).transpose(0, 2, 1, 3)
+
+    def _concat_heads(self, x):
+        n, h, length, d = x.shape
+        return x.transpose(0, 2, 1, 3).reshape(n, length, h * d)
+
+    def forward(self, query, key, value, key_padding_mask=None, attn_mask=None):
+        q = self._split_heads(self.q_proj.forward(query))
+        k = self._split_heads(self.k_proj.forward(key))
+        v = self._split_heads(self.v_proj.forward(value))
+        mask = np.zeros((query.shape[0], 1, query.shape[1], key.shape[1]), dtype=bool)
+        if key_padding_mask is not None:
+            mask = mask | key_padding_mask[:, None, None, :]
+        if attn_mask is not None:
+            mask = mask | attn_mask[None, None, :, :]
+        attended = self.attention.forward(q, k, v, mask)
+        return self.out_proj.forward(self._concat_heads(attended))
+
+    def backward(self, d_output):
+        d_attended = self._split_heads(self.out_proj.backward(d_output))
+        d_q, d_k, d_v = self.attention.backward(d_attended)
+        d_query = self.q_proj.backward(self._concat_heads(d_q))
+        d_key = self.k_proj.backward(self._concat_heads(d_k))
+        d_value = self.v_proj.backward(self._concat_heads(d_v))
+        return d_query, d_key, d_value
+'''
+
+# Cells every notebook has as they are: the course's layer and the class built on the attention
+# class (whose planted mistakes it inherits).
+AROUND = {"Linear": LINEAR, "MultiHeadAttention": MULTI_HEAD}
+
+
 def main():
     HERE.mkdir(parents=True, exist_ok=True)
-    nbformat.write(notebook({"softmax": SOFTMAX, **WORKED}), HERE / "worked.ipynb")
-    nbformat.write(notebook({"softmax": SOFTMAX, **planted(WORKED, MISTAKES)}), HERE / "mistakes.ipynb")
-    nbformat.write(notebook({"softmax": SOFTMAX, **planted(WORKED, OTHERS)}), HERE / "other_mistakes.ipynb")
+    nbformat.write(notebook({"softmax": SOFTMAX, **WORKED, **AROUND}), HERE / "worked.ipynb")
+    nbformat.write(notebook({"softmax": SOFTMAX, **planted(WORKED, MISTAKES), **AROUND}), HERE / "mistakes.ipynb")
+    nbformat.write(notebook({"softmax": SOFTMAX, **planted(WORKED, OTHERS), **AROUND}),
+                   HERE / "other_mistakes.ipynb")
 
 
 if __name__ == "__main__":

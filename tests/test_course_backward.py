@@ -16,7 +16,9 @@ from grader.course.spec import load_assignment, parse
 from grader.errors import SpecError
 from grader.judging import smallest
 from grader.judging.explain import Explanation, Predictions, applicable, features
-from grader.reference.attention import attend
+from dataclasses import replace
+
+from grader.reference.attention import Case, Head, attend, attention
 from grader.reference.backward import attention_backward
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -187,12 +189,12 @@ def test_the_mistakes_keep_dv_where_only_the_softmax_s_backward_is_wrong():
 
 
 @pytest.mark.parametrize("text, words", [
-    (GIVEN + 'returns = ["dq", "output"]\n', "returns the gradients dq, dk and dv (any of them), and nothing else"),
+    (GIVEN + 'returns = ["dq", "output"]\n', "returns gradients (dq, dk, dv; or of its inputs and weights"),
     (GIVEN.replace(', { name = "dO", role = "d_output" }', "") + 'returns = "dq"\n', "needs the upstream gradient"),
     ('params = [{ name = "X", role = "x" }, { name = "Wq", role = "wq" }, { name = "Wk", role = "wk" }, '
-     '{ name = "Wv", role = "wv" }, { name = "dO", role = "d_output" }]\nreturns = "dq"\n', "takes Q, K and V"),
+     '{ name = "Wv", role = "wv" }, { name = "dO", role = "d_output" }]\nreturns = "dq"\n', "not 'dq'"),
     (GIVEN.replace('{ name = "V", role = "v" }', '{ name = "V", role = "v" }, { name = "H", role = "n_heads" }')
-     + 'returns = "dq"\n', "a backward pass has one head"),
+     + 'returns = "dq"\n', "a backward pass given Q, K and V has one head"),
     (GIVEN + 'returns = "dq"\ntokens = "columns"\n', "takes tokens as rows"),
     (GIVEN.replace('{ name = "dO", role = "d_output" }', '{ name = "dO", role = "d_output" }, '
                    '{ name = "dO2", role = "d_output" }') + 'returns = "dq"\n', "given twice"),
@@ -231,8 +233,10 @@ def test_the_worked_backward_passes_earn_full_marks():
 
 
 def _by_unit(planted: dict) -> dict:
-    """The planted mistakes by the unit they are graded in: a class's are in its backward's."""
-    return {f"{name}.backward" if name[0].isupper() else name: mistake for name, mistake in planted.items()}
+    """The planted mistakes by the unit they are graded in: a class's are in its backward's, and
+    the multi-head class, built on the attention class, makes that class's mistake too."""
+    units = {f"{name}.backward" if name[0].isupper() else name: mistake for name, mistake in planted.items()}
+    return {**units, "MultiHeadAttention.backward": planted["ScaledDotProductAttention"]}
 
 
 @pytest.mark.slow
@@ -240,8 +244,9 @@ def _by_unit(planted: dict) -> dict:
 def test_each_planted_backward_mistake_is_named(notebook, planted):
     planted = _by_unit(planted)
     result, found = planted_mistakes_named(BACKWARD / notebook, SPEC, planted)
-    # The class's forward, which the backward runs after, is right: its points are kept.
-    assert not any(c.lost_points for c in result.checks if c.function == "ScaledDotProductAttention")
+    # The classes' forwards, which the backwards run after, are right: their points are kept.
+    assert not any(c.lost_points for c in result.checks
+                   if c.function in ("ScaledDotProductAttention", "MultiHeadAttention"))
     for name in planted:   # each gradient that differs is said, with where it differs most
         failed = next(c for c in result.checks if c.function == name and c.kind == "random_shapes")
         assert "the gradient d" in failed.message and "largest difference" in failed.message, failed.message
@@ -257,7 +262,9 @@ def test_infer_describes_the_backward_passes_and_audit_names_their_mistakes(tmp_
     done = _run("spec", "infer", BACKWARD / "worked.ipynb", "-o", spec, "--title", "Backward passes")
     assert done.returncode == 0, done.stdout + done.stderr
     text = spec.read_text()
-    assert text.count('role = "d_output"') == 5 and text.count('returns = ["dq", "dk", "dv"]') == 5, text
+    assert text.count('role = "d_output"') == 6 and text.count('returns = ["dq", "dk", "dv"]') == 5, text
+    # The multi-head class's: the gradients of its inputs, and its layers' weights' gradients read back.
+    assert 'returns = ["dx", "dkey_tokens", "dvalue_tokens"]' in text and '"out_proj.dLdW" = "dwo"' in text, text
     # The class's backward is a unit of its own, called after its forward on the same object.
     assert 'name = "ScaledDotProductAttention.backward"' in text and 'before = { method = "forward"' in text, text
     assert 'keys = { Q = "q", K = "k", V = "v", P = "weights" }' in text, text
@@ -275,9 +282,10 @@ BEFORE = ('before = { method = "forward", params = [{ name = "Q", role = "q" }, 
           '{ name = "V", role = "v" }] }\n')
 
 
-def _class_unit(name: str, class_table: str, params: str = '[{ name = "d_output", role = "d_output" }]') -> str:
+def _class_unit(name: str, class_table: str, params: str = '[{ name = "d_output", role = "d_output" }]',
+                returns_: str = '["dq", "dk", "dv"]') -> str:
     return (f'[[functions]]\nname = "{name}"\n[functions.convention]\nparams = {params}\n'
-            f'returns = ["dq", "dk", "dv"]\n[functions.convention.class]\n{class_table}')
+            f'returns = {returns_}\n[functions.convention.class]\n{class_table}')
 
 
 def test_a_class_s_backward_takes_its_forward_s_inputs_through_before():
@@ -359,3 +367,113 @@ def test_the_docs_example_of_a_class_s_backward_is_the_built_in_s():
     built_in = next(f for f in load_assignment(SPEC).functions if f.name == documented.name)
     assert documented.convention.class_call == built_in.convention.class_call
     assert documented.convention.params == built_in.convention.params and documented.convention.leading_axes
+
+
+# A backward pass through the projections: the gradients of the token inputs and the weights.
+PROJECTED = ('params = [{ name = "x", role = "x" }, { name = "Wq", role = "wq" }, { name = "bq", role = "bq" }, '
+             '{ name = "Wk", role = "wk" }, { name = "bk", role = "bk" }, { name = "Wv", role = "wv" }, '
+             '{ name = "bv", role = "bv" }, { name = "Wo", role = "wo" }, { name = "bo", role = "bo" }, '
+             '{ name = "h", role = "n_heads" }, { name = "dO", role = "d_output" }]\n')
+WEIGHT_GRADIENTS = ["dwq", "dbq", "dwk", "dbk", "dwv", "dbv", "dwo", "dbo"]
+
+
+def _loss(case, d_output):
+    """sum(O * dO), O the reference forward: dO is the loss's gradient with respect to O."""
+    return float(np.sum(attention(case)["output"] * d_output))
+
+
+def _numerical_gradient(case, d_output, value, rebuilt):
+    """Central finite differences of _loss in each entry of `value`, the case `rebuilt(moved)`."""
+    gradient = np.zeros_like(value)
+    for at in np.ndindex(value.shape):
+        for sign in (1.0, -1.0):
+            moved = value.copy()
+            moved[at] += sign * STEP
+            gradient[at] += sign * _loss(rebuilt(moved), d_output)
+    return gradient / (2 * STEP)
+
+
+def _fused_heads(case, name, fused):
+    """The case with the heads' `name` matrices (or biases) taken from one fused array."""
+    widths = np.cumsum([0] + [getattr(h, name).shape[-1] for h in case.heads])
+    return replace(case, heads=tuple(replace(h, **{name: fused[..., a:b]})
+                                     for h, a, b in zip(case.heads, widths[:-1], widths[1:])))
+
+
+@pytest.mark.parametrize("sequences", ["self", "memory", "three"])
+def test_the_projections_gradients_are_the_finite_differences_of_the_reference_forward(sequences):
+    rng = np.random.default_rng(len(sequences))
+    n, lk, d, h, d_k = 4, 5, 6, 2, 3
+    heads = tuple(Head(*(rng.normal(size=(d, d_k)) for _ in range(3)), *(rng.normal(size=d_k) for _ in range(3)))
+                  for _ in range(h))
+    memory = None if sequences == "self" else rng.normal(size=(lk, d))
+    values = rng.normal(size=(lk, d)) if sequences == "three" else None
+    keep = rng.random((n, lk if memory is not None else n)) < 0.6
+    keep[:, 0] = True
+    d_output = rng.normal(size=(n, d))
+    case = Case(x=rng.normal(size=(n, d)), heads=heads, wo=rng.normal(size=(h * d_k, d)), bo=rng.normal(size=d),
+                memory=memory, values=values, mask=keep)
+    exact = attention(replace(case, d_output=d_output))["gradients"]
+    numerical = {"dx_query": _numerical_gradient(case, d_output, case.x, lambda m: replace(case, x=m)),
+                 "dwo": _numerical_gradient(case, d_output, case.wo, lambda m: replace(case, wo=m)),
+                 "dbo": _numerical_gradient(case, d_output, case.bo, lambda m: replace(case, bo=m))}
+    for name in ("wq", "wk", "wv", "bq", "bk", "bv"):
+        numerical[f"d{name}"] = _numerical_gradient(case, d_output, case.fused(name) if name[0] == "w" else
+                                                    np.concatenate([getattr(x, name) for x in heads]),
+                                                    lambda m, name=name: _fused_heads(case, name, m))
+    if memory is not None:
+        numerical["dx_keys"] = _numerical_gradient(case, d_output, memory, lambda m: replace(case, memory=m)) \
+            if values is not None else None
+    if values is not None:
+        numerical["dx_values"] = _numerical_gradient(case, d_output, values, lambda m: replace(case, values=m))
+    if memory is not None and values is None:   # one memory gives both: its gradient is both's
+        through = _numerical_gradient(case, d_output, memory, lambda m: replace(case, memory=m))
+        assert np.allclose(exact["dx_keys"] + exact["dx_values"], through, rtol=1e-6, atol=1e-7)
+        del numerical["dx_keys"]
+    if memory is None:   # X is all three
+        numerical["dx_query"] = None
+        assert np.allclose(exact["dx_query"] + exact["dx_keys"] + exact["dx_values"],
+                           _numerical_gradient(case, d_output, case.x, lambda m: replace(case, x=m)),
+                           rtol=1e-6, atol=1e-7)
+    for name, expected in numerical.items():
+        if expected is not None:
+            assert np.allclose(exact[name], expected, rtol=1e-6, atol=1e-7), name
+
+
+def test_a_projected_backward_pass_returns_each_input_s_gradient_in_its_layout_summed_over_a_batch():
+    conv = _function(PROJECTED + f'returns = {["dx", *WEIGHT_GRADIENTS]}\nbatch = true\n'
+                     .replace("'", '"')).convention
+    case = cases.base_case(conv, 3)
+    expected = conv.expected_parts(case)
+    elements = [attention(e)["gradients"] for e in conv.elements(case)]
+    assert np.allclose(expected["dx"][1], elements[1]["dx_query"] + elements[1]["dx_keys"] + elements[1]["dx_values"])
+    assert np.allclose(expected["dwq"], sum(e["dwq"] for e in elements))   # the batch shares the weights
+    framework = _function(PROJECTED + 'returns = ["dwq", "dbo"]\nweights = "out_in"\n').convention
+    case = cases.base_case(framework, 3)
+    element = attention(framework.elements(case)[0])["gradients"]
+    assert np.allclose(framework.expected_parts(case)["dwq"], element["dwq"].T)   # laid out as W is: out x in
+    assert {"backward", "backward_scaled"} <= features(conv)
+    assert {"backward_scale_missing", "softmax_backward_elementwise", "no_scaling"} <= {m.id for m in applicable(conv)}
+
+
+@pytest.mark.parametrize("text, words", [
+    (PROJECTED + 'returns = ["dq"]\n', "not 'dq'"),
+    (PROJECTED + 'returns = ["dmemory"]\n', "the gradient of role 'memory', which no param has"),
+    (PROJECTED.replace('{ name = "Wq", role = "wq" }', '{ name = "Wq", role = "wq", heads = "per_head" }')
+     + 'returns = ["dx"]\n', "takes each weight fused"),
+    (GIVEN + 'returns = ["dx"]\n', "returns their gradients dq, dk and dv"),
+])
+def test_a_projected_backward_convention_that_cannot_be_graded_is_refused_in_one_line(text, words):
+    with pytest.raises(SpecError) as error:
+        _function(text)
+    assert words in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
+def test_a_kept_attribute_is_read_off_the_object_or_off_a_layer_it_holds():
+    table = 'method = "backward"\n' + BEFORE.replace('role = "q"', 'role = "q"') + \
+        '[functions.convention.class.kept]\n"q_proj.dLdW" = "dv"\n'
+    assert parse(_class_unit("A.backward", table, returns_='["dq", "dk"]'), "c.toml").functions[0].convention.kept \
+        == (("q_proj.dLdW", "dv"),)
+    with pytest.raises(SpecError, match="not an attribute to read off an object"):
+        parse(_class_unit("A.backward", table.replace('"q_proj.dLdW"', '"a.q_proj.dLdW"'), returns_='["dq", "dk"]'),
+              "c.toml")

@@ -24,7 +24,7 @@ BLOCKS = FIXTURES / "blocks"
 SPEC = "blocks"
 OWN_MISTAKES = {"layer_norm_wrong_axis", "layer_norm_eps_outside", "layer_norm_unbiased", "layer_norm_no_affine",
                 "residual_around_attention_missing", "residual_around_feed_forward_missing",
-                "pre_and_post_ln_swapped", "activation_missing", "other_gelu"}
+                "pre_and_post_ln_swapped", "activation_missing", "other_gelu", "relu_for_gelu", "gelu_for_relu"}
 
 
 def _function(text: str):
@@ -112,9 +112,9 @@ def test_units_have_their_own_features_mistakes_and_checks():
     named = {name: {m.id for m in applicable(fn.convention)} for name, fn in functions.items()}
     assert named["layer_norm"] == {"layer_norm_wrong_axis", "layer_norm_eps_outside", "layer_norm_unbiased",
                                    "layer_norm_no_affine"}
-    assert named["feed_forward"] == {"activation_missing"}
+    assert named["feed_forward"] == {"activation_missing", "gelu_for_relu"}
     assert {"residual_around_attention_missing", "pre_and_post_ln_swapped", "no_scaling"} <= named["encoder_block"]
-    assert {"other_gelu", "causal_ignored", "layer_norm_eps_outside"} <= named["transformer_block"]
+    assert {"other_gelu", "relu_for_gelu", "causal_ignored", "layer_norm_eps_outside"} <= named["transformer_block"]
     assert not OWN_MISTAKES & {m.id for m in applicable(load_assignment("rows").functions[0].convention)}
     assert "numerical_stability" not in functions["layer_norm"].points
     assert {"permutation_equivariance", "numerical_stability"} <= set(functions["encoder_block"].points)

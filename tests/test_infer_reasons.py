@@ -19,7 +19,7 @@ from grader.authoring.spec_tools.signatures import (notebook_class_signatures, n
 from grader.calling import cases
 from grader.calling.classes import made_as, sent_arguments
 from grader.judging.checks import Probe
-from grader.calling.conventions import parse_convention
+from grader.calling.conventions import RETURN_NAMES, parse_convention
 from grader.calling.params import ROLES
 from grader.calling.returns import Tolerance
 from grader.kernel_side.wire import encode_value
@@ -117,7 +117,7 @@ def test_what_came_back_unread_says_which_item_is_no_part_in_the_words_of_return
     case = conv.prepare(cases.base_case(conv, 7))
     head = attention(case)["heads"][0]
     tol = Tolerance()
-    parts = "none of the parts `returns` may name (output, weights, scores, q, k, v, heads, mean_weights, dq, dk, dv)"
+    parts = f"none of the parts `returns` may name ({', '.join(RETURN_NAMES)})"
     said = why_unread(conv, case, encode_value((head["output"], head["weights"], head["q"] + 1)), tol)
     assert said.startswith(f"no reading of its returns matched: on {case.label} it returned a 3-tuple: item 1 "), said
     assert "is the output; item 2 " in said and "is the attention weights; item 3 (ndarray (5, " in said
@@ -125,8 +125,7 @@ def test_what_came_back_unread_says_which_item_is_no_part_in_the_words_of_return
     said = why_unread(conv, case, encode_value((head["output"], head["output"])), tol)
     assert said.endswith("is the output again")
     said = why_unread(conv, case, encode_value({"a": head["q"] + 1}), tol)
-    assert said.endswith("and no value of it is one of the parts `returns` may name (output, weights, scores, q, k, "
-                         "v, heads, mean_weights, dq, dk, dv)")
+    assert said.endswith(f"and no value of it is one of the parts `returns` may name ({', '.join(RETURN_NAMES)})")
     assert why_unread(conv, case, encode_value(np.zeros(3)), tol).endswith(f"ndarray (3,), {parts}")
 
 
@@ -228,7 +227,7 @@ def test_infer_prints_each_reason_in_the_spec_s_words(tmp_path):
     assert said["additive_attention"].endswith(ADDITIVE), said["additive_attention"]
     assert "it takes *arrays, and a convention's `params` name each parameter in order" in said["stacked"]
     assert "no reading of its returns matched" in said["triple"] and "item 3 (ndarray" in said["triple"]
-    assert "(output, weights, scores, q, k, v, heads, mean_weights, dq, dk, dv)" in said["triple"]
+    assert f"({', '.join(RETURN_NAMES)})" in said["triple"]
     assert '`method = "attend"`' in said["Layer"]
     assert ADDITIVE not in said["triple"] and ADDITIVE not in said["stacked"]
     # Batched: its unbatched readings raise first, its batched ones return what no part is.

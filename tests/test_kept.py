@@ -10,6 +10,7 @@ from grader.course.spec import parse
 from grader.errors import SpecError
 from grader.judging.checks import Context, check_probes
 from grader.kernel import replies as payloads
+from grader.calling.class_table import MAX_READ_BACK
 from grader.kernel_side import harness, wire
 
 SPEC = ('[[functions]]\nname = "ScaledDotProductAttention"\n[functions.convention]\n'
@@ -80,7 +81,8 @@ def test_a_reply_without_the_kept_values_leaves_the_part_missing_and_a_malformed
     parts = canonical_parts(conv, wire.encode_value(np.zeros((1, 2, 1, 3, 4))))
     assert parts.missing("weights_per_head") == \
         "were not read back from `self.attention_scores`: the reply to the call left it out"
-    for kept in ("weights", [wire.encode_value(None)] * 9, [{"kind": "bogus"}]):
+    # More attributes than the grader reads back after a call (spec infer's MAX_READ_BACK) is malformed.
+    for kept in ("weights", [wire.encode_value(None)] * (MAX_READ_BACK + 1), [{"kind": "bogus"}]):
         with pytest.raises(payloads.BadReply):
             payloads.call_reply({"found": True, "value": wire.encode_value(1.0), "kept": kept})
     read = canonical_parts(conv, wire.encode_value(np.zeros((1, 2, 1, 3, 4))), [wire.encode_value(None)])
@@ -109,3 +111,17 @@ def test_an_attribute_the_weights_are_set_through_is_not_a_kept_part():
             'attributes = { W_q = "wq", W_k = "wk", W_v = "wv" }\nkept = { W_q = "weights" }\n')
     with pytest.raises(SpecError, match="W_q is an attribute the weights are set through"):
         parse(spec, "course.toml")
+
+
+def test_an_attribute_named_as_a_notebook_global_is_not_a_read_of_that_global():
+    """`self.N` in a method is the object's attribute, not the notebook's global N (which a test
+    cell may well define): only the names a function loads as globals are its globals."""
+    from grader.kernel_side import harness
+
+    source = ("N = 3\nscale = 2.0\n"
+              "class Attention:\n    def forward(self, x):\n        self.N = x.shape[0]\n"
+              "        return x * scale + self.N\n")
+    space: dict = {}
+    exec(compile(source, "<ipython-input>", "exec"), space)
+    names = harness._code_names(space["Attention"].forward.__code__)
+    assert "scale" in names and "N" not in names

@@ -47,11 +47,12 @@ def memory_shape(n: int, d: int) -> tuple[int, int]:
 
 def key_value_shape(conv: Convention, n: int, d: int) -> tuple[int, int]:
     """The shape of the sequence keys (and values) are projected from: a memory's, or the key
-    and value inputs'; X's width when one matrix projects Q, K and V side by side."""
+    and value inputs'; X's width when one matrix projects Q, K and V side by side, or when the
+    object is made for one model width (its layers sized by it)."""
     rows, width = memory_shape(n, d)
     if conv.three_inputs and n < WIDE_MEMORY_FROM:
         rows = n
-    return rows, d if conv.packed else width
+    return rows, d if conv.packed or conv.sized_by_model else width
 
 
 def head_count(conv: Convention, requested: int) -> int:
@@ -224,10 +225,11 @@ SCALE_OFF_CASE = 3
 
 
 def upstream_gradient(rng: np.random.Generator, case: Case) -> np.ndarray:
-    """A backward pass's upstream gradient dO (Lq x H*d_v): random, never all ones (the gradient
-    of a plain sum, which hides a transposed or swapped product), small nonzero whole numbers
-    where the tokens are whole (the integer and smallest cases)."""
-    shape = (case.n, sum(h.wv.shape[1] for h in case.heads))
+    """A backward pass's upstream gradient dO (Lq x the output's width: H*d_v, or the output
+    projection's): random, never all ones (the gradient of a plain sum, which hides a transposed
+    or swapped product), small nonzero whole numbers where the tokens are whole (the integer and
+    smallest cases)."""
+    shape = (case.n, sum(h.wv.shape[1] for h in case.heads) if case.wo is None else case.wo.shape[1])
     if np.issubdtype(np.asarray(case.x).dtype, np.integer):
         return rng.choice(np.array([-2.0, -1.0, 1.0, 2.0]), size=shape)
     return rng.normal(size=shape)

@@ -26,6 +26,10 @@ STAGES = ("construct", "attribute", "init", "before")
 RAISING_STEPS = ("construct", "attributes", "init", "before", "method")
 # More attributes than this are not read back after a call: what the kernel sends stays bounded.
 MAX_KEPT = 8
+# What `spec infer` reads back after a probe to learn which attribute keeps which part: a class's
+# own, or its layers' (a backward pass's weights' gradients on four projections, and the rest
+# those layers keep), more than a spec keeps; a reply with more is malformed.
+MAX_READ_BACK = 32
 
 
 @dataclass(frozen=True)
@@ -127,8 +131,12 @@ def parse_kept(raw, where: str, parts: tuple[str, ...], call: ClassCall) -> tupl
     set_on = {p.name for p in call.attributes}
     found = []
     for name, part in raw.items():
-        if not name.isidentifier() or name.startswith("__"):
-            _fail(where, f"{name!r} is not an attribute to read off an object"[:200])
+        # `q_proj.dLdW`: an attribute of an object the object holds (a course's layer, whose
+        # backward leaves its weights' gradients on itself), two levels at most.
+        path = name.split(".")
+        if len(path) > 2 or not all(a.isidentifier() and not a.startswith("__") for a in path):
+            _fail(where, f"{name!r} is not an attribute to read off an object (or off an object it holds: "
+                         "layer.attribute)"[:200])
         if name == call.method or name in set_on:
             what = "the method graded" if name == call.method else "an attribute the weights are set through"
             _fail(where, f"{name} is {what}, not a part the method keeps")

@@ -26,24 +26,44 @@ from grader.calling.params import (BLOCK_NORM_ROLES, BLOCK_ROLES, FFN_ROLES, MAS
                                    SEQUENCE_ROLES, WEIGHT_ROLES, Param, choice, fail, flattened, parse_param)
 from grader.toml_text import load_toml
 
-# How tokens index each canonical part, for the permutation property.
+# A backward pass's parts (reference/backward.py): the gradients of the loss with respect to Q,
+# K and V; with respect to the token sequences the projections read (dx: X's, the queries' in
+# cross-attention and with three inputs, else all three's; dmemory: the keys' and values'
+# memory; dkey_tokens, dvalue_tokens: the key and value inputs passed apart); and with respect
+# to the projections' weights and biases, laid out as the weights are.
+QKV_GRADIENTS = ("dq", "dk", "dv")
+TOKEN_GRADIENTS = ("dx", "dmemory", "dkey_tokens", "dvalue_tokens")
+WEIGHT_GRADIENTS = ("dwq", "dbq", "dwk", "dbk", "dwv", "dbv", "dwo", "dbo")
+GRADIENT_PARTS = (*QKV_GRADIENTS, *TOKEN_GRADIENTS, *WEIGHT_GRADIENTS)
+# The role each token or weight gradient is of.
+GRADIENT_OF = {"dx": "x", "dmemory": "memory", "dkey_tokens": "key_tokens", "dvalue_tokens": "value_tokens",
+               **{part: part[1:] for part in WEIGHT_GRADIENTS}}
+
+# How tokens index each canonical part, for the permutation property. A weight's gradient is a
+# sum over the tokens: no permutation of them moves it.
+_NO_TOKEN_AXES = {part: () for part in WEIGHT_GRADIENTS}
 TOKEN_AXES = {"output": (0,), "q": (0,), "k": (0,), "v": (0,), "heads": (0,), "dq": (0,), "dk": (0,), "dv": (0,),
               "scores": (0, 1), "weights": (0, 1), "weights_per_head": (0, 1), "scores_per_head": (0, 1),
-              "mean_weights": (0, 1)}
+              "mean_weights": (0, 1), **{part: (0,) for part in TOKEN_GRADIENTS}, **_NO_TOKEN_AXES}
 # In cross-attention the keys and values come from the memory: permuting the query tokens
 # moves the queries' axis only, and permuting the memory's rows moves the keys' axis only.
 QUERY_AXES = {"output": (0,), "q": (0,), "k": (), "v": (), "heads": (0,), "dq": (0,), "dk": (), "dv": (),
               "scores": (0,), "weights": (0,), "weights_per_head": (0,), "scores_per_head": (0,),
-              "mean_weights": (0,)}
+              "mean_weights": (0,), "dx": (0,), "dmemory": (), "dkey_tokens": (), "dvalue_tokens": (),
+              **_NO_TOKEN_AXES}
 MEMORY_AXES = {"output": (), "q": (), "k": (0,), "v": (0,), "heads": (), "dq": (), "dk": (0,), "dv": (0,),
                "scores": (1,), "weights": (1,), "weights_per_head": (1,), "scores_per_head": (1,),
-               "mean_weights": (1,)}
+               "mean_weights": (1,), "dx": (), "dmemory": (0,), "dkey_tokens": (0,), "dvalue_tokens": (0,),
+               **_NO_TOKEN_AXES}
 
 PART_WORDS = {"output": "output", "weights": "attention weights", "scores": "attention scores",
               "weights_per_head": "per-head attention weights", "scores_per_head": "per-head attention scores",
               "heads": "heads' outputs (before the output projection)", "q": "Q", "k": "K", "v": "V",
               "mean_weights": "attention weights averaged over the heads",
-              "dq": "gradient dQ", "dk": "gradient dK", "dv": "gradient dV"}
+              "dq": "gradient dQ", "dk": "gradient dK", "dv": "gradient dV",
+              "dx": "gradient of the query input", "dmemory": "gradient of the memory",
+              "dkey_tokens": "gradient of the key input", "dvalue_tokens": "gradient of the value input",
+              **{part: f"gradient d{part[1].replace('w', 'W')}_{part[2]}" for part in WEIGHT_GRADIENTS}}
 
 # The parts whose words are plural ("the attention weights were ...").
 PLURAL_PARTS = ("weights", "scores", "weights_per_head", "scores_per_head", "heads", "mean_weights")
@@ -56,15 +76,13 @@ PER_HEAD_PARTS = ("weights_per_head", "scores_per_head", "heads")
 # by default, average_attn_weights=True: B x Lq x Lk where each head's are B x H x Lq x Lk).
 WEIGHT_PARTS = ("weights", "weights_per_head", "mean_weights")
 
-RETURN_NAMES = ("output", "weights", "scores", "q", "k", "v", "heads", "mean_weights", "dq", "dk", "dv")
-# A backward pass's parts: the gradients of the loss with respect to Q, K and V (reference/backward.py).
-GRADIENT_PARTS = ("dq", "dk", "dv")
+RETURN_NAMES = ("output", "weights", "scores", "q", "k", "v", "heads", "mean_weights", *GRADIENT_PARTS)
 
 # The stages of the computation: what an input role starts from and a returned part ends at.
 # Which steps lie in between decides the mistakes a function can make (grader/judging/explain.py).
 INPUT_STAGE = {"x": 0, "q": 1, "k": 1, "v": 1, "kv": 1, "scores": 2}
 RETURN_STAGE = {"q": 1, "k": 1, "v": 1, "scores": 2, "weights": 3, "mean_weights": 3, "heads": 4, "output": 4,
-                "dq": 5, "dk": 5, "dv": 5}
+                **{part: 5 for part in GRADIENT_PARTS}}
 STEPS = ((1, "projections"), (2, "scores"), (3, "softmax"))
 
 CONVENTION_KEYS = ("description", "params", "returns", "weights", "tokens", "scaled", "axis", "square",
@@ -242,6 +260,12 @@ class Convention:
         return "value_tokens" in self.roles
 
     @property
+    def sized_by_model(self) -> bool:
+        """An object made for one model width (`MultiHeadAttention(embed_dim, num_heads)`): its
+        key and value layers take inputs of that width, as PyTorch's do unless given kdim and vdim."""
+        return self.class_call is not None and any(p.role == "d_model" for p in self.class_call.construct)
+
+    @property
     def packed(self) -> bool:
         """Q, K and V are projected by one matrix side by side, so the sequences have X's width."""
         return "wqkv" in self.roles
@@ -335,7 +359,13 @@ class Convention:
         convention's are each element's, stacked on a leading batch axis."""
         elements = self.elements(case)
         per_element = [self.expected(r, e) for r, e in zip(compute(elements), elements)]
-        return stack_parts(per_element) if self.batched else per_element[0]
+        if not self.batched:
+            return per_element[0]
+        stacked = stack_parts(per_element)
+        for part in WEIGHT_GRADIENTS:
+            if part in stacked:   # the weights are shared by the batch: their gradient sums over it
+                stacked[part] = stacked[part].sum(axis=0)
+        return stacked
 
     def expected_parts(self, case: Case) -> dict:
         return self.predict(case, lambda elements: [attention(e) for e in elements])
@@ -358,11 +388,29 @@ class Convention:
                 parts[part] = mean_over_heads([h["weights"] for h in heads])
             elif part in ("q", "k", "v") and len(heads) > 1:
                 parts[part] = np.concatenate([h[part] for h in heads], axis=1)
+            elif part in TOKEN_GRADIENTS or part in WEIGHT_GRADIENTS:
+                if "gradients" not in result:
+                    continue   # a computation whose shapes the projections cannot take back predicts none
+                parts[part] = self._gradient(part, result["gradients"])
             else:
                 parts[part] = heads[0][part]
         if self.vector:
             parts = {part: vector_row(value) for part, value in parts.items()}
         return parts
+
+    def _gradient(self, part: str, gradients: dict) -> np.ndarray:
+        """A token sequence's or a weight's gradient (reference/backward.py's), as this
+        convention's function returns it: X's includes the keys' and values' where X is all
+        three (self-attention given X once); a weight's is laid out as the weight is."""
+        if part == "dx":
+            apart = self.roles & {"memory", "key_tokens", "value_tokens"}
+            return gradients["dx_query"] if apart else \
+                gradients["dx_query"] + gradients["dx_keys"] + gradients["dx_values"]
+        if part == "dmemory":
+            return gradients["dx_keys"] + gradients["dx_values"]
+        if part in ("dkey_tokens", "dvalue_tokens"):
+            return gradients["dx_keys" if part == "dkey_tokens" else "dx_values"]
+        return self._matrix(gradients[part]) if part.startswith("dw") else gradients[part]
 
     def call_arguments(self, case: Case) -> list:
         elements = self.elements(case)
@@ -665,7 +713,7 @@ def _check_roles(conv: Convention, where: str) -> None:
         fail(where, "projection weights and biases need the tokens X as input (role x)")
     if conv.biases and not {"bq", "bk", "bv"} <= conv.bias_roles:
         fail(where, "give all three biases (bq, bk, bv) or none")
-    if "wo" in roles and "output" not in names and "heads" not in names:
+    if "wo" in roles and "output" not in names and "heads" not in names and not conv.backward:
         fail(where, "an output projection (wo) needs the output among the returns")
     if conv.square and (start != 0 or conv.heads != "one"):
         fail(where, "square applies to single-head conventions on the tokens X only")
@@ -760,8 +808,9 @@ def _check_additive(conv: Convention, roles: set, start: int, where: str) -> Non
 
 
 def _check_backward(conv: Convention, roles: set, names: tuple, where: str) -> None:
-    """A backward pass: given Q, K and V and the upstream gradient, one head, tokens as rows,
-    it returns gradients and nothing else; a gradient is returned by a backward pass only."""
+    """A backward pass: given Q, K and V (one head) or the tokens and the projections (any
+    heads, fused), and the upstream gradient, tokens as rows, it returns gradients and nothing
+    else, each of an input it has; a gradient is returned by a backward pass only."""
     gradients = [n for n in names if n in GRADIENT_PARTS]
     if not conv.backward:
         if gradients:
@@ -771,16 +820,37 @@ def _check_backward(conv: Convention, roles: set, names: tuple, where: str) -> N
                         "upstream gradient (role d_output)")
         return
     if not gradients or len(gradients) != len(names):
-        fail(where, "a backward pass (role d_output) returns the gradients dq, dk and dv (any of them), and "
-                    "nothing else")
-    if roles & {"x", "scores", "kv"} or not {"q", "k", "v"} <= roles:
-        fail(where, "a backward pass takes Q, K and V (roles q, k, v) and the upstream gradient")
+        fail(where, "a backward pass (role d_output) returns gradients (dq, dk, dv; or of its inputs and weights: "
+                    f"{', '.join(TOKEN_GRADIENTS + WEIGHT_GRADIENTS)}), and nothing else")
     if conv.additive:
         fail(where, "a backward pass is of scaled dot-product attention, not additive attention")
-    if conv.heads != "one":
-        fail(where, "a backward pass has one head")
     if conv.columns or conv.vector:
         fail(where, "a backward pass takes tokens as rows")
+    if "x" in roles:
+        _check_projected_backward(conv, roles, names, where)
+        return
+    if roles & {"scores", "kv"} or not {"q", "k", "v"} <= roles:
+        fail(where, "a backward pass takes Q, K and V (roles q, k, v), or the tokens X and the projections, and "
+                    "the upstream gradient")
+    if set(names) - set(QKV_GRADIENTS):
+        fail(where, "a backward pass given Q, K and V returns their gradients dq, dk and dv (any of them)")
+    if conv.heads != "one":
+        fail(where, "a backward pass given Q, K and V has one head")
+
+
+def _check_projected_backward(conv: Convention, roles: set, names: tuple, where: str) -> None:
+    """A backward pass through the projections: the gradients of its token inputs and of its
+    weights, each of a role it has; its heads fused (side by side), as its weights' gradients are."""
+    for name in names:
+        if name in QKV_GRADIENTS:
+            fail(where, f"a backward pass given the tokens X returns the gradients of its inputs and weights "
+                        f"({', '.join(TOKEN_GRADIENTS + WEIGHT_GRADIENTS)}), not {name!r}")
+        if GRADIENT_OF[name] not in roles:
+            fail(where, f"returns {name!r}, the gradient of role {GRADIENT_OF[name]!r}, which no param has")
+    if "wqkv" in roles or conv.block is not None:
+        fail(where, "a backward pass through packed projections (wqkv) or a block is not supported yet")
+    if any(p.heads != "fused" or p.head is not None for p in conv.flat if p.role in WEIGHT_ROLES):
+        fail(where, "a backward pass through the projections takes each weight fused (its heads side by side)")
 
 
 def _check_sequences(roles: set, start: int, where: str) -> None:
@@ -881,7 +951,7 @@ def parse_convention(raw, name: str, where: str) -> Convention:
         causal_inside=choice(raw, "causal", (False, True), False, where),
         batched=choice(raw, "batch", (False, True, "any"), False, where) in (True, "any"),
         leading_axes=raw.get("batch") == "any",
-        fully_masked=_fully_masked(raw, flat, where), vector=choice(raw, "vector", (False, True), False, where),
+        vector=choice(raw, "vector", (False, True), False, where),
         block=choice(raw, "block", (None, "post_ln", "pre_ln"), None, where) if "block" in raw else None,
         activation=choice(raw, "activation", ACTIVATIONS, "relu", where), eps=float(raw.get("eps", DEFAULT_EPS)))
     conv = with_class(conv, raw, where)
@@ -892,6 +962,8 @@ def parse_convention(raw, name: str, where: str) -> Convention:
         if set(p.name for p in names) & set(conv.param_names):
             fail(where, "globals: a global has the name of a parameter")
         conv = replace(conv, global_params=names, flat=conv.flat + flattened(names))
+    # Of every role, the class's too: a backward's mask is its forward's (the class table's before).
+    conv = replace(conv, fully_masked=_fully_masked(raw, conv.flat, where))
     multi = conv.heads != "one"
 
     def canonical(p: str) -> str:

@@ -22,7 +22,8 @@ from grader.reference.sheets import FIXED_DATA
 
 from grader.calling import cases as make
 from grader.calling.classes import changed_messages
-from grader.calling.conventions import PART_WORDS, PER_HEAD_PARTS, PLURAL_PARTS, WEIGHT_PARTS, Convention
+from grader.calling.conventions import (PART_WORDS, PER_HEAD_PARTS, PLURAL_PARTS, WEIGHT_GRADIENTS, WEIGHT_PARTS,
+                                       Convention)
 from grader.calling.params import MASK_ROLES
 from grader.judging.explain import CORRECT, Predictions, agrees, differs_from_reference, explanations, harmless
 from grader.calling.returns import Parts, Tolerance, compare, not_returned
@@ -285,11 +286,8 @@ def _judge_reference(fn, ctx: Context, results, overflow_allowed: bool, paid_by_
     """Every call returned the reference's values. With `paid_by_part`, a part not returned
     costs its share of the points (_paid); without, only the parts returned are judged."""
     for probe, outcome in results:
-        failed = _failed_call(probe, outcome)
-        if failed:
-            return failed
-    for probe, outcome in results:
-        verdict = _reference_mismatch(fn.convention, probe, outcome.parts, ctx, overflow_allowed)
+        verdict = _failed_call(probe, outcome) or _reference_mismatch(fn.convention, probe, outcome.parts, ctx,
+                                                                      overflow_allowed)
         if verdict:
             return _gradients_paid(fn.convention, ctx, results, verdict) if paid_by_part else verdict
     if paid_by_part and _not_returned(fn.convention, results):
@@ -301,8 +299,8 @@ def _gradients_paid(conv: Convention, ctx: Context, results, mismatch: Verdict) 
     """A backward pass's mismatch, paid by gradient: each gradient asked for is an equal share
     of the check's points, earned when it matches the reference on every call (a right dV
     beside a wrong dQ earns its third). Anything else's mismatch as it is."""
-    if not conv.backward:
-        return mismatch
+    if not conv.backward or mismatch.status != "failed" or any(o.status != "ok" for _, o in results):
+        return mismatch   # a call that failed earns nothing of it
     right = [part for part in conv.returns
              if all(o.parts.came_back(part) and part in o.parts.values
                     and not compare(o.parts.values[part], expected, probe_tolerance(p, ctx.tolerance), conv.columns)
@@ -310,9 +308,13 @@ def _gradients_paid(conv: Convention, ctx: Context, results, mismatch: Verdict) 
                     for expected in [ctx.predictions.parts(conv, CORRECT, p.case)[part]])]
     if not right:
         return mismatch
-    verb = "matches" if len(right) == 1 else "match"
-    return Verdict("failed", f"{mismatch.message} The {_words(right)} {verb} the reference on every case, so this "
-                             f"check gives {'its' if len(right) == 1 else 'their'} share: {len(right)} of the "
+    if len(right) == 1:
+        said = f"The {PART_WORDS[right[0]]} matches"
+    else:
+        names = [PART_WORDS[p].removeprefix("gradient ") for p in right]
+        said = f"The gradients {', '.join(names[:-1])} and {names[-1]} match"
+    return Verdict("failed", f"{mismatch.message} {said} the reference on every case, so this check gives "
+                             f"{'its' if len(right) == 1 else 'their'} share: {len(right)} of the "
                              f"{len(conv.returns)} gradients asked for.",
                    mismatch.figures, share=len(right) / len(conv.returns))
 
@@ -602,8 +604,22 @@ def judge_batch_elements(fn, ctx: Context, results) -> Verdict:
     if unusable:
         return unusable
     (base_probe, base), *alone = results
+    shared = [part for part in returned if part in WEIGHT_GRADIENTS]
+    for part in shared:
+        # A weight's gradient is one for the batch, which shares the weight: the sum of each
+        # element's own.
+        own = [np.asarray(single.parts.values[part], dtype=np.float64) for _, single in alone]
+        problem = compare(base.parts.values[part], sum(own[1:], own[0]), ctx.tolerance,
+                          against="the sum of the results on each element alone") \
+            if len({o.shape for o in own}) == 1 else "has a shape that differs from element to element"
+        if problem:
+            return Verdict("failed", f"A batch shares the weights, so the {PART_WORDS[part]} of a batch of "
+                                     f"{len(alone)} should be the sum of what the function returns for each element "
+                                     f"alone, but it {problem}. Sum each element's gradient over the batch axis.")
     for i, (_probe, single) in enumerate(alone):
         for part in returned:
+            if part in shared:
+                continue
             value = base.parts.values[part]
             mine, own = _element(value, i), _element(single.parts.values[part], 0)
             if mine is None or own is None:

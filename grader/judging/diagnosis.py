@@ -197,21 +197,6 @@ def _sums_to_one(matrices: list, axis) -> bool:
         for sums, count in lines)
 
 
-def _gradients_known(conv: Convention, observed, predictions: Predictions) -> list[str]:
-    """Which of a backward pass's gradients are right and which are not."""
-    right: list[str] = []
-    wrong: list[str] = []
-    for part in conv.returns:
-        seen = [(c, {part: v[part]}, t) for c, v, t in observed if part in v]
-        if seen:
-            (right if agrees(conv, CORRECT, seen, predictions) else wrong).append(PART_WORDS[part])
-    if not right or not wrong:
-        return []
-    verb = "matches" if len(right) == 1 else "match"
-    return [f"Your {' and '.join(right)} {verb} the reference; your {' and '.join(wrong)} "
-            f"{'does' if len(wrong) == 1 else 'do'} not."]
-
-
 def what_is_known(conv: Convention, observed, predictions: Predictions) -> str:
     """When no known mistake (or pair) explains a failure: what the grader can still tell from
     the returned values, said in the student's own layout (rows are queries unless the tokens
@@ -222,8 +207,6 @@ def what_is_known(conv: Convention, observed, predictions: Predictions) -> str:
              and agrees(conv, CORRECT, [(c, {part: v[part]}, t) for c, v, t in observed if part in v], predictions)]
     if right:
         facts.append(f"Your {' and '.join(right)} match the reference, so the mistake comes after them.")
-    if conv.backward:
-        facts += _gradients_known(conv, observed, predictions)
     matrices = [m for _, values, _ in observed for m in _weight_matrices(values)]
     if matrices:
         row, column = ("column", "row") if conv.columns else ("row", "column")

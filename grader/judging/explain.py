@@ -198,8 +198,8 @@ def features(conv: Convention) -> set[str]:
         found |= {"block", "feed_forward"}
     if conv.norm_reads_tokens:
         found.add("norm_of_tokens")
-    if "feed_forward" in found and conv.activation != "relu":
-        found.add("gelu")
+    if "feed_forward" in found:
+        found.add("gelu" if conv.activation != "relu" else "relu")
     if conv.backward:
         found.add("backward")
         if conv.scaled:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from grader.calling.class_table import MAX_KEPT, RAISING_STEPS
+from grader.calling.class_table import MAX_READ_BACK, RAISING_STEPS
 from grader.result import FunctionInfo
 from grader.kernel_side.wire import MAX_DEPTH, MAX_ITEMS, VALUE_KINDS
 
@@ -116,7 +116,7 @@ def call_reply(payload) -> dict:
     clean["value"] = encoded_value(payload.get("value"))
     if "kept" in payload:   # the attributes a class's method keeps parts in, read after the call
         kept = payload["kept"]
-        if not isinstance(kept, list) or len(kept) > MAX_KEPT:
+        if not isinstance(kept, list) or len(kept) > MAX_READ_BACK:
             raise BadReply("the attributes read after a call are malformed")
         clean["kept"] = [encoded_value(item) for item in kept]
     if "inputs_after" in payload:

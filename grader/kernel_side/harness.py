@@ -7,6 +7,7 @@ and publishes what came back from each call, in the wire format, as soon as the 
 Everything it publishes is re-validated by the grader, which also times the calls itself, so
 a student who tampers with it can only break their own probes.
 """
+import dis
 import inspect
 import signal
 import sys
@@ -29,8 +30,13 @@ _IGNORED = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}
 _defined: dict = {}  # name -> (function object, data globals it read when its cell ran)
 
 
+# The instructions that read a global: co_names holds attribute names too (`self.N`, `np.exp`),
+# which would make a method's `self.N` a read of the notebook's global N.
+_GLOBAL_READS = ("LOAD_GLOBAL", "LOAD_NAME")
+
+
 def _code_names(code):
-    names = set(code.co_names)
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in _GLOBAL_READS}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _code_names(const)
@@ -229,7 +235,9 @@ def _kept(instance, names):
     found = []
     for name in names[:wire.MAX_ITEMS]:
         try:
-            value = getattr(instance, str(name))
+            value = instance
+            for attribute in str(name).split(".")[:2]:   # `q_proj.dLdW`: off a layer the object holds
+                value = getattr(value, attribute)
         except Exception:  # noqa: BLE001 - a property may raise: the part is then not kept
             found.append(dict(_NO_ATTRIBUTE))
             continue

@@ -27,8 +27,13 @@ def use_colour(stream=sys.stdout) -> bool:
     return hasattr(stream, "isatty") and stream.isatty() and not os.environ.get("NO_COLOR")
 
 
+def shown(points: float) -> str:
+    """Points as a person reads them: to two decimals at most (a share of 6 of 11 is 1.64)."""
+    return f"{round(points, 2):g}"
+
+
 def plural(count: float, word: str) -> str:
-    return f"{count:g} {word}" if count == 1 else f"{count:g} {word}s"
+    return f"{shown(count)} {word}" if count == 1 else f"{shown(count)} {word}s"
 
 
 class _Writer:
@@ -53,8 +58,8 @@ class _Writer:
 
 def _check_line(out: _Writer, c: CheckView, width: int) -> None:
     mark = out.paint(f"{MARKS[c.status]:<5}", c.status)
-    head = f"    {mark} {c.kind:<{width}} {c.points:g}/{c.max_points:g}"
-    head += " " * max(0, 6 - len(f"{c.points:g}/{c.max_points:g}"))
+    earned = f"{shown(c.points)}/{shown(c.max_points)}"
+    head = f"    {mark} {c.kind:<{width}} {earned}" + " " * max(1, 6 - len(earned))
     if c.status == "passed":
         out.line(head.rstrip())
     else:
@@ -72,7 +77,7 @@ def _not_said_yet(advice: str, said: list) -> str:
 
 def _function(out: _Writer, fn: FunctionView, advised: dict) -> None:
     verdict = "all checks passed" if fn.passed else f"likely mistake: {fn.main_mistake}" if fn.main_mistake else ""
-    out.line(out.paint(f"{fn.name}: {fn.points:g} / {plural(fn.max_points, 'point')}", "bold")
+    out.line(out.paint(f"{fn.name}: {shown(fn.points)} / {plural(fn.max_points, 'point')}", "bold")
              + (f"  {verdict}" if verdict else ""))
     if fn.defining_cell:
         out.wrapped(fn.defining_cell, 4, "    Its defining cell failed: ")
@@ -132,7 +137,7 @@ def _notes(out: _Writer, view) -> list[str]:
 
 def _closing(out: _Writer, view, functions: list[FunctionView]) -> None:
     out.line()
-    out.line(out.paint(f"Score: {view.score:g} / {plural(view.max_score, 'point')}", "bold") + f" ({view.status})")
+    out.line(out.paint(f"Score: {shown(view.score)} / {plural(view.max_score, 'point')}", "bold") + f" ({view.status})")
     mistakes = view.likely_mistakes
     if mistakes:
         out.wrapped("; ".join(f"{fn}: {m}" for fn, m in mistakes), 17, "Likely mistakes: ")
@@ -158,7 +163,7 @@ def summary(result: GradeResult, staff: bool = False, colour: bool = False, widt
     view = printable_data(dataclasses.replace(view, errors=errors))
     width = width or min(shutil.get_terminal_size((100, 24)).columns, MAX_WIDTH)
     out = _Writer(colour, width)
-    out.line(out.paint(f"{view.submission}: {view.score:g} / {plural(view.max_score, 'point')}", "bold")
+    out.line(out.paint(f"{view.submission}: {shown(view.score)} / {plural(view.max_score, 'point')}", "bold")
              + f" ({view.assignment}{'' if view.seed is None else f', seed {view.seed}'}, {view.status})")
     functions = view.by_function
     advised: dict = {}

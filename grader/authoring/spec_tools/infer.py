@@ -24,7 +24,7 @@ from grader.result import GradeResult
 from grader.course.spec import DEFAULT_FORBIDDEN, Assignment, FunctionSpec, parse
 from grader.intake.source_scan import matches, scan
 from grader.toml_text import dumps
-from grader.authoring.spec_tools.backward_unit import backward_candidates
+from grader.authoring.spec_tools.backward_unit import backward_candidates, left_on_layers
 from grader.authoring.spec_tools.candidates import candidates, class_table
 from grader.authoring.spec_tools.probe import Fit, probe_all
 from grader.authoring.spec_tools.words import describe, differences
@@ -206,6 +206,7 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
     if not only:
         inferred.left_out.update(own_helpers)
     classes, not_modules = notebook_class_signatures(nb)
+    every_class = {c.name: c for c in classes}   # a course's layers among them, helpers or not
     classes = [replace(c, set_later=kept_as_tasks(nb, c.set_later)) for c in classes
                if only or c.name not in own_helpers]
     not_modules = {name: why for name, why in not_modules.items() if only or name not in own_helpers}
@@ -228,7 +229,8 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
         if offered is not None and offered.found:
             proposals.append((module.graded, offered.found))
             # Its backward pass, graded after its forward on the same object, where it has one.
-            backward = backward_candidates(module, offered.found)
+            backward = backward_candidates(module, offered.found,
+                                           left_on_layers(module, every_class, lambda found: kept_as_tasks(nb, found)))
             if backward is not None:
                 proposals.append(backward)
         else:

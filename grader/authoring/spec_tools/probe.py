@@ -175,7 +175,8 @@ def _raised(name: str, candidate: Candidate, conv: Convention, outcome) -> str:
     reading = ", ".join(f"`{p['name']}` as {p['role']}" for p in candidate.table["params"])
     error = outcome.error
     if conv.class_call is not None and not error.startswith("constructing "):
-        error = f"on an object made as {made_as(name, conv, outcome.sent)}, {error}"
+        # A unit `Class.backward` is of the class `Class`.
+        error = f"on an object made as {made_as(name.split('.', 1)[0], conv, outcome.sent)}, {error}"
     return f"called with {reading} (the simplest reading), {error}"
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from grader.calling.conventions import GRADIENT_PARTS, PART_WORDS, RETURN_NAMES, Convention
+from grader.calling.conventions import (GRADIENT_OF, PART_WORDS, QKV_GRADIENTS, RETURN_NAMES, TOKEN_GRADIENTS,
+                                       WEIGHT_GRADIENTS, Convention)
 from grader.reference.attention import Case
 from grader.calling.returns import Tolerance, canonical_parts, describe_value, same
 
@@ -23,7 +24,8 @@ def _every_part(conv: Convention, case: Case) -> dict:
     if not conv.attends:
         parts = ("output",)   # a layer norm or a feed-forward network computes nothing else
     if conv.backward:
-        parts = GRADIENT_PARTS
+        parts = tuple(p for p in TOKEN_GRADIENTS + WEIGHT_GRADIENTS if GRADIENT_OF[p] in conv.roles) \
+            if "x" in conv.roles else QKV_GRADIENTS
     return replace(conv, returns=parts, return_keys=None).expected_parts(case)
 
 

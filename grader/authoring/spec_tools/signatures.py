@@ -208,6 +208,9 @@ class ClassSignature:
     methods: tuple[Signature, ...]        # its other public methods (an init method among them)
     set_later: tuple[str, ...] = ()       # what its other methods set on self (where a part may be kept)
     any_axes: bool = False                # its source is written for any leading axes
+    # The objects __init__ makes of a class by name (`self.q_proj = Linear(d, d)`): (attribute,
+    # class), where a backward pass may leave its weights' gradients.
+    layers: tuple[tuple[str, str], ...] = ()
 
     @property
     def graded(self) -> Signature:
@@ -223,6 +226,18 @@ def _self_attributes(init: ast.FunctionDef) -> tuple[str, ...]:
                     and item.attr not in found:
                 found.append(item.attr)
     return tuple(found)
+
+
+def _layers(init: ast.FunctionDef) -> tuple[tuple[str, str], ...]:
+    """`self.q_proj = Linear(d, d)` in __init__: (q_proj, Linear) for each, in order."""
+    found: dict[str, str] = {}
+    for node in ast.walk(init):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call) \
+                and isinstance(node.value.func, ast.Name):
+            target = node.targets[0]
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                found.setdefault(target.attr, node.value.func.id)
+    return tuple(found.items())
 
 
 def _without_self(node: ast.FunctionDef) -> Signature | None:
@@ -260,5 +275,6 @@ def notebook_class_signatures(nb) -> tuple[list[ClassSignature], dict[str, str]]
         set_later = [a for m in methods.values() if m is not init for a in _self_attributes(m)]
         found.append(ClassSignature(name, method, construct.params,
                                     _self_attributes(init) if init is not None else (), others,
-                                    tuple(dict.fromkeys(set_later))[:MAX_KEPT], any_leading_axes(node)))
+                                    tuple(dict.fromkeys(set_later))[:MAX_KEPT], any_leading_axes(node),
+                                    _layers(init) if init is not None else ()))
     return found, why
