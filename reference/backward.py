@@ -13,7 +13,8 @@ masked softmax of masks.py: masked keys get weight 0) and O = P V:
 
 A masked score is replaced, not computed from Q and K, so no gradient reaches Q or K through it:
 dS is 0 there (P already is, for every mask that leaves a query a key; a row with no key left
-whose rule gives it uniform weights is constant, and gets 0 too).
+whose rule gives it uniform weights, or zeros, is constant, and gets 0 too; one whose rule is
+"unmasked", a large number added to the whole row, is the unmasked row, and gets its gradient).
 """
 from __future__ import annotations
 
@@ -42,7 +43,11 @@ def attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, d_output: np
     d_v = weights.T @ d_output
     d_s = softmax_backward(weights, d_output @ v.T)
     if keep is not None:
-        d_s = np.where(keep, d_s, 0.0)
+        # A masked score gets no gradient, except in a row whose every key is masked where the
+        # rule is "unmasked": a large number added to every score of the row shifts it as a
+        # whole, so its weights, and their gradient, are the unmasked row's.
+        held = keep | ~keep.any(axis=-1, keepdims=True) if fully_masked == "unmasked" else keep
+        d_s = np.where(held, d_s, 0.0)
     if scaled:
         d_s = d_s / np.sqrt(d_k)
     return {"dq": d_s @ k, "dk": d_s.T @ q, "dv": d_v}

@@ -109,6 +109,7 @@ class Variant:
     backward_scale: str = "applied"
     gradients: str = "right"
     key_gradient: str = "ds_t_q"
+    query_gradient: str = "ds_k"      # dQ as dS K, or dS^T K (the transpose on the wrong gradient)
     row_sum: str = "rows"
     backward_mask: str = "kept"
 
@@ -356,7 +357,8 @@ def _head_backward(case: Case, part: dict, w: np.ndarray, d_output: np.ndarray, 
     else:
         d_s = p * (d_p - (d_p * p).sum(axis=0 if v.row_sum == "columns" else -1, keepdims=True))
     d_s = d_s / _backward_scale(case, k, v)
-    d_q, d_k = d_s @ k, (d_s @ q if v.key_gradient == "ds_q" else d_s.T @ q)
+    d_q = d_s.T @ k if v.query_gradient == "ds_t_k" else d_s @ k
+    d_k = d_s @ q if v.key_gradient == "ds_q" else d_s.T @ q
     if v.gradients == "swapped":
         d_q, d_k = d_k, d_q
     return {"dq": d_q, "dk": d_k, "dv": d_v}
@@ -425,8 +427,8 @@ def _possible(case: Case, v: Variant) -> Variant:
         undo["values_from"] = "wv"
     if v.additive == "summed" and any(h.wq.shape[1] != h.wk.shape[1] for h in case.heads):
         undo["additive"] = "tanh"                       # a d_q query meets a d_k key
-    if (v.gradients != "right" or v.key_gradient != "ds_t_q") and case.n != case.lk:
-        undo.update(gradients="right", key_gradient="ds_t_q")   # dQ is Lq x d_k, dK Lk x d_k
+    if (v.gradients != "right" or v.key_gradient != "ds_t_q" or v.query_gradient != "ds_k") and case.n != case.lk:
+        undo.update(gradients="right", key_gradient="ds_t_q", query_gradient="ds_k")   # dQ is Lq x d_k, dK Lk x d_k
     if v.layout == "transposed" and not all(_square(a) for a in (
             case.fused("wq"), case.fused("wk"), case.fused("wv"), case.wo)):
         undo["layout"] = "right"
@@ -924,6 +926,11 @@ MISTAKES: tuple[Mistake, ...] = (
        "Your gradient with respect to Q is the one with respect to K, and the other way round.",
        "dQ = dS K (each query's row of dS weighs the keys); dK = dS^T Q (each key's column weighs the queries).",
        needs={"backward"}, gradients="swapped"),
+    _m("transpose_on_the_wrong_gradient", "the transpose on the wrong gradient (dQ = dS^T K, dK = dS Q)",
+       "Your dQ multiplies the transpose of dS by K and your dK multiplies dS itself by Q: the transpose "
+       "belongs to dK. Where Lq = Lk the shapes still fit, so nothing raises.",
+       "dQ = dS K (each query's row of dS weighs the keys); dK = dS^T Q (each key's column weighs the queries).",
+       needs={"backward"}, query_gradient="ds_t_k", key_gradient="ds_q"),
     _m("key_gradient_not_transposed", "dK computed as dS Q instead of dS^T Q",
        "Your dK multiplies dS by Q without transposing dS, so row j of dK sums over query j's row of dS "
        "instead of key j's column.",

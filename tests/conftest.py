@@ -111,7 +111,11 @@ def planted_mistakes_named(path: Path, assignment: str, planted: dict) -> tuple:
         space: dict = {}
         for source in cells:
             exec(source, space)
-        exec(smallest[function]["code"], space)
+        code = smallest[function]["code"]
+        try:
+            exec(code, space)
+        except Exception as exc:  # noqa: BLE001 - the student's code may raise anything; as printed
+            assert f"raised {type(exc).__name__}" in code, (function, exc)
     return result, smallest
 
 

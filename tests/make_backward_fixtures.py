@@ -73,6 +73,22 @@ def attention_backward_cached(d_out, cache):
     dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True)) / np.sqrt(Q.shape[1])
     return dS @ K, dS.T @ Q, dV
 ''',
+    # The modular layer API (cs231n's layers.py): a forward returning (out, cache), the cache a
+    # tuple, and a backward taking (dout, cache).
+    "attention_forward": '''
+def attention_forward(q, k, v):
+    """q, k, v (L, d): returns out and cache = (q, k, v, p), p the attention probabilities."""
+    p = softmax(q @ k.T / np.sqrt(q.shape[1]))
+    return p @ v, (q, k, v, p)
+''',
+    "attention_backward_tuple": '''
+def attention_backward_tuple(dout, cache):
+    q, k, v, p = cache
+    dv = p.T @ dout
+    dp = dout @ v.T
+    dscores = p * (dp - np.sum(dp * p, axis=1, keepdims=True)) / np.sqrt(q.shape[1])
+    return dscores @ k, dscores.T @ q, dv
+''',
     # A class, as CMU 11-785's mytorch handout describes its ScaledDotProductAttention: forward
     # (Q, K, V, mask) on any leading axes, True in the mask where a key is masked out, keeps what
     # its backward(d_output) needs on the object; backward returns dQ, dK and dV.
@@ -117,6 +133,11 @@ MISTAKES = {
     "attention_backward_cached": ("    dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True)) / np.sqrt(Q.shape[1])",
                                   "    dS = P * (dP - (dP * P).sum(axis=0, keepdims=True)) / np.sqrt(Q.shape[1])",
                                   "the softmax backward's row sum taken over the wrong axis"),
+    "attention_forward": ("    p = softmax(q @ k.T / np.sqrt(q.shape[1]))", "    p = softmax(q @ k.T)",
+                          "scores not scaled"),
+    "attention_backward_tuple": ("    return dscores @ k, dscores.T @ q, dv",
+                                 "    return dscores.T @ k, dscores @ q, dv",
+                                 "the transpose on the wrong gradient (dQ = dS^T K, dK = dS Q)"),
     "ScaledDotProductAttention": ("        d_S = d_S / np.sqrt(self.K.shape[-1])", "",
                                   "1/sqrt(d_k) missing in the backward"),
 }
@@ -135,6 +156,10 @@ OTHERS = {
     "attention_backward_cached": ("    dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True)) / np.sqrt(Q.shape[1])",
                                   "    dS = dP * P * (1 - P) / np.sqrt(Q.shape[1])",
                                   "softmax's backward taken element-wise, s (1 - s)"),
+    "attention_forward": ("    p = softmax(q @ k.T / np.sqrt(q.shape[1]))",
+                          "    p = softmax((q @ k.T / np.sqrt(q.shape[1])).T).T", "softmax over the wrong axis"),
+    "attention_backward_tuple": ("np.sum(dp * p, axis=1, keepdims=True)", "np.sum(dp * p, axis=0, keepdims=True)",
+                                 "the softmax backward's row sum taken over the wrong axis"),
     "ScaledDotProductAttention": ("        d_K = np.swapaxes(d_S, -1, -2) @ self.Q", "        d_K = d_S @ self.Q",
                                   "dK computed as dS Q instead of dS^T Q"),
 }

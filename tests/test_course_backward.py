@@ -31,7 +31,8 @@ GIVEN = ('params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { na
 MASKED = ('params = [{ name = "Q", role = "q" }, { name = "K", role = "k" }, { name = "V", role = "v" }, '
           '{ name = "mask", role = "mask", form = "keep" }, { name = "dO", role = "d_output" }]\n')
 OWN_MISTAKES = {"softmax_backward_elementwise", "backward_scale_missing", "query_key_gradients_swapped",
-                "key_gradient_not_transposed", "softmax_backward_wrong_axis", "masked_positions_given_gradient"}
+                "key_gradient_not_transposed", "transpose_on_the_wrong_gradient", "softmax_backward_wrong_axis",
+                "masked_positions_given_gradient"}
 STEP = 1e-6
 
 
@@ -71,6 +72,25 @@ def test_the_reference_gradients_are_the_finite_differences_of_the_reference_for
     if keep is not None:   # a key masked for every query gets no gradient at all
         hidden = ~keep.any(axis=0)
         assert np.all(exact["dk"][hidden] == 0) and np.all(exact["dv"][hidden] == 0)
+
+
+@pytest.mark.parametrize("rule", ["zeros", "uniform", "unmasked"])
+def test_a_row_with_every_key_masked_gets_the_gradient_of_what_its_rule_computes(rule):
+    rng = np.random.default_rng(7)
+    q, k, v, d_output = (rng.normal(size=s) for s in ((4, 3), (5, 3), (5, 2), (4, 2)))
+    keep = rng.random((4, 5)) < 0.6
+    keep[:, 0], keep[2] = True, False   # query 2 attends no key
+    exact = attention_backward(q, k, v, d_output, True, keep, rule)
+    for name, index in (("dq", 0), ("dk", 1), ("dv", 2)):
+        numerical = np.zeros_like((q, k, v)[index])
+        for at in np.ndindex(numerical.shape):
+            for sign in (1.0, -1.0):
+                moved = [a.copy() for a in (q, k, v)]
+                moved[index][at] += sign * STEP
+                out = attend(*moved, scaled=True, keep=keep, fully_masked=rule)["output"]
+                numerical[at] += sign * np.sum(out * d_output)
+        assert np.allclose(exact[name], numerical / (2 * STEP), rtol=1e-6, atol=1e-7), (rule, name)
+    assert np.any(exact["dq"][2] != 0) == (rule == "unmasked")
 
 
 def test_the_reference_gradients_of_a_batch_are_each_element_s():
@@ -183,7 +203,8 @@ def test_the_mistakes_keep_dv_where_only_the_softmax_s_backward_is_wrong():
     reference = conv.expected_parts(case)
     predictions = Predictions()
     for m in applicable(conv):
-        if m.id in OWN_MISTAKES - {"query_key_gradients_swapped", "key_gradient_not_transposed"}:
+        if m.id in OWN_MISTAKES - {"query_key_gradients_swapped", "key_gradient_not_transposed",
+                                   "transpose_on_the_wrong_gradient"}:
             got = predictions.parts(conv, Explanation((m,), m.variant), case)
             assert np.allclose(got["dv"], reference["dv"]) and not np.allclose(got["dq"], reference["dq"]), m.id
 
@@ -247,7 +268,7 @@ def test_each_planted_backward_mistake_is_named(notebook, planted):
     # The classes' forwards, which the backwards run after, are right: their points are kept.
     assert not any(c.lost_points for c in result.checks
                    if c.function in ("ScaledDotProductAttention", "MultiHeadAttention"))
-    for name in planted:   # each gradient that differs is said, with where it differs most
+    for name in [n for n in planted if "forward" not in n]:   # each gradient that differs is said, where most
         failed = next(c for c in result.checks if c.function == name and c.kind == "random_shapes")
         assert "the gradient d" in failed.message and "largest difference" in failed.message, failed.message
 
@@ -262,7 +283,9 @@ def test_infer_describes_the_backward_passes_and_audit_names_their_mistakes(tmp_
     done = _run("spec", "infer", BACKWARD / "worked.ipynb", "-o", spec, "--title", "Backward passes")
     assert done.returncode == 0, done.stdout + done.stderr
     text = spec.read_text()
-    assert text.count('role = "d_output"') == 6 and text.count('returns = ["dq", "dk", "dv"]') == 5, text
+    assert text.count('role = "d_output"') == 7 and text.count('returns = ["dq", "dk", "dv"]') == 6, text
+    # The modular layer API's: a forward handing back its cache, a backward unpacking it.
+    assert 'returns = ["output", "cache"]' in text and 'role = "tuple", items = ["q", "k", "v", "weights"]' in text
     # The multi-head class's: the gradients of its inputs, and its layers' weights' gradients read back.
     assert 'returns = ["dx", "dkey_tokens", "dvalue_tokens"]' in text and '"out_proj.dLdW" = "dwo"' in text, text
     # The class's backward is a unit of its own, called after its forward on the same object.
@@ -477,3 +500,59 @@ def test_a_kept_attribute_is_read_off_the_object_or_off_a_layer_it_holds():
     with pytest.raises(SpecError, match="not an attribute to read off an object"):
         parse(_class_unit("A.backward", table.replace('"q_proj.dLdW"', '"a.q_proj.dLdW"'), returns_='["dq", "dk"]'),
               "c.toml")
+
+
+TUPLE_CACHE = 'params = [{ name = "dout", role = "d_output" }, { name = "cache", role = "tuple", items = ITEMS }]\n'
+
+
+def test_a_tuple_cache_holds_its_roles_in_order_and_a_forward_hands_one_back_ungraded():
+    conv = _function(TUPLE_CACHE.replace("ITEMS", '["q", "k", "v", "weights"]') + 'returns = ["dq", "dk", "dv"]\n'
+                     'batch = true\n').convention
+    assert conv.given_weights and [p.role for p in conv.flat] == ["d_output", "q", "k", "v", "weights"]
+    case = cases.base_case(conv, 2)
+    d_out, cache = conv.call_arguments(case)
+    assert isinstance(cache, tuple) and len(cache) == 4 and cache[3].shape == (d_out.shape[0], case.n, case.n)
+    forward = _function('params = [{ name = "q", role = "q" }, { name = "k", role = "k" }, { name = "v", role = "v" }]'
+                        '\nreturns = ["output", "cache"]\n').convention
+    assert forward.returns == ("output",) and forward.cache_at == 1 and forward.returns_tuple
+    from grader.calling.returns import canonical_parts
+    from grader.kernel_side.wire import encode_value
+    out = np.ones((3, 2))
+    read = canonical_parts(forward, encode_value((out, (out, out))))
+    assert not read.problems and np.array_equal(read.values["output"], out)
+    assert "expected 2: (output, the cache for the backward pass)" in \
+        canonical_parts(forward, encode_value((out, out, out))).problems[0]
+
+
+@pytest.mark.parametrize("text, words", [
+    (TUPLE_CACHE.replace("ITEMS", '"q"') + 'returns = "dq"\n', 'a tuple needs items = ["<role>", ...]'),
+    (TUPLE_CACHE.replace("ITEMS", '["q", "k", "v", "bogus"]') + 'returns = "dq"\n', "unknown role 'bogus'"),
+    (TUPLE_CACHE.replace(", items = ITEMS", "") + 'returns = "dq"\n', "a tuple needs items"),
+    (GIVEN + 'returns = ["cache"]\n', "a cache is returned beside a part"),
+    (GIVEN + 'returns = { cache = "c", dq = "dq" }\n', "leave its cache out"),
+])
+def test_a_tuple_or_a_cache_that_cannot_be_read_is_refused_in_one_line(text, words):
+    with pytest.raises(SpecError) as error:
+        _function(text)
+    assert words in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
+@pytest.mark.slow
+def test_a_backward_that_changes_its_cache_in_place_fails_inputs_unmodified(tmp_path):
+    """A tuple cannot be changed, but the arrays it holds can: the grader reads them back."""
+    spec = tmp_path / "course.toml"
+    spec.write_text('[[functions]]\nname = "attention_backward"\n[functions.convention]\n'
+                    + TUPLE_CACHE.replace("ITEMS", '["q", "k", "v", "weights"]') + 'returns = ["dq", "dk", "dv"]\n')
+    path = write_notebook(tmp_path / "changes_cache.ipynb", "import numpy as np", """
+def attention_backward(dout, cache):
+    q, k, v, p = cache
+    p *= 2   # in place: the caller's cache is changed
+    p = p / 2
+    dv = p.T @ dout
+    dp = dout @ v.T
+    ds = p * (dp - (dp * p).sum(axis=1, keepdims=True)) / np.sqrt(q.shape[1])
+    return ds @ k, ds.T @ q, dv
+""")
+    checks = {c.kind: c for c in grade(path, str(spec)).checks}
+    assert checks["random_shapes"].status == "passed", checks["random_shapes"].message
+    assert checks["inputs_unmodified"].status == "failed", checks["inputs_unmodified"].message

@@ -96,8 +96,8 @@ def kind(conv: Convention) -> str:
 def _shown(value) -> str:
     if isinstance(value, np.ndarray):
         return f"<{' x '.join(map(str, value.shape))} array>"
-    if isinstance(value, list):
-        return f"<list of {len(value)}>"
+    if isinstance(value, (list, tuple)):
+        return f"<{type(value).__name__} of {len(value)}>"
     if isinstance(value, dict):
         return f"<dict of {', '.join(map(str, value))}>"
     if isinstance(value, SimpleNamespace):

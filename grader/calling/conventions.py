@@ -77,6 +77,9 @@ PER_HEAD_PARTS = ("weights_per_head", "scores_per_head", "heads")
 WEIGHT_PARTS = ("weights", "weights_per_head", "mean_weights")
 
 RETURN_NAMES = ("output", "weights", "scores", "q", "k", "v", "heads", "mean_weights", *GRADIENT_PARTS)
+# Not a part: the place in a returned tuple where a forward hands back its cache for its
+# backward (`return out, cache`), read past, never graded.
+CACHE = "cache"
 
 # The stages of the computation: what an input role starts from and a returned part ends at.
 # Which steps lie in between decides the mistakes a function can make (grader/judging/explain.py).
@@ -136,6 +139,9 @@ class Convention:
     block: str | None = None
     activation: str = "relu"
     eps: float = DEFAULT_EPS
+    # Where in the returned tuple a forward hands back its cache (`return out, cache`, returns =
+    # ["output", "cache"]): a value its backward takes, not graded here.
+    cache_at: int | None = None
     flat: tuple[Param, ...] = field(default=(), compare=False)   # every role, dicts' keys included
 
     # What follows is derived from the declared roles and returns, never declared.
@@ -336,7 +342,7 @@ class Convention:
 
     @property
     def returns_tuple(self) -> bool:
-        return self.return_keys is None and len(self.returned) > 1
+        return self.return_keys is None and len(self.returned) + (self.cache_at is not None) > 1
 
     def prepare(self, case: Case) -> Case:
         """The case as this convention's function computes it. A function that takes a mask is
@@ -434,6 +440,8 @@ class Convention:
                 return {key: batched(inner) for key, inner in param.keys}
             if param.role == "object":
                 return SimpleNamespace(**{name: batched(inner) for name, inner in param.keys})
+            if param.role == "tuple":
+                return tuple(batched(inner) for _, inner in param.keys)
             return argument(param, elements[0])
 
         if not self.batched:
@@ -481,6 +489,8 @@ class Convention:
             return {key: self._argument(inner, case, reference) for key, inner in param.keys}
         if role == "object":
             return SimpleNamespace(**{name: self._argument(inner, case, reference) for name, inner in param.keys})
+        if role == "tuple":
+            return tuple(self._argument(inner, case, reference) for _, inner in param.keys)
         if role == "n_heads":
             return len(case.heads)
         if role == "scale":
@@ -648,11 +658,14 @@ def _returns(raw, where: str) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
         if not all(isinstance(k, str) and k for k in keys):
             fail(where, "returns: each part's dict key must be a non-empty string")
         raw = list(raw)
+        if CACHE in raw:
+            fail(where, "returns: a dict's keys not named are not read: leave its cache out")
     if not isinstance(raw, list) or not raw:
         fail(where, "returns must name what the function returns, e.g. [\"output\", \"weights\"]")
     for name in raw:
-        if name not in RETURN_NAMES:
-            fail(where, f"returns: {name!r} is not a part (parts: {', '.join(RETURN_NAMES)})"[:200])
+        if name not in RETURN_NAMES and name != CACHE:
+            fail(where, f"returns: {name!r} is not a part (parts: {', '.join(RETURN_NAMES)}; or {CACHE}, "
+                        "a forward's cache, not graded)"[:300])
     if len(set(raw)) != len(raw):
         fail(where, "returns: a part is named twice")
     return tuple(raw), keys
@@ -922,6 +935,12 @@ def parse_convention(raw, name: str, where: str) -> Convention:
     if len({p.name for p in params}) != len(params):
         fail(where, "two params have the same name")
     return_names, keys = _returns(raw.get("returns"), where)
+    cache_at = None
+    if CACHE in return_names:
+        cache_at = return_names.index(CACHE)
+        return_names = tuple(n for n in return_names if n != CACHE)
+        if not return_names:
+            fail(where, "returns: a cache is returned beside a part, as (output, cache)")
     for key, kind in (("scaled", bool), ("square", bool), ("description", str)):
         if key in raw and not isinstance(raw[key], kind):
             fail(where, f"{key} must be {'true or false' if kind is bool else 'text'}")
@@ -945,6 +964,7 @@ def parse_convention(raw, name: str, where: str) -> Convention:
         columns = choice(raw, "axis", (-1, 1, 0), -1, where) == 0
     conv = Convention(
         name=name, description=raw.get("description", ""), params=params, returns=return_names, return_keys=keys,
+        cache_at=cache_at,
         weights=choice(raw, "weights", ("in_out", "out_in"), "in_out", where), columns=columns,
         scaled=raw.get("scaled", not additive), square=raw.get("square", False),
         per_head_returns=choice(raw, "per_head_returns", ("list", "axis"), "list", where), flat=flat,

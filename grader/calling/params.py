@@ -44,6 +44,7 @@ ROLES = {
     "object": "an object holding other roles as the attributes given (a types.SimpleNamespace)",
     "d_output": "a backward pass: the upstream gradient, of the loss with respect to the output (Lq x d_v)",
     "weights": "a backward pass: the forward's attention weights P (Lq x Lk), as its cache holds them",
+    "tuple": "a tuple holding other roles in the order given (a forward's cache, `q, k, v, p = cache`)",
 }
 # Roles the next steps of the calling conventions will give meaning to. A spec naming one is
 # refused in one line rather than graded as if it were absent.
@@ -52,10 +53,11 @@ NOT_SUPPORTED_YET: dict[str, str] = {}
 WEIGHT_ROLES = ("wq", "wk", "wv", "bq", "bk", "bv")
 HEAD_FORMS = ("fused", "per_head", "axis")
 HEAD_FORM_ROLES = (*WEIGHT_ROLES, "q", "k", "v")   # the roles that hold one matrix or vector per head
-PARAM_KEYS = ("name", "role", "heads", "head", "keys", "attributes", "form", "shape")
+PARAM_KEYS = ("name", "role", "heads", "head", "keys", "attributes", "items", "form", "shape")
 # The roles that hold other roles, each with the field naming what it holds: a dict by key
-# (`p["w"]`, or passed on as `f(**p)`), an object by attribute (`p.w`).
-CONTAINERS = {"dict": "keys", "object": "attributes"}
+# (`p["w"]`, or passed on as `f(**p)`), an object by attribute (`p.w`), a tuple by place
+# (`q, k, v, p = cache`: items = ["q", "k", "v", "weights"]; each held Param's key is its index).
+CONTAINERS = {"dict": "keys", "object": "attributes", "tuple": "items"}
 # A dict of dicts (or an object of objects) at most: what a call hands back after it is read
 # two levels deep (grader/kernel_side/wire.py, MAX_DEPTH), and picoGPT's `attn["c_attn"]["w"]`
 # is as deep as a course's weights go.
@@ -159,11 +161,24 @@ def parse_param(raw, where: str, depth: int = 0) -> Param:
     return Param(name, role, heads, head, keys, form, shape)
 
 
+def _items(items, name: str, where: str, depth: int) -> tuple:
+    """What a tuple holds, in order: ("0", Param), ("1", Param), ..., each a role as text."""
+    if not isinstance(items, list) or not items or not all(isinstance(i, str) for i in items):
+        fail(where, f"param {name}: a tuple needs items = [\"<role>\", ...], its roles in order")
+    if depth >= MAX_NESTING:
+        fail(where, f"param {name}: dicts, objects and tuples nest {MAX_NESTING} deep at most")
+    return tuple((str(i), parse_param({"name": f"{name}_{i}", "role": role}, f"{where}: param {name} item {i}",
+                                      depth + 1))
+                 for i, role in enumerate(items))
+
+
 def _held(raw: dict, name: str, role: str, where: str, depth: int) -> tuple:
     """What a dict or an object holds: (key or attribute, Param) pairs. Each value is a role,
     a table of the same form (a dict in a dict, an object in an object), or a table saying
     which it is: { role = "object", attributes = { ... } } (or role = "dict", keys = ...)."""
     field = CONTAINERS[role]
+    if role == "tuple":
+        return _items(raw.get(field), name, where, depth)
     what = "key" if role == "dict" else "attribute"
     table = raw.get(field)
     if not isinstance(table, dict) or not table:

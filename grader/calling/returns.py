@@ -116,7 +116,10 @@ def wanted(conv: Convention) -> str:
     """What the convention asks a function to return, in words."""
     if conv.return_keys is not None:
         return "a dict with keys " + ", ".join(repr(k) for k in conv.return_keys)
-    return "(" + ", ".join(PART_WORDS[p] for p in conv.returned) + ")"
+    said = [PART_WORDS[p] for p in conv.returned]
+    if conv.cache_at is not None:
+        said.insert(conv.cache_at, "the cache for the backward pass")
+    return "(" + ", ".join(said) + ")"
 
 
 def _pairs(conv: Convention, encoded: dict, parts: Parts) -> list:
@@ -135,9 +138,12 @@ def _pairs(conv: Convention, encoded: dict, parts: Parts) -> list:
     if conv.returns_tuple:
         if encoded.get("kind") == "sequence":
             items = encoded["items"]
-            if len(items) != len(expected):
-                count = f"{len(items)} value{'s' * (len(items) != 1)}"
-                parts.structure.append(f"returned {count}; expected {len(expected)}: {wanted(conv)}")
+            count = len(expected) + (conv.cache_at is not None)
+            if len(items) != count:
+                said = f"{len(items)} value{'s' * (len(items) != 1)}"
+                parts.structure.append(f"returned {said}; expected {count}: {wanted(conv)}")
+            if conv.cache_at is not None:   # the forward's cache is read past, never graded
+                items = items[:conv.cache_at] + items[conv.cache_at + 1:]
             return list(zip(expected, items))
         lone = "output" if "output" in expected else expected[0]
         parts.structure.append(f"returned only one value ({parts.returned}) where {wanted(conv)} was expected; "

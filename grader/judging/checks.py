@@ -70,8 +70,8 @@ class InputVariant(Enum):
         and to an integer dtype only when every value is whole, so that the inputs (and the
         expected values) stay the case's; to float64, integer arrays too (an integer case's
         whole values as floats)."""
-        if isinstance(value, list):
-            return [self.convert(v) for v in value]
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.convert(v) for v in value)
         if isinstance(value, dict):
             return {k: self.convert(v) for k, v in value.items()}
         if isinstance(value, SimpleNamespace):
@@ -637,8 +637,8 @@ def judge_batch_elements(fn, ctx: Context, results) -> Verdict:
 def _unchanged(sent, after) -> bool:
     """An argument is as it was sent: each array of it (those in a list, a dict or an object
     included) has its shape and values; ints and flags cannot be changed in place."""
-    if isinstance(sent, list):
-        return isinstance(after, list) and len(after) == len(sent) and all(map(_unchanged, sent, after))
+    if isinstance(sent, (list, tuple)):   # a tuple's arrays can be changed in place too
+        return isinstance(after, (list, tuple)) and len(after) == len(sent) and all(map(_unchanged, sent, after))
     if isinstance(sent, dict):
         return isinstance(after, dict) and set(after) == set(sent) and all(_unchanged(v, after[k])
                                                                            for k, v in sent.items())

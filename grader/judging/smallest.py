@@ -95,6 +95,8 @@ def _literal(value, prefix: str = "") -> str:
     """Python source for a value, on one line: the arrays are this small."""
     if isinstance(value, list):
         return "[" + ", ".join(_literal(v, prefix) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + "".join(f"{_literal(v, prefix)}, " for v in value).rstrip(" ") + ")"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k!r}: {_literal(v, prefix)}" for k, v in value.items()) + "}"
     if isinstance(value, SimpleNamespace):
@@ -113,7 +115,7 @@ def _holds_object(value) -> bool:
         return True
     if isinstance(value, dict):
         value = list(value.values())
-    return isinstance(value, list) and any(map(_holds_object, value))
+    return isinstance(value, (list, tuple)) and any(map(_holds_object, value))
 
 
 def _shown(parts: dict, conv: Convention) -> list[str]:
@@ -148,7 +150,7 @@ def _arguments(names, values, by_keyword: bool, lines: list[str]) -> str:
     own (appended to `lines`) and is passed by its name; anything else is written as it is."""
     shown = []
     for name, value in zip(names, values):
-        if isinstance(value, (np.ndarray, list, dict, SimpleNamespace)):
+        if isinstance(value, (np.ndarray, list, tuple, dict, SimpleNamespace)):
             lines.extend(f"{name} = {_literal(value, ' ' * len(name + ' = '))}".splitlines())
             shown.append(name)
         else:

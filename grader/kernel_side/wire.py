@@ -81,6 +81,8 @@ def encode_argument(value, layout: Layout = Layout.C) -> dict:
         return {"int": int(value)}
     if isinstance(value, list):
         return {"list": [encode_argument(v, layout) for v in value]}
+    if isinstance(value, tuple):
+        return {"tuple": [encode_argument(v, layout) for v in value]}
     if isinstance(value, dict):
         return {"dict": [[str(k), encode_argument(v, layout)] for k, v in value.items()]}
     if isinstance(value, SimpleNamespace):
@@ -139,10 +141,12 @@ def decode_argument(encoded: dict, depth: int = 0):
         return bool(encoded["bool"])
     if "int" in encoded:
         return int(encoded["int"])
-    if any(kind in encoded for kind in ("list", "dict", "object")) and depth >= MAX_DEPTH:
+    if any(kind in encoded for kind in ("list", "tuple", "dict", "object")) and depth >= MAX_DEPTH:
         raise BadValue(f"an argument nested more than {MAX_DEPTH} levels deep")
     if "list" in encoded:
         return [decode_argument(v, depth + 1) for v in encoded["list"]]
+    if "tuple" in encoded:
+        return tuple(decode_argument(v, depth + 1) for v in encoded["tuple"])
     if "dict" in encoded:
         return {str(k): decode_argument(v, depth + 1) for k, v in encoded["dict"]}
     if "object" in encoded:

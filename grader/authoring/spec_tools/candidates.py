@@ -53,6 +53,12 @@ def _param_options(param: Parameter) -> list:
     one with a default, leaving it out (after any reading of a mask: MASK_LEFT_OUT)."""
     options: list[tuple[str, dict | None]] = []
     for guess in guesses(param.name):
+        if guess.role == "dict" and param.held is not None and param.held.kind == "tuple":
+            # Unpacked in order: a tuple param only when every item's name says its role.
+            items = [key_role(param.name, key) for key in param.held.keys]
+            if all(items):
+                options.append((f"{param.name}: a tuple", {"name": param.name, "role": "tuple", "items": items}))
+            continue
         if guess.role == "dict":
             held = _held_entries(param.name, param.held) if param.held is not None else {}
             if param.held is not None and held:
@@ -90,6 +96,8 @@ def table_roles(table: dict) -> set[str]:
     role = table["role"]
     if role not in CONTAINERS:
         return {role}
+    if role == "tuple":
+        return set(table["items"])
     return set().union(*(_held_roles(value, role) for value in table[CONTAINERS[role]].values()))
 
 

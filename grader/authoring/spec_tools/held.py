@@ -1,5 +1,6 @@
 """What a function reads from a parameter that holds its weights, from its source alone: keys
-(`params["W_qkv"]`, `layer.get("w")`), attributes (`c_attn.w`), and, where a key or an
+(`params["W_qkv"]`, `layer.get("w")`), attributes (`c_attn.w`), a tuple's items by what it is
+unpacked into (`q, k, v, p = cache`), and, where a key or an
 attribute holds weights in turn, what is read from that (`attn["c_attn"]["w"]`). A parameter
 passed on to another of the notebook's functions counts what that function reads of it: as
 keywords, its parameters are the keys (picoGPT's `linear(x, **c_attn)` with `def linear(x, w,
@@ -25,7 +26,7 @@ MAX_CALLS = 3
 @dataclass(frozen=True)
 class Held:
     """How a parameter (or what one of its keys or attributes holds) is read."""
-    kind: str            # "dict": read by key | "object": read by attribute
+    kind: str            # "dict": read by key | "object": read by attribute | "tuple": unpacked
     items: tuple = ()    # (key or attribute, Held or None: what is read from it in turn), first use first
 
     @property
@@ -72,12 +73,27 @@ def _read(reads: _Reads, function: ast.FunctionDef, name: str, others: dict, see
         (node for node in ast.walk(function) if isinstance(node, (ast.expr, ast.stmt))),
         key=lambda node: (node.lineno, node.col_offset))
     for node in in_order:
+        unpacked = _unpacked(node, name)
+        if unpacked:   # `q, k, v, p = cache`: a tuple, its items named by what they are unpacked into
+            for item in unpacked:
+                reads.at([("tuple", item)])
+            continue
         path = _path(node, name, called)
         if path:
             reads.at(path)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in others \
                 and len(seen) <= MAX_CALLS:
             _passed_on(reads, node, others[node.func.id], name, called, others, seen)
+
+
+def _unpacked(node: ast.AST, name: str) -> list[str]:
+    """The names `name` is unpacked into by `q, k, v, p = name`, in order; [] for another node
+    (or an unpacking into anything but plain names)."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple)
+            and isinstance(node.value, ast.Name) and node.value.id == name):
+        return []
+    names = [e.id for e in node.targets[0].elts if isinstance(e, ast.Name)]
+    return names if len(names) == len(node.targets[0].elts) and len(set(names)) == len(names) else []
 
 
 def _path(node: ast.AST, name: str, called: set) -> list[tuple[str, str]] | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from grader.calling.conventions import (GRADIENT_OF, PART_WORDS, QKV_GRADIENTS, RETURN_NAMES, TOKEN_GRADIENTS,
+from grader.calling.conventions import (CACHE, GRADIENT_OF, PART_WORDS, QKV_GRADIENTS, RETURN_NAMES, TOKEN_GRADIENTS,
                                        WEIGHT_GRADIENTS, Convention)
 from grader.reference.attention import Case
 from grader.calling.returns import Tolerance, canonical_parts, describe_value, same
@@ -63,9 +63,16 @@ def read_returns(conv: Convention, case: Case, encoded: dict, tol: Tolerance) ->
     parts = [_part_of(conv, item, expected, tol) for item in encoded["items"]]
     named = [p for p in parts if p is not None]
     names = [name for name, _ in named]
-    if len(named) != len(parts) or len(set(names)) != len(names):
+    # One item that is no part but holds values (a tuple or a dict) beside the parts: the
+    # forward's cache for its backward (`return out, cache`), read past.
+    unread = [i for i, p in enumerate(parts) if p is None]
+    cache = unread[0] if len(unread) == 1 and named and \
+        encoded["items"][unread[0]].get("kind") in ("sequence", "mapping") else None
+    if len(named) + (cache is not None) != len(parts) or len(set(names)) != len(names):
         return None
     returned = [RETURN_NAME.get(n, n) for n in names]
+    if cache is not None:
+        returned.insert(cache, CACHE)
     return _keys(returned if len(returned) > 1 else returned[0], any(axis for _, axis in named))
 
 

@@ -22,7 +22,8 @@ def describe(table: dict) -> str:
     """A convention table in words: each parameter's role, then what is not the default."""
     params = []
     for p in table["params"]:
-        role = _held_words(p["role"], p[CONTAINERS[p["role"]]]) if p["role"] in CONTAINERS else p["role"]
+        role = f"a tuple of ({', '.join(p['items'])})" if p["role"] == "tuple" else \
+            _held_words(p["role"], p[CONTAINERS[p["role"]]]) if p["role"] in CONTAINERS else p["role"]
         extra = [f"form {p['form']}" if "form" in p else "", f"head {p['head']}" if "head" in p else "",
                  f"{p['heads']} heads" if "heads" in p else "", f"shape {p['shape']}" if "shape" in p else ""]
         extra = [e for e in extra if e]
