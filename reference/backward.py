@@ -53,7 +53,13 @@ def attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, d_output: np
     return {"dq": d_s @ k, "dk": d_s.T @ q, "dv": d_v}
 
 
-def projections_backward(case, per_head: list[dict], concat: np.ndarray) -> dict[str, np.ndarray]:
+def side_by_side(per_head: list[np.ndarray]) -> np.ndarray:
+    """The heads' gradients side by side, as their projections' columns are (Lq x H*d)."""
+    return np.concatenate(per_head, axis=1)
+
+
+def projections_backward(case, per_head: list[dict], concat: np.ndarray,
+                         merged=side_by_side) -> dict[str, np.ndarray]:
     """The gradients of a projected attention (attention.py's case: Q = X Wq + bq, K = M Wk + bk,
     V = S Wv + bv per head, the heads side by side, then Wo and bo) where its heads' gradients
     dq, dk and dv (each head's) are known: with the output projection, those heads were given
@@ -62,11 +68,10 @@ def projections_backward(case, per_head: list[dict], concat: np.ndarray) -> dict
     Returned: the weights' gradients fused as the weights are (heads side by side, as
     Case.fused), and each token sequence's: `dx_query` from the queries, `dx_keys` and
     `dx_values` from the keys and values, whichever sequence those come from (X itself in
-    self-attention: a convention taking X once adds the three)."""
+    self-attention: a convention taking X once adds the three). `merged` puts the heads'
+    gradients together (a mistake may do it otherwise)."""
     x, keys, values = (np.asarray(a, dtype=np.float64) for a in (case.x, case.keys, case.value_source))
-    d_q = np.concatenate([h["dq"] for h in per_head], axis=1)
-    d_k = np.concatenate([h["dk"] for h in per_head], axis=1)
-    d_v = np.concatenate([h["dv"] for h in per_head], axis=1)
+    d_q, d_k, d_v = (merged([h[name] for h in per_head]) for name in ("dq", "dk", "dv"))
     w_q, w_k, w_v = (case.fused(name) for name in ("wq", "wk", "wv"))
     found = {"dx_query": d_q @ w_q.T, "dx_keys": d_k @ w_k.T, "dx_values": d_v @ w_v.T,
              "dwq": x.T @ d_q, "dwk": keys.T @ d_k, "dwv": values.T @ d_v,

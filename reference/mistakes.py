@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from .attention import Additive, Case, Head, softmax_rows, stack_batch
-from .backward import attention_backward, heads_upstream, projections_backward
+from .backward import attention_backward, heads_upstream, projections_backward, side_by_side
 from .blocks import BlockSteps, attention_input, finish
 from .masks import causal_keep, combine, masked_softmax
 
@@ -110,6 +110,11 @@ class Variant:
     gradients: str = "right"
     key_gradient: str = "ds_t_q"
     query_gradient: str = "ds_k"      # dQ as dS K, or dS^T K (the transpose on the wrong gradient)
+    # Through the projections: the heads' gradients side by side, or merged from H x N x d by a
+    # reshape alone; the key and value inputs' gradients in their places, or swapped.
+    gradient_heads: str = "side_by_side"
+    input_gradients: str = "right"
+    output_weight_gradient: str = "right"   # or transposed: computed as concat^T dO the other way round
     row_sum: str = "rows"
     backward_mask: str = "kept"
 
@@ -556,11 +561,22 @@ def _finish(plan: dict) -> dict:
         output = output.T
     result = {"heads": per_head, "concat": concat, "output": output}
     if case.d_output is not None and all("dq" in h for h in per_head):
+        merged = _reshaped_heads if v.gradient_heads == "merged_by_reshape" else side_by_side
         try:
-            result["gradients"] = projections_backward(case, per_head, concat)
+            result["gradients"] = projections_backward(case, per_head, concat, merged)
         except ValueError:
             pass   # shapes the projections cannot take back: the student's code would raise
+        gradients = result.get("gradients")
+        if gradients and v.input_gradients == "swapped" and gradients["dx_keys"].shape == gradients["dx_values"].shape:
+            gradients["dx_keys"], gradients["dx_values"] = gradients["dx_values"], gradients["dx_keys"]
+        if gradients and v.output_weight_gradient == "transposed" and "dwo" in gradients:
+            gradients["dwo"] = gradients["dwo"].T
     return result
+
+
+def _reshaped_heads(per_head: list[np.ndarray]) -> np.ndarray:
+    """The heads' arrays (each N x d) read as N x H*d by a reshape of their H x N x d stack."""
+    return np.stack(per_head).reshape(per_head[0].shape[0], -1)
 
 
 def _token_heads(case: Case, v: Variant) -> list:
@@ -931,6 +947,25 @@ MISTAKES: tuple[Mistake, ...] = (
        "belongs to dK. Where Lq = Lk the shapes still fit, so nothing raises.",
        "dQ = dS K (each query's row of dS weighs the keys); dK = dS^T Q (each key's column weighs the queries).",
        needs={"backward"}, query_gradient="ds_t_k", key_gradient="ds_q"),
+    _m("gradient_heads_merged_by_reshape", "the heads' gradients merged by a reshape without moving the heads "
+       "axis back",
+       "Your backward puts the heads' gradients dQ, dK and dV (H x N x d_k) back together with a reshape to "
+       "N x H*d_k alone, so each token's row mixes several tokens' gradients of one head.",
+       "Move the heads axis back next to d_k before the reshape (np.swapaxes(g, -3, -2), or transpose(0, 2, 1, 3) "
+       "with a batch), as the forward merges the heads' outputs.",
+       needs={"backward_heads"}, gradient_heads="merged_by_reshape"),
+    _m("output_weight_gradient_transposed", "the output projection's weight gradient transposed",
+       "Your gradient of the output projection's weight is laid out the other way round from the weight "
+       "itself (in x out where the weight is out x in, or the reverse), so it cannot update the weight.",
+       "A weight's gradient has the weight's own shape: for out = concat W_o^T + b_o (W_o out x in), "
+       "dW_o = dO^T concat; for out = concat W_o, dW_o = concat^T dO.",
+       needs={"backward_projection"}, output_weight_gradient="transposed"),
+    _m("input_gradients_swapped", "the key and value inputs' gradients swapped",
+       "Your backward returns the gradient of the value input where the key input's is asked for, and the other "
+       "way round.",
+       "The key input's gradient comes through W_k from dK, the value input's through W_v from dV: return them in "
+       "the order of the forward's inputs.",
+       needs={"backward_three_inputs"}, input_gradients="swapped"),
     _m("key_gradient_not_transposed", "dK computed as dS Q instead of dS^T Q",
        "Your dK multiplies dS by Q without transposing dS, so row j of dK sums over query j's row of dS "
        "instead of key j's column.",

@@ -556,3 +556,47 @@ def attention_backward(dout, cache):
     checks = {c.kind: c for c in grade(path, str(spec)).checks}
     assert checks["random_shapes"].status == "passed", checks["random_shapes"].message
     assert checks["inputs_unmodified"].status == "failed", checks["inputs_unmodified"].message
+
+
+# The multi-head class's own backward mistakes, each planted in the worked class (CMU 11-785's
+# handout's form): function name -> (worked text, mistaken text, the mistake's title).
+MULTI_HEAD_MISTAKES = {
+    "heads_reshaped": ([("self.q_proj.backward(self._concat_heads(d_q))",
+                         "self.q_proj.backward(d_q.reshape(d_q.shape[0], d_q.shape[2], -1))"),
+                        ("self.k_proj.backward(self._concat_heads(d_k))",
+                         "self.k_proj.backward(d_k.reshape(d_k.shape[0], d_k.shape[2], -1))"),
+                        ("self.v_proj.backward(self._concat_heads(d_v))",
+                         "self.v_proj.backward(d_v.reshape(d_v.shape[0], d_v.shape[2], -1))")],
+                       "the heads' gradients merged by a reshape without moving the heads axis back"),
+    "inputs_swapped": ([("        return d_query, d_key, d_value", "        return d_query, d_value, d_key")],
+                       "the key and value inputs' gradients swapped"),
+    "output_weight_transposed": ([("        d_attended = self._split_heads(self.out_proj.backward(d_output))",
+                                   "        d_attended = self._split_heads(self.out_proj.backward(d_output))\n"
+                                   "        self.out_proj.dLdW = self.out_proj.dLdW.T")],
+                                 "the output projection's weight gradient transposed"),
+}
+
+
+def test_the_multi_head_backward_s_own_mistakes_differ_from_the_reference_and_each_other():
+    conv = next(f for f in load_assignment(SPEC).functions if f.name == "MultiHeadAttention.backward").convention
+    own = {"gradient_heads_merged_by_reshape", "input_gradients_swapped", "output_weight_gradient_transposed"}
+    assert own <= {m.id for m in applicable(conv)}
+    own_mistakes_apart(conv, own, parts=None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("planted", sorted(MULTI_HEAD_MISTAKES))
+def test_each_multi_head_backward_mistake_is_named(tmp_path, planted):
+    from make_backward_fixtures import AROUND, SOFTMAX, WORKED
+    changes, title = MULTI_HEAD_MISTAKES[planted]
+    body = AROUND["MultiHeadAttention"]
+    for line, replacement in changes:
+        assert line in body, line
+        body = body.replace(line, replacement)
+    path = write_notebook(tmp_path / f"{planted}.ipynb", "import numpy as np", SOFTMAX,
+                          WORKED["ScaledDotProductAttention"], AROUND["Linear"], body)
+    checks = [c for c in grade(path, SPEC).checks if c.function == "MultiHeadAttention.backward"]
+    assert any(c.lost_points for c in checks) and any(title in (c.diagnosis or "") for c in checks), \
+        {c.diagnosis for c in checks}
+    forward = [c for c in grade(path, SPEC).checks if c.function == "MultiHeadAttention"]
+    assert forward and not any(c.lost_points for c in forward)

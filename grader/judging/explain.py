@@ -202,6 +202,12 @@ def features(conv: Convention) -> set[str]:
         found.add("gelu" if conv.activation != "relu" else "relu")
     if conv.backward:
         found.add("backward")
+        if "x" in conv.roles and conv.heads != "one":
+            found.add("backward_heads")          # it merges the heads' gradients back itself
+        if "x" in conv.roles and conv.three_inputs:
+            found.add("backward_three_inputs")   # it returns the key and value inputs' gradients apart
+        if "dwo" in conv.returns:
+            found.add("backward_projection")     # it returns the output projection's weight gradient
         if conv.scaled:
             found.add("backward_scaled")
         if (conv.masked or conv.causal) and not conv.given_weights:
