@@ -559,19 +559,27 @@ def _finish(plan: dict) -> dict:
         output = output + case.bo
     if v.output == "transposed":
         output = output.T
-    result = {"heads": per_head, "concat": concat, "output": output}
+    result: dict[str, Any] = {"heads": per_head, "concat": concat, "output": output}
     if case.d_output is not None and all("dq" in h for h in per_head):
-        merged = _reshaped_heads if v.gradient_heads == "merged_by_reshape" else side_by_side
-        try:
-            result["gradients"] = projections_backward(case, per_head, concat, merged)
-        except ValueError:
-            pass   # shapes the projections cannot take back: the student's code would raise
-        gradients = result.get("gradients")
-        if gradients and v.input_gradients == "swapped" and gradients["dx_keys"].shape == gradients["dx_values"].shape:
-            gradients["dx_keys"], gradients["dx_values"] = gradients["dx_values"], gradients["dx_keys"]
-        if gradients and v.output_weight_gradient == "transposed" and "dwo" in gradients:
-            gradients["dwo"] = gradients["dwo"].T
+        gradients = _projections_gradients(case, per_head, concat, v)
+        if gradients is not None:
+            result["gradients"] = gradients
     return result
+
+
+def _projections_gradients(case: Case, per_head: list, concat: np.ndarray, v: Variant) -> dict | None:
+    """The gradients through the projections as the variant takes them back; None where its
+    shapes cannot be (the student's code would raise)."""
+    merged = _reshaped_heads if v.gradient_heads == "merged_by_reshape" else side_by_side
+    try:
+        gradients = projections_backward(case, per_head, concat, merged)
+    except ValueError:
+        return None
+    if v.input_gradients == "swapped" and gradients["dx_keys"].shape == gradients["dx_values"].shape:
+        gradients["dx_keys"], gradients["dx_values"] = gradients["dx_values"], gradients["dx_keys"]
+    if v.output_weight_gradient == "transposed" and "dwo" in gradients:
+        gradients["dwo"] = gradients["dwo"].T
+    return gradients
 
 
 def _reshaped_heads(per_head: list[np.ndarray]) -> np.ndarray:
