@@ -23,12 +23,12 @@ from grader.kernel.session import HARNESS, HARNESS_MODULE, CallsEnd, Kernel, Ker
 from grader.kernel.client import default_kernel_manager
 from grader.intake.notebook import code_cells, load_submission
 from grader.result import (CheckResult, CheckStatus, DefiningCellFailure, ErrorKind, ErrorRecord, Finding,
-                           FunctionInfo, GradeResult, SmallestCase, Timing, cell_number)
+                           FunctionInfo, GradeResult, SmallestCase, Timing, cell_number,
+                           failing_line_number)
 from grader.kernel.runner import NOT_RUN_NOTE, executed_notebook
 from grader.sandbox.isolation import ENFORCES_POLICY
 from grader.calling.returns import canonical_parts
 from grader.course.spec import Assignment, FunctionSpec, metadata_assignment
-from grader.report.view import failing_line_number
 
 
 

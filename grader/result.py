@@ -9,6 +9,7 @@ the type checker still knows every key and its type.
 from __future__ import annotations
 
 import functools
+import re
 import types
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
@@ -124,6 +125,28 @@ class FunctionInfo(_FunctionInfoBase, total=False):
     non_answer: bool
     smallest_failing: SmallestCase
     called_by_keyword: bool
+
+
+# In the label of every case a hidden check draws (grader/judging/checks.py): the details of any check
+# that name such a case, or show its figures, are withheld from students like a hidden check's
+# (grader/report/view.py decides what a reader sees).
+HIDDEN_CASE_MARK = "[hidden case]"
+# In the label of a visible check's case drawn like a hidden check's (the same label and shapes,
+# values of its own; grader/judging/checks.py): a student would take it for the hidden one, so
+# a check whose details name or show such a case is withheld from students too.
+SHAPED_AS_HIDDEN_MARK = "[shaped as a hidden case]"
+# IPython's colours in a traceback.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def failing_line_number(error: ErrorRecord) -> int | None:
+    """The number of the cell's line that raised, from IPython's traceback (its first "---->"
+    marker, which is in the cell itself), else None."""
+    for line in _ANSI.sub("", error.traceback).splitlines():
+        marker = re.match(r"\s*-+>\s*(\d+)\s", line)
+        if marker:
+            return int(marker.group(1))
+    return None
 
 
 def cell_number(index: int) -> int:

@@ -94,3 +94,37 @@ def test_the_graph_reads_every_kind_of_import():
     assert "grader.batch.staff_overrides" in graph["grader.batch.run"]  # from grader.batch import staff_overrides
     assert "grader.kernel_side" in graph["grader.kernel.forked"]       # from grader import kernel_side
     assert "grader.intake.source_scan" in graph["grader.kernel.forked"]  # inside ForkServer.holds_forbidden
+
+
+# The stages from the ground up (docs/architecture.md): a stage imports only from the floors
+# below it, so that what a stage means never depends on what is built on it: the assignment
+# model below the judging that uses it, and the grading below the presentation of its result.
+FLOORS = (
+    ("grader.errors", "grader.atomic_write", "grader.syntax_tree", "grader.settings", "grader.kernel_side"),
+    ("grader.toml_text", "grader.result", "grader.intake", "grader.sandbox"),
+    ("grader.calling",),
+    ("grader.course", "grader.kernel"),
+    ("grader.judging",),
+    ("grader.grade", "grader.report"),
+    ("grader.student", "grader.authoring", "grader.batch", "grader.lms"),
+    ("grader.cli", "grader"),
+)
+
+
+def stage(module: str) -> str | None:
+    """The stage a module is on: its package under grader/, or the module itself (the package
+    `grader` is only its own __init__)."""
+    stages = sorted((s for floor in FLOORS for s in floor), key=len, reverse=True)
+    return next((s for s in stages if module == s or (s != "grader" and module.startswith(s + "."))), None)
+
+
+def test_each_stage_imports_only_from_the_floors_below_it():
+    floor_of = {s: i for i, floor in enumerate(FLOORS) for s in floor}
+    graph = import_graph()
+    upward = sorted(f"{module} imports {target}" for module, targets in graph.items() for target in targets
+                    if stage(module) != stage(target) and floor_of[stage(target)] >= floor_of[stage(module)])
+    assert upward == []
+
+
+def test_every_module_is_on_a_floor():
+    assert [module for module in modules() if stage(module) is None] == []

@@ -211,3 +211,14 @@ def test_replies_out_of_order_are_malformed(monkeypatch, tamper):
     shuffled = tamper([{"index": i} for i in range(len(results))])
     for position, (o, reply) in enumerate(zip(results, shuffled)):
         assert (o.status == "ok") == (type(reply["index"]) is int and reply["index"] == position)
+
+
+def test_every_check_a_spec_may_name_is_judged_and_no_other():
+    """The checks' rules (course/check_rules.py, which a spec is read against) and how each is
+    judged (judging/checks.py) are one table by name: a rule without its judge, or a judge
+    without its rule, would be a check a spec names that never runs, or one it cannot name."""
+    from grader.course.check_rules import CHECK_RULES
+    from grader.judging import checks
+    assert list(checks.CHECKS) == list(CHECK_RULES)
+    assert set(checks._PROBES_AND_JUDGES) == set(CHECK_RULES)
+    assert all(checks.CHECKS[name].rule is rule for name, rule in CHECK_RULES.items())

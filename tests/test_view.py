@@ -212,7 +212,7 @@ def test_a_visible_check_showing_a_hidden_case_is_withheld_from_students():
     """The guard behind the rule that checks share no case across the hidden line
     (tests/test_hidden_cases.py): were a visible check ever given a hidden check's case, its
     label's mark would withhold what it says from students."""
-    from grader.report.view import HIDDEN_CASE_MARK
+    from grader.result import HIDDEN_CASE_MARK
     result = example()
     leaked = dict(SECRET_FIGURE, case=f"random N = 4 {HIDDEN_CASE_MARK}")
     result.checks.append(CheckResult("f.weights_distribution", "f", "weights_distribution", "Weights", "failed", 0, 1,
@@ -250,7 +250,8 @@ def test_a_visible_check_showing_a_case_shaped_as_a_hidden_one_is_withheld_but_k
     """A visible case with a hidden case's label and shapes (its values its own) reads to a
     student as the hidden case (tests/test_hidden_twins.py): what names it is withheld, with a
     note of its own, and the check's status and points stay."""
-    from grader.report.view import SHAPED_AS_HIDDEN_MARK, SHAPED_AS_HIDDEN_NOTE
+    from grader.report.view import SHAPED_AS_HIDDEN_NOTE
+    from grader.result import SHAPED_AS_HIDDEN_MARK
     result = example()
     twin = dict(SECRET_FIGURE, case=f"random N = 4 {SHAPED_AS_HIDDEN_MARK}")
     result.checks.append(CheckResult("f.weights_distribution", "f", "weights_distribution", "Weights", "failed", 0, 1,

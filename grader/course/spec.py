@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grader.reference.sheets import FIXED_DATA
 
-from grader.judging.checks import CHECKS
+from grader.course.check_rules import CHECK_RULES
 from grader.errors import SpecError
 from grader.calling.conventions import CONVENTIONS, Convention, parse_convention
 from grader.calling.returns import Tolerance
@@ -155,18 +155,18 @@ def _function(raw: dict, where: str, files: SheetFiles) -> FunctionSpec:
         raise SpecError(f"{where}: {name}: a name Class.method names a class's method graded on its own; its "
                         f"convention's class table must have method = \"{name.split('.', 1)[1]}\"")
     fixed, sheet = _fixed_data(raw, conv, name, where, files)
-    points = {kind: check.default_points for kind, check in CHECKS.items()
-              if check.applies(conv, fixed is not None)}
+    points = {kind: rule.default_points for kind, rule in CHECK_RULES.items()
+              if rule.applies(conv, fixed is not None)}
     for kind, value in raw.get("points", {}).items():
-        if kind not in CHECKS:
-            raise SpecError(f"{where}: unknown check {kind!r} (checks: {', '.join(CHECKS)})")
-        if not CHECKS[kind].applies(conv, fixed is not None):
+        if kind not in CHECK_RULES:
+            raise SpecError(f"{where}: unknown check {kind!r} (checks: {', '.join(CHECK_RULES)})")
+        if not CHECK_RULES[kind].applies(conv, fixed is not None):
             raise SpecError(f"{where}: check {kind!r} does not apply to {name}")
         points[kind] = float(value)
     for kind in raw.get("skip", []):
         points.pop(kind, None)
     hidden = frozenset(raw.get("hidden", []))
-    unknown = hidden - set(CHECKS)
+    unknown = hidden - set(CHECK_RULES)
     if unknown:
         raise SpecError(f"{where}: unknown hidden check {sorted(unknown)[0]!r}")
     return FunctionSpec(name, conv, params, tuple(raw.get("aliases", [])), fixed, points, hidden, sheet)

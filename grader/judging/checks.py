@@ -28,8 +28,10 @@ from grader.calling.params import MASK_ROLES
 from grader.judging.explain import CORRECT, Predictions, agrees, differs_from_reference, explanations, harmless
 from grader.calling.returns import Parts, Tolerance, compare, not_returned
 from grader.judging.seeds import hidden_cases_seed
-from grader.report.view import HIDDEN_CASE_MARK, SHAPED_AS_HIDDEN_MARK
+from grader.course.check_rules import CHECK_RULES, CheckRule
+from grader.result import HIDDEN_CASE_MARK, SHAPED_AS_HIDDEN_MARK
 from grader.kernel_side.wire import Layout
+from grader.course.spec import FunctionSpec
 
 FLOAT32_LOOSENING = 1e3
 HEATMAP_MAX_TOKENS = 12
@@ -155,19 +157,23 @@ class Context:
 
 @dataclass(frozen=True)
 class CheckKind:
-    name: str
-    title: str
-    default_points: float
-    applies: Callable[[Convention, bool], bool]
+    """A check: its rule (name, title, default points, where it applies: course/check_rules.py),
+    the calls it needs, and how it judges what came back."""
+    rule: CheckRule
     probes: Callable
     judge: Callable
-    # A policy check reports a rule broken even at 0 points; any other 0-point check is
-    # informational and never shown as a failure.
-    policy: bool = False
 
+    @property
+    def name(self) -> str:
+        return self.rule.name
 
-def _returns_weights(conv: Convention) -> bool:
-    return any(part in conv.returns for part in WEIGHT_PARTS)
+    @property
+    def title(self) -> str:
+        return self.rule.title
+
+    @property
+    def policy(self) -> bool:
+        return self.rule.policy
 
 
 def _failed_call(probe: Probe, outcome: Outcome) -> Verdict | None:
@@ -282,7 +288,8 @@ def _labels(results) -> str:
     return "; ".join(p.label for p, _ in results)
 
 
-def _judge_reference(fn, ctx: Context, results, overflow_allowed: bool, paid_by_part: bool = True) -> Verdict:
+def _judge_reference(fn: FunctionSpec, ctx: Context, results, overflow_allowed: bool,
+                     paid_by_part: bool = True) -> Verdict:
     """Every call returned the reference's values. With `paid_by_part`, a part not returned
     costs its share of the points (_paid); without, only the parts returned are judged."""
     for probe, outcome in results:
@@ -319,7 +326,7 @@ def _gradients_paid(conv: Convention, ctx: Context, results, mismatch: Verdict) 
                    mismatch.figures, share=len(right) / len(conv.returns))
 
 
-def judge_against_reference(fn, ctx: Context, results) -> Verdict:
+def judge_against_reference(fn: FunctionSpec, ctx: Context, results) -> Verdict:
     return _judge_reference(fn, ctx, results, overflow_allowed=True)
 
 
@@ -333,15 +340,17 @@ OWN_DATA_ONLY = ("Returns the expected answers on {label}, but computes somethin
                  "them, not when it recognises that data.")
 
 
-def sheet_cases(fn) -> list[Case]:
+def sheet_cases(fn: FunctionSpec) -> list[Case]:
     """The data the `fixed` check compares on: the course's own (fn.sheet), else the built-in
     sheet fn.fixed_data names."""
     if fn.sheet is not None:
         return list(fn.sheet.cases)
+    if fn.fixed_data is None:
+        raise ValueError(f"{fn.name} names no sheet data: its spec has no fixed check")
     return FIXED_DATA[fn.fixed_data]()
 
 
-def check_title(fn, kind: str) -> str:
+def check_title(fn: FunctionSpec, kind: str) -> str:
     """A check's title as `fn`'s students read it: the `fixed` check of a course's own data is
     called by the course's label, never "the assignment sheet"."""
     if kind == "fixed" and fn.sheet is not None:
@@ -349,11 +358,11 @@ def check_title(fn, kind: str) -> str:
     return CHECKS[kind].title
 
 
-def _sheet_only(fn) -> str:
+def _sheet_only(fn: FunctionSpec) -> str:
     return OWN_DATA_ONLY.format(label=fn.sheet.label) if fn.sheet is not None else SHEET_ONLY
 
 
-def judge_sheet(fn, ctx: Context, results) -> Verdict:
+def judge_sheet(fn: FunctionSpec, ctx: Context, results) -> Verdict:
     """The sheet's data, whose answers are printed, then random values in exactly its shapes
     (see _fixed). The printed answers earn the points only when one computation explains what
     the function returns on both, inputs it cannot have seen included: the reference, or a known
@@ -379,7 +388,7 @@ def judge_sheet(fn, ctx: Context, results) -> Verdict:
     return verdict
 
 
-def judge_stability(fn, ctx: Context, results) -> Verdict:
+def judge_stability(fn: FunctionSpec, ctx: Context, results) -> Verdict:
     """Whether the values stay finite: the parts returned are judged, and a part not returned
     is the comparing checks' to charge."""
     return _judge_reference(fn, ctx, results, overflow_allowed=False, paid_by_part=False)
@@ -400,7 +409,7 @@ def _weight_parts(conv: Convention) -> list[str]:
     return [p for p in WEIGHT_PARTS if p in conv.returns]
 
 
-def judge_distribution(fn, ctx: Context, results) -> Verdict:
+def judge_distribution(fn: FunctionSpec, ctx: Context, results) -> Verdict:
     for probe, outcome in results:
         problem = _unusable([(probe, outcome)], _weight_parts(fn.convention))
         if problem:
@@ -477,7 +486,7 @@ def _axes_not_over(probe, part: str, value, axes: tuple, length: int, what: str)
     return None
 
 
-def judge_permutation(fn, ctx: Context, results) -> Verdict:
+def judge_permutation(fn: FunctionSpec, ctx: Context, results) -> Verdict:
     (base_probe, base), (probe, permuted) = results
     returned, unusable = _returned_parts(results, fn.convention.returns)
     if unusable:
@@ -503,7 +512,7 @@ def _keys_owner(conv: Convention) -> str:
     return "key and value inputs'" if conv.three_inputs else "memory's"
 
 
-def judge_memory_permutation(fn, ctx: Context, results) -> Verdict:
+def judge_memory_permutation(fn: FunctionSpec, ctx: Context, results) -> Verdict:
     """Cross-attention attends a set of keys with their values: reordering the memory's rows
     (or the key and value inputs' rows, in the same order) reorders the keys' axis of what is
     returned and leaves the output as it was."""
@@ -543,7 +552,7 @@ def _rows(value, last: int, axis: int):
     return np.take(value, range(min(last + 1, value.shape[axis])), axis=axis) if value.ndim > axis else value
 
 
-def judge_causal(fn, ctx: Context, results) -> Verdict:
+def judge_causal(fn: FunctionSpec, ctx: Context, results) -> Verdict:
     """Under a causal mask query i attends only tokens up to i: changing the tokens after
     `kept` may change no row up to it."""
     (base_probe, base), (probe, changed) = results
@@ -562,14 +571,16 @@ def judge_causal(fn, ctx: Context, results) -> Verdict:
     return Verdict("passed", f"Changing the tokens after token {kept} leaves tokens 0 to {kept} unchanged.")
 
 
-def judge_masked_keys(fn, ctx: Context, results) -> Verdict:
+def judge_masked_keys(fn: FunctionSpec, ctx: Context, results) -> Verdict:
     """Every key the masks hide from a query gets exactly zero weight (up to the tolerance)."""
     for probe, outcome in results:
         problem = _unusable([(probe, outcome)], _weight_parts(fn.convention))
         if problem:
             return problem
         conv = fn.convention
-        hidden = ~np.stack([e.keep for e in conv.elements(probe.case)])
+        # A case without a mask (none here: the check applies to masked functions) hides no key.
+        hidden = ~np.stack([np.ones((e.n, e.lk), dtype=bool) if e.keep is None else e.keep
+                            for e in conv.elements(probe.case)])
         if not conv.batched:
             hidden = hidden[0]
         for what, w in _weights_in(outcome.parts):
@@ -597,7 +608,7 @@ def _element(value, i: int):
     return value[i] if value.ndim and value.shape[0] > i else None
 
 
-def judge_batch_elements(fn, ctx: Context, results) -> Verdict:
+def judge_batch_elements(fn: FunctionSpec, ctx: Context, results) -> Verdict:
     """A batch's elements are independent problems sharing the weights: element i of the
     batch's result is the function's own result on that element alone (a batch of one)."""
     returned, unusable = _returned_parts(results, fn.convention.returns)
@@ -649,7 +660,7 @@ def _unchanged(sent, after) -> bool:
     return True
 
 
-def judge_own_answers(fn, ctx: Context, results) -> Verdict:
+def judge_own_answers(fn: FunctionSpec, ctx: Context, results) -> Verdict:
     """memory_layout and dtypes: the same values given in another layout or dtype give what the
     function itself returns on them as C-ordered float64 arrays (within the variant's tolerance:
     float32's precision for float32). What it returns is compared with its own answer, never
@@ -679,7 +690,7 @@ def _own_answers_said(variants: list[InputVariant]) -> str:
                          for plain, words in by_plain.items())
 
 
-def judge_unmodified(fn, ctx: Context, results) -> Verdict:
+def judge_unmodified(fn: FunctionSpec, ctx: Context, results) -> Verdict:
     (probe, outcome), = results
     failed = _failed_call(probe, outcome)
     if failed:
@@ -700,7 +711,7 @@ def judge_unmodified(fn, ctx: Context, results) -> Verdict:
     return Verdict("passed", "The inputs are left unmodified.")
 
 
-def judge_structure(fn, ctx: Context, results) -> Verdict:
+def judge_structure(fn: FunctionSpec, ctx: Context, results) -> Verdict:
     (probe, outcome), = results
     failed = _failed_call(probe, outcome)
     if failed:
@@ -724,7 +735,7 @@ def judge_structure(fn, ctx: Context, results) -> Verdict:
     return Verdict("passed", f"Returns {outcome.parts.returned}, as expected.")
 
 
-def judge_forbidden(fn, ctx: Context, results) -> Verdict:
+def judge_forbidden(fn: FunctionSpec, ctx: Context, results) -> Verdict:
     uses = ctx.forbidden_uses.get(fn.name, [])
     if uses:
         return Verdict("failed", f"Uses {', '.join(sorted(uses))}, which this assignment forbids: "
@@ -732,27 +743,27 @@ def judge_forbidden(fn, ctx: Context, results) -> Verdict:
     return Verdict("passed", "Uses no forbidden library.")
 
 
-def _fixed(fn, ctx):
+def _fixed(fn: FunctionSpec, ctx: Context):
     """The sheet's data, then its twins: random values in exactly the same shapes, in the same
     order (judge_sheet pairs them up)."""
     sheet = sheet_cases(fn)
     return [Probe(c) for c in sheet] + [Probe(c) for c in make.shaped_like(sheet, ctx.seed)]
 
 
-def _random(fn, ctx):
+def _random(fn: FunctionSpec, ctx: Context):
     return [Probe(c) for c in make.random_cases(fn.convention, ctx.seed)]
 
 
-def _base(fn, ctx, **kw):
+def _base(fn: FunctionSpec, ctx: Context, **kw):
     return Probe(make.base_case(fn.convention, ctx.seed), **kw)
 
 
-def _permutation(fn, ctx):
+def _permutation(fn: FunctionSpec, ctx: Context):
     base = make.base_case(fn.convention, ctx.seed)
     return [Probe(base), Probe(base.permuted(make.token_permutation(base.n, ctx.seed)))]
 
 
-def _batch_alone(fn, ctx):
+def _batch_alone(fn: FunctionSpec, ctx: Context):
     """The base batch, then each of its elements as a batch of one."""
     base = make.base_case(fn.convention, ctx.seed)
     alone = [replace(e, batch_rest=(), label=f"{base.label}: batch element {i} alone")
@@ -760,12 +771,12 @@ def _batch_alone(fn, ctx):
     return [Probe(base), *(Probe(e) for e in alone)]
 
 
-def _memory_permutation(fn, ctx):
+def _memory_permutation(fn: FunctionSpec, ctx: Context):
     base = make.base_case(fn.convention, ctx.seed)
     return [Probe(base), Probe(base.memory_permuted(make.memory_permutation(base.lk, ctx.seed)))]
 
 
-def _self_attention(fn, ctx):
+def _self_attention(fn: FunctionSpec, ctx: Context):
     """The base case with X as query, key and value: one array passed three times, and equal
     copies of it."""
     base = make.base_case(fn.convention, ctx.seed)
@@ -777,7 +788,7 @@ def future_start(n: int) -> int:
     return max(1, n // 2)
 
 
-def _future_changed(fn, ctx):
+def _future_changed(fn: FunctionSpec, ctx: Context):
     """The base case, and the same case with every token from future_start on redrawn."""
     base = make.base_case(fn.convention, ctx.seed)
     start = future_start(base.n)
@@ -786,19 +797,15 @@ def _future_changed(fn, ctx):
     return [Probe(base), Probe(replace(base, x=x, label=f"{base.label} (tokens after {start - 1} changed)"))]
 
 
-def _masked(conv: Convention) -> bool:
-    return conv.masked or conv.causal
-
-
 # memory_layout's and dtypes' probes: first the variants, then the plain inputs each variant's
 # answer is compared with (judge_own_answers), the base case's already called for other checks.
 
-def _layouts(fn, ctx):
+def _layouts(fn: FunctionSpec, ctx: Context):
     """The base case Fortran-ordered and non-contiguous, then C-ordered."""
     return [_base(fn, ctx, variant=InputVariant.FORTRAN), _base(fn, ctx, variant=InputVariant.STRIDED), _base(fn, ctx)]
 
 
-def _dtypes(fn, ctx):
+def _dtypes(fn: FunctionSpec, ctx: Context):
     """The base case in float32 and the integer case's whole values as integers, then the same
     in float64."""
     variants, plain = [_base(fn, ctx, variant=InputVariant.FLOAT32)], [_base(fn, ctx)]
@@ -809,59 +816,27 @@ def _dtypes(fn, ctx):
     return variants + plain
 
 
-def _always(conv, has_fixed):
-    return True
-
-
-CHECKS: dict[str, CheckKind] = {c.name: c for c in [
-    CheckKind("fixed", "Data from the assignment sheet", 3, lambda conv, has_fixed: has_fixed,
-              _fixed, judge_sheet),
-    CheckKind("random_shapes", "Randomized shapes (N != D, N = 1, N = 64, several H)", 3, _always,
-              _random, judge_against_reference),
-    CheckKind("single_head", "H = 1 gives single-head attention", 1, lambda conv, f: conv.heads == "many",
-              lambda fn, ctx: [Probe(make.single_head_case(fn.convention, ctx.seed))], judge_against_reference),
-    CheckKind("weights_distribution", "Attention weights are a distribution", 1,
-              lambda conv, f: _returns_weights(conv),
-              lambda fn, ctx: [_base(fn, ctx), *_random(fn, ctx)], judge_distribution),
-    # Under a causal mask the order of the tokens is the point: no permutation is the same
-    # problem (a fixed mask is permuted with the tokens, rows and columns, by Case.permuted).
-    # A vector helper computes on one query's row: permuting the tokens changes which row it is.
-    CheckKind("permutation_equivariance", "Permuting tokens permutes the results", 1,
-              lambda conv, f: not conv.causal and not conv.vector, _permutation, judge_permutation),
-    # Keys and values move together, so the memory's order is not the problem's (unless causal).
-    CheckKind("memory_permutation", "Permuting the memory's rows leaves a cross-attention output unchanged", 1,
-              lambda conv, f: conv.cross and not conv.three_inputs and not conv.causal, _memory_permutation,
-              judge_memory_permutation),
-    CheckKind("key_value_permutation", "Permuting the keys and values together leaves the output unchanged", 1,
-              lambda conv, f: conv.three_inputs and not conv.causal, _memory_permutation, judge_memory_permutation),
-    CheckKind("self_attention_inputs", "Query = key = value gives self-attention", 1,
-              lambda conv, f: conv.three_inputs, _self_attention, judge_against_reference),
-    CheckKind("batch_elements", "Each batch element is computed on its own", 1,
-              lambda conv, f: conv.batched, _batch_alone, judge_batch_elements),
-    # Not of a backward pass: a later query's gradient reaches the earlier keys it attends.
-    CheckKind("causal_future", "Under a causal mask, a token ignores the tokens after it", 1,
-              lambda conv, f: conv.causal and not conv.backward, _future_changed, judge_causal),
-    CheckKind("masked_keys_zero_weight", "Masked keys get zero weight", 1,
-              lambda conv, f: _masked(conv) and _returns_weights(conv),
-              lambda fn, ctx: [_base(fn, ctx), *_random(fn, ctx)], judge_masked_keys),
-    # These two judge a function against its own answer on plain inputs, never against the
-    # reference: a wrong value is charged by the comparing checks, once.
-    CheckKind("memory_layout", "Fortran-ordered and non-contiguous inputs", 1, _always,
-              _layouts, judge_own_answers),
-    CheckKind("dtypes", "float32 and integer inputs", 1, _always, _dtypes, judge_own_answers),
-    CheckKind("inputs_unmodified", "Inputs are left unmodified", 1, _always,
-              lambda fn, ctx: [_base(fn, ctx, return_inputs=True)], judge_unmodified),
-    CheckKind("return_structure", "Return type and shapes", 1, _always,
-              lambda fn, ctx: [_base(fn, ctx)], judge_structure),
-    # Informational by default: no sheet asks for the max-subtraction (seed 002 says students are
-    # not expected to do it; seed 003 hands out a softmax without it). A course may give it points.
-    # Only where there are scores: a layer norm or a feed-forward network on its own has none.
-    CheckKind("numerical_stability", "Large scores (past exp's range) stay finite", 0,
-              lambda conv, f: conv.attends,
-              lambda fn, ctx: [Probe(make.large_score_case(fn.convention, ctx.seed))], judge_stability),
-    CheckKind("forbidden_libraries", "No neural-network or softmax libraries", 0, _always,
-              lambda fn, ctx: [], judge_forbidden, policy=True),
-]}
+# How each check of course/check_rules.py calls the function and judges what came back, by name.
+_PROBES_AND_JUDGES: dict[str, tuple[Callable, Callable]] = {
+    "fixed": (_fixed, judge_sheet),
+    "random_shapes": (_random, judge_against_reference),
+    "single_head": (lambda fn, ctx: [Probe(make.single_head_case(fn.convention, ctx.seed))], judge_against_reference),
+    "weights_distribution": (lambda fn, ctx: [_base(fn, ctx), *_random(fn, ctx)], judge_distribution),
+    "permutation_equivariance": (_permutation, judge_permutation),
+    "memory_permutation": (_memory_permutation, judge_memory_permutation),
+    "key_value_permutation": (_memory_permutation, judge_memory_permutation),
+    "self_attention_inputs": (_self_attention, judge_against_reference),
+    "batch_elements": (_batch_alone, judge_batch_elements),
+    "causal_future": (_future_changed, judge_causal),
+    "masked_keys_zero_weight": (lambda fn, ctx: [_base(fn, ctx), *_random(fn, ctx)], judge_masked_keys),
+    "memory_layout": (_layouts, judge_own_answers),
+    "dtypes": (_dtypes, judge_own_answers),
+    "inputs_unmodified": (lambda fn, ctx: [_base(fn, ctx, return_inputs=True)], judge_unmodified),
+    "return_structure": (lambda fn, ctx: [_base(fn, ctx)], judge_structure),
+    "numerical_stability": (lambda fn, ctx: [Probe(make.large_score_case(fn.convention, ctx.seed))], judge_stability),
+    "forbidden_libraries": (lambda fn, ctx: [], judge_forbidden),
+}
+CHECKS: dict[str, CheckKind] = {name: CheckKind(rule, *_PROBES_AND_JUDGES[name]) for name, rule in CHECK_RULES.items()}
 
 
 def check_context(ctx: Context, hidden: bool) -> Context:
@@ -872,7 +847,7 @@ def check_context(ctx: Context, hidden: bool) -> Context:
     return replace(ctx, seed=hidden_cases_seed(ctx.seed), hidden=True) if hidden else ctx
 
 
-def check_probes(kind: str, fn, ctx: Context) -> list[Probe]:
+def check_probes(kind: str, fn: FunctionSpec, ctx: Context) -> list[Probe]:
     """The calls the check `kind` of `fn` needs. A hidden check's cases carry HIDDEN_CASE_MARK
     in their label: they are called apart from any visible case (a probe is known by its label),
     and a rendering for students can tell (grader/report/view.py)."""
@@ -886,7 +861,7 @@ def _marked(probe: Probe, mark: str) -> Probe:
     return replace(probe, case=replace(probe.case, label=f"{probe.case.label} {mark}"))
 
 
-def hidden_twins(fn, ctx: Context, hidden_probes: list[Probe]) -> frozenset[str]:
+def hidden_twins(fn: FunctionSpec, ctx: Context, hidden_probes: list[Probe]) -> frozenset[str]:
     """The labels a visible check's cases may share with the hidden checks' ones: a hidden
     check draws its cases from its own seed, but in the same families as the visible checks
     (the randomized shapes of random_shapes are weights_distribution's too), so a visible case
@@ -913,7 +888,7 @@ def results_to_diagnose(results: list, verdict: Verdict) -> list:
     return [(p, o) for p, o in results if SHAPED_AS_HIDDEN_MARK not in p.case.label]
 
 
-def evidence_probes(fn, ctx: Context) -> list[Probe]:
+def evidence_probes(fn: FunctionSpec, ctx: Context) -> list[Probe]:
     """Inputs a function cannot have seen in advance, with two or more tokens: the randomized
     cases of the checks, and random values in the shapes of the sheet's own data (so that a
     function which reads the notebook's sizes from its globals still shows what it computes).

@@ -20,6 +20,7 @@ from grader.judging.explain import (CORRECT, HANDED_BACK, Predictions, agrees, d
                                    precision_agrees, trivial)
 from grader.calling.returns import largest_difference, wanted
 from grader.result import FunctionInfo
+from grader.course.spec import FunctionSpec
 
 # inputs_unmodified and forbidden_libraries judge no value; memory_layout and dtypes compare a
 # function with itself, so a known mistake (a computation on the case) explains none of their failures.
@@ -92,7 +93,7 @@ def _observed(results: list[tuple[Probe, Outcome]], tol) -> list:
             if o.status == "ok" and o.parts is not None and o.parts.values]
 
 
-def diagnose(fn, kind: str, results: list[tuple[Probe, Outcome]], tol, info: FunctionInfo,
+def diagnose(fn: FunctionSpec, kind: str, results: list[tuple[Probe, Outcome]], tol, info: FunctionInfo,
              predictions: Predictions, message: str = "",
              ordinary: Sequence[tuple[Probe, Outcome]] = ()) -> tuple[str | None, str]:
     """(diagnosis and what it means, or None and a sentence to add to the check's `message`)

@@ -15,7 +15,8 @@ import numpy as np
 from grader.reference.attention import Case, Head
 
 from grader.calling.cases import head_count, with_convention_features, with_convention_weights
-from grader.judging.checks import Outcome, Probe, probe_tolerance
+from grader.judging.checks import Context, Outcome, Probe, probe_tolerance
+from grader.course.spec import FunctionSpec
 from grader.calling.classes import sent_arguments
 from grader.calling.conventions import Convention
 from grader.judging.explain import CORRECT, agrees
@@ -213,7 +214,7 @@ def cell(fn_name: str, params: tuple[str, ...], probe: Probe, outcome: Outcome, 
     return found
 
 
-async def find(prober, fn, ctx, checks: list[CheckResult], name: str) -> SmallestCase | None:
+async def find(prober, fn: FunctionSpec, ctx: Context, checks: list[CheckResult], name: str) -> SmallestCase | None:
     """Call the function on the candidates (one request) and describe the smallest it fails on."""
     if not wanted(checks) or any(o.status in ("timeout", "dead") for o in prober.outcomes.values()):
         return None   # a function that hangs or kills its kernel would only spend more time doing so

@@ -17,18 +17,12 @@ import re
 from dataclasses import dataclass, fields, replace
 
 from grader.report.printable import printable
-from grader.result import (CheckResult, CheckStatus, DefiningCellFailure, ErrorRecord, FunctionInfo, GradeResult,
-                           Isolation, Policy, SmallestCase, Status, Timing, cell_number)
+from grader.result import (HIDDEN_CASE_MARK, SHAPED_AS_HIDDEN_MARK, CheckResult, CheckStatus, DefiningCellFailure,
+                           ErrorRecord, FunctionInfo, GradeResult, Isolation, Policy, SmallestCase, Status, Timing,
+                           cell_number)
 from grader.settings import PUBLIC_SEED
 
 HIDDEN_NOTE = "Hidden check: its details are not shown to students."
-# In the label of every case a hidden check draws (grader/judging/checks.py): the details of any check
-# that name such a case, or show its figures, are withheld from students like a hidden check's.
-HIDDEN_CASE_MARK = "[hidden case]"
-# In the label of a visible check's case drawn like a hidden check's (the same label and shapes,
-# values of its own; grader/judging/checks.py): a student would take it for the hidden one, so
-# a check whose details name or show such a case is withheld from students too.
-SHAPED_AS_HIDDEN_MARK = "[shaped as a hidden case]"
 SHAPED_AS_HIDDEN_NOTE = ("Its details are not shown to students: they are about a case with the label and shapes "
                          "of a hidden check's case.")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -291,16 +285,6 @@ def failing_line(error: ErrorRecord) -> str:
         if marker and marker.group(1).strip():
             return marker.group(1).strip()
     return next((s.strip() for s in error.source.splitlines() if s.strip()), "")
-
-
-def failing_line_number(error: ErrorRecord) -> int | None:
-    """The number of the cell's line that raised, from IPython's traceback (its first "---->"
-    marker, which is in the cell itself), else None."""
-    for line in ANSI.sub("", error.traceback).splitlines():
-        marker = re.match(r"\s*-+>\s*(\d+)\s", line)
-        if marker:
-            return int(marker.group(1))
-    return None
 
 
 def where(error: ErrorRecord) -> str:
