@@ -12,6 +12,7 @@ from pathlib import Path
 from grader import __version__
 from grader.errors import MachineFault, SpecError, SubmissionError
 from grader.report.printable import printable
+from grader.lms.platforms import PLACES
 from grader.settings import BY_NAME, add_arguments, explicit_values, from_namespace, markdown_table, settings_from
 
 # The grading modules import NumPy, nbclient and IPython: each command imports what it needs
@@ -19,7 +20,6 @@ from grader.settings import BY_NAME, add_arguments, explicit_values, from_namesp
 
 EXIT_FULL_MARKS, EXIT_FAILURES, EXIT_UNUSABLE, EXIT_GRADER_FAULT = 0, 1, 2, 3
 EXIT_BROKEN_PIPE = 128 + 13   # what a shell reports for a tool its reader left (SIGPIPE)
-PLATFORM_NAMES = ("gradescope", "prairielearn")   # grader.lms.entrypoints.PLATFORMS, without importing it
 
 
 def start_fork_server(ns) -> None:
@@ -108,15 +108,14 @@ def grade(ns) -> int:
 
 def lms(ns) -> int:
     start_fork_server(ns)
-    from grader.lms.entrypoints import PLATFORMS
     from grader.lms.entrypoints import run as run_lms
     from grader.judging.seeds import fresh_seed
-    root = ns.root or Path(PLATFORMS[ns.platform].default_root)
+    root = ns.root or Path(PLACES[ns.platform].default_root)
     # A seed drawn for this run unless the staff give one: students never know the inputs.
     seed = {} if ns.seed is not None else {"seed": fresh_seed()}
     data = run_lms(ns.platform, root, ns.assignment,
                    lambda assignment: settings_from({**explicit_values(ns), **seed}, assignment.limits))
-    print(f"wrote {printable(PLATFORMS[ns.platform].results_path(root))}")
+    print(f"wrote {printable(PLACES[ns.platform].results_path(root))}")
     return 0 if data.get("tests") is not None else 3
 
 
@@ -232,7 +231,7 @@ def parser() -> argparse.ArgumentParser:
     lms_parser = sub.add_parser("lms", help="grade inside an LMS container and write its results file, or package "
                                 "the grader for an LMS", **EXACT)
     platforms = lms_parser.add_subparsers(dest="platform", required=True, metavar="{gradescope,prairielearn,package}")
-    for name in PLATFORM_NAMES:
+    for name in PLACES:
         platform = platforms.add_parser(name, help=f"grade the submission in {name}'s folders", **EXACT)
         add_arguments(platform, "lms")
         platform.set_defaults(run=lms)

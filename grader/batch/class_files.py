@@ -14,7 +14,7 @@ from grader.batch.gradebook import class_rows, write_grades_csv
 from grader.batch.stored import record_override
 from grader.course.spec import Assignment
 from grader.intake.discover import Submission
-from grader.batch.lms_gradebooks import CANVAS_FILE, canvas_left_out, write_exports
+from grader.batch.lms_gradebooks import write_exports
 from grader.report.html import write_summary
 
 
@@ -30,17 +30,18 @@ def write_class_files(outdir: Path, submissions: list[Submission], rows: dict, a
     write_grades_csv(students, functions, outdir / "grades.csv")
     exports = write_exports(students, outdir, lms_column(outdir, settings.lms_assignment, assignment),
                             assignment_max(assignment))
-    for student in students:   # said, so that no one drops out of the LMS's gradebook unnoticed
-        why = canvas_left_out(student) if student.lms == "canvas" else ""
-        if why:
-            print(f"{CANVAS_FILE} leaves out {student.student}: {why}", file=stream)
+    for book in exports:   # said, so that no one drops out of the LMS's gradebook unnoticed
+        for student in students:
+            why = book.left_out(student) if student.lms == book.lms else ""
+            if why:
+                print(f"{book.file} leaves out {student.student}: {why}", file=stream)
     people = {s.folder: {"student": s.student, "name": s.identity.name if s.identity else "",
                          "submission": s.name, "counts": decisions[s.folder][0]} for s in submissions}
     header = {"assignment": assignment.title or assignment.name, "version": __version__,
               "seed": "secret, one per submission (in its result.json)" if seed is None else seed,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     write_summary(students, rows, people, similar, outdir / "summary.html", header)
-    return exports
+    return [book.file for book in exports]
 
 
 LMS_COLUMN = "lms_assignment.json"   # in OUTDIR: the gradebook column given once, for later runs

@@ -28,10 +28,13 @@ from __future__ import annotations
 import csv
 import io
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from grader.atomic_write import write_atomically
 from grader.batch.gradebook import StudentRow, cell, number
+from grader.intake.discover import CANVAS_LMS, MOODLE_LMS
 
 CANVAS_FILE = "canvas_gradebook.csv"
 MOODLE_FILE = "moodle_grading_worksheet.csv"
@@ -109,16 +112,32 @@ def moodle(students: list[StudentRow], max_score: float, outdir: Path) -> str:
     return _csv(rows)
 
 
-def write_exports(students: list[StudentRow], outdir: Path, column: str, max_score: float) -> list[str]:
-    """Write each LMS's file when some of the students' ids came from its export; returns the
-    names written."""
+@dataclass(frozen=True)
+class Gradebook:
+    """An LMS's gradebook file: for the students whose ids came from its download (their
+    identity's `lms`, grader/intake/discover.py), its name, its text, and why it leaves a
+    student out (said, so that no one drops out of the gradebook unnoticed)."""
+    lms: str
+    file: str
+    text: Callable[[list[StudentRow], str, float, Path], str]   # (students, column, max score, OUTDIR)
+    left_out: Callable[[StudentRow], str] = lambda student: ""
+
+
+# Every gradebook the grader writes: a new LMS is one entry, beside its download's names.
+GRADEBOOKS = (
+    Gradebook(CANVAS_LMS, CANVAS_FILE, lambda students, column, max_score, outdir: canvas(students, column, max_score),
+              canvas_left_out),
+    Gradebook(MOODLE_LMS, MOODLE_FILE, lambda students, column, max_score, outdir: moodle(students, max_score, outdir)),
+)
+
+
+def write_exports(students: list[StudentRow], outdir: Path, column: str, max_score: float) -> list[Gradebook]:
+    """Write each LMS's file when some of the students' ids came from its download; returns the
+    gradebooks written."""
     written = []
-    from_canvas = [s for s in students if s.lms == "canvas"]
-    if from_canvas:
-        write_atomically(Path(outdir) / CANVAS_FILE, canvas(from_canvas, column, max_score))
-        written.append(CANVAS_FILE)
-    from_moodle = [s for s in students if s.lms == "moodle"]
-    if from_moodle:
-        write_atomically(Path(outdir) / MOODLE_FILE, moodle(from_moodle, max_score, outdir))
-        written.append(MOODLE_FILE)
+    for book in GRADEBOOKS:
+        mine = [s for s in students if s.lms == book.lms]
+        if mine:
+            write_atomically(Path(outdir) / book.file, book.text(mine, column, max_score, outdir))
+            written.append(book)
     return written

@@ -52,7 +52,10 @@ MOODLE_FLAT = re.compile(r"^(?P<name>[^_/]+)_(?P<id>\d+)_assignsubmission_file_.
 # Gradescope's export: assignment_<id>_export/submission_<id>/...
 GRADESCOPE = re.compile(r"^submission_(?P<id>\d+)$", re.IGNORECASE)
 GRADESCOPE_EXPORT = re.compile(r"^assignment_\d+_export$", re.IGNORECASE)
-LMS_NAMES = {"canvas": "Canvas", "moodle": "Moodle", "gradescope": "Gradescope"}
+# The LMSs whose downloads say who each submission is (Identity.lms), by these keys; a batch
+# writes a gradebook for each that has one (grader/batch/lms_gradebooks.py, GRADEBOOKS).
+CANVAS_LMS, MOODLE_LMS, GRADESCOPE_LMS = "canvas", "moodle", "gradescope"
+LMS_NAMES = {CANVAS_LMS: "Canvas", MOODLE_LMS: "Moodle", GRADESCOPE_LMS: "Gradescope"}
 
 # The error of an upload that holds nothing the grader reads: its row says why, so a student
 # who uploaded only a zip inside a zip, or a PDF, is seen in grades.csv instead of missing.
@@ -112,14 +115,14 @@ def named_file(name: str) -> Identity | None:
     """Who an LMS's name for a file (a Canvas download, a flat Moodle download) says it is."""
     match = MOODLE_FLAT.match(name)
     if match:
-        return Identity(match["id"], match["name"].strip(), "moodle")
+        return Identity(match["id"], match["name"].strip(), MOODLE_LMS)
     match = CANVAS_ANONYMOUS.match(name)
     if match:
-        return Identity(match["id"], "", "canvas", int(match["attachment"]), bool(match["late"]))
+        return Identity(match["id"], "", CANVAS_LMS, int(match["attachment"]), bool(match["late"]))
     match = CANVAS.match(name)
     if match and is_canvas_name(match["name"]):
         # NFC: a name extracted on macOS arrives decomposed (e and a combining mark for é).
-        return Identity(match["id"], unicodedata.normalize("NFC", match["name"]), "canvas", int(match["attachment"]),
+        return Identity(match["id"], unicodedata.normalize("NFC", match["name"]), CANVAS_LMS, int(match["attachment"]),
                         bool(match["late"]))
     return None
 
@@ -133,10 +136,10 @@ def named_folder(name: str) -> Identity | None:
     """Who an LMS's folder for one student (Moodle's, Gradescope's) says it is."""
     match = MOODLE.match(name)
     if match:
-        return Identity(match["id"], match["name"].strip(), "moodle")
+        return Identity(match["id"], match["name"].strip(), MOODLE_LMS)
     match = GRADESCOPE.match(name)
     if match:
-        return Identity(match["id"], "", "gradescope")
+        return Identity(match["id"], "", GRADESCOPE_LMS)
     return None
 
 

@@ -17,6 +17,7 @@ from grader.grade import grade_path, not_graded
 from grader.intake.discover import resolved
 from grader.errors import MachineFault
 from grader.intake.notebook import SubmissionError
+from grader.lms.platforms import PLACES, Place
 from grader.report.html import write_html
 from grader.result import ErrorKind, ErrorRecord, GradeResult
 from grader.course.spec import Assignment, SpecError, load_assignment, staff_assignment
@@ -26,22 +27,16 @@ SUFFIXES = (".ipynb", ".py")
 
 
 class Platform:
-    name = ""
-    default_root = ""
-    submission_folder = ""
-    spec_folder = ""
-    # Whether a fault of the machine (grader.errors.MachineFault) may still be written as a
-    # result: only where the platform's format says "not graded" without costing the student
-    # anything. Elsewhere no results file is written, so the platform shows the job as failed
-    # and the staff regrade it once the machine is mended.
-    fault_as_result = False
+    """A platform's place (its folders and results file: grader/lms/platforms.py) and how its
+    results are written (render)."""
+    place: Place
 
-    def results_path(self, root: Path) -> Path:
-        return root / "results" / "results.json"
+    def render(self, result: GradeResult, problem: str, seconds: float, assignment: Assignment | None) -> dict:
+        raise NotImplementedError
 
 
 class Gradescope(Platform):
-    name, default_root, submission_folder, spec_folder = "gradescope", "/autograder", "submission", "source"
+    place = PLACES["gradescope"]
 
     def render(self, result: GradeResult, problem: str, seconds: float, assignment: Assignment | None) -> dict:
         hidden_as = assignment.hidden_visibility if assignment else "after_published"
@@ -66,10 +61,7 @@ class Gradescope(Platform):
 
 
 class PrairieLearn(Platform):
-    name, default_root, submission_folder, spec_folder = "prairielearn", "/grade", "student", "tests"
-    # PrairieLearn's `gradable: false`: "no points will be awarded or lost, and the student
-    # will not be penalized an attempt" (docs/externalGrading.md).
-    fault_as_result = True
+    place = PLACES["prairielearn"]
 
     def render(self, result: GradeResult, problem: str, seconds: float, assignment: Assignment | None) -> dict:
         view = students_view(result)
@@ -85,7 +77,7 @@ class PrairieLearn(Platform):
                 "tests": tests}
 
 
-PLATFORMS = {p.name: p for p in (Gradescope(), PrairieLearn())}
+PLATFORMS: dict[str, Platform] = {p.place.name: p for p in (Gradescope(), PrairieLearn())}
 
 
 def find_submission(folder: Path, course_files: AbstractSet[str] = frozenset()) -> Path:
@@ -128,7 +120,7 @@ def choose_assignment(requested: str | None, root: Path, platform: Platform):
     rows. The submission has no say (see spec.staff_assignment)."""
     if requested:
         return load_assignment(requested)
-    course_spec = root / platform.spec_folder / "assignment.toml"
+    course_spec = root / platform.place.spec_folder / "assignment.toml"
     if course_spec.is_file():
         return load_assignment(str(course_spec))
     return staff_assignment(None)
@@ -239,7 +231,7 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
             spec_error = exc   # raised once the submission is found, so that its result names it
         course_files = assignment.support.file_names() if assignment and assignment.support else set()
         try:
-            submission = find_submission(root / platform.submission_folder, course_files)
+            submission = find_submission(root / platform.place.submission_folder, course_files)
         except SubmissionError as exc:
             problem = str(exc)
         if spec_error is not None:
@@ -257,7 +249,7 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
     except MachineFault as exc:
         # Never a student's 0: Gradescope gets no results file (the job fails, the staff see
         # the cause in its log and regrade); PrairieLearn gets `gradable: false`.
-        if not platform.fault_as_result:
+        if not platform.place.fault_as_result:
             raise
         problem, kind, fault = f"the grading machine could not run the notebook: {exc}", "grader_error", exc
     except Exception as exc:  # noqa: BLE001 - whatever failed, a valid results file is still written
@@ -271,7 +263,7 @@ def run(platform_name: str, root: Path, requested: str | None, settings_for) -> 
     elif problem:
         result.errors.append(ErrorRecord(-1, kind, "GraderError", problem))
     data = platform.render(result, why_not_graded(result), time.monotonic() - started, assignment)
-    write_results(platform.results_path(root), data)
+    write_results(platform.place.results_path(root), data)
     if fault is not None:
         raise fault   # written as not gradable; the command still ends with the machine's exit code
     return data
