@@ -1,14 +1,14 @@
 """One mistake is charged once, and a part not returned costs only its share: student functions
 written in NumPy, called as the kernel would call them (arguments in each probe's layout and
 dtype, the return value through the wire format) but in this process, and judged by
-grade.judge_computed exactly as grading judges a kernel's replies."""
+grading.function_grading.judge_computed exactly as grading judges a kernel's replies."""
 import numpy as np
 import pytest
 
 from grader.calling.classes import sent_arguments
 from grader.calling.returns import Parts, canonical_parts, not_returned
 from grader.course.spec import load_assignment
-from grader.grade import judge_computed
+from grader.grading.function_grading import judge_computed
 from grader.judging.checks import Context, Outcome
 from grader.kernel import replies as payloads
 from grader.kernel_side.wire import decode_argument, encode_argument, encode_value

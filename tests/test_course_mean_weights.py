@@ -16,7 +16,7 @@ from grader.calling.classes import sent_arguments
 from grader.calling.conventions import RETURN_NAMES, parse_convention
 from grader.calling.returns import Tolerance, canonical_parts
 from grader.course.spec import load_assignment, parse
-from grader.grade import judge_computed
+from grader.grading.function_grading import judge_computed
 from grader.judging.checks import Context, Outcome
 from grader.kernel import replies as payloads
 from grader.kernel_side.wire import decode_argument, encode_argument, encode_value

@@ -281,19 +281,19 @@ def test_what_a_students_code_raises_is_never_taken_for_the_graders_timeout_or_r
 def stray_parenthesis_and_a_rename():
     """Ann's cell 5 has a stray `)`: self_attention is not defined and earns 0, multi_head_attention
     all of its points. Bob defined selfAttention instead of self_attention."""
-    from grader.grade import _not_graded_for_failed_cell, _not_implemented
+    from grader.grading.function_grading import not_graded_for_failed_cell, not_implemented
     from grader.result import ErrorRecord, GradeResult
     rows = load_assignment("rows")
     self_attention, multi_head = rows.functions
     failure = {"cell": 4, "cell_number": 5, "line": 6, "ename": "SyntaxError", "evalue": "unmatched ')'"}
-    passed = [dict(c.__dict__) for c in _not_implemented(multi_head, "x")]
+    passed = [dict(c.__dict__) for c in not_implemented(multi_head, "x")]
     for c in passed:
         c.update(status="passed", points=c["max_points"], message="")
     ann = GradeResult("ann.ipynb", "rows", 7, errors=[ErrorRecord(4, "error", "SyntaxError", "unmatched ')'")],
-                      checks=_not_graded_for_failed_cell(self_attention, failure),
+                      checks=not_graded_for_failed_cell(self_attention, failure),
                       functions={"self_attention": {"found": False, "defining_cell_failed": failure},
                                  "multi_head_attention": {"found": True}})
-    bob = GradeResult("bob.ipynb", "rows", 7, checks=_not_implemented(self_attention, "no function named"),
+    bob = GradeResult("bob.ipynb", "rows", 7, checks=not_implemented(self_attention, "no function named"),
                       functions={"self_attention": {"found": False, "similar_names": ["selfAttention"]},
                                  "multi_head_attention": {"found": True}})
     results = {}

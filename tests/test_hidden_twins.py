@@ -5,7 +5,7 @@ checks: the visible `weights_distribution` and `masked_keys_zero_weight` judge t
 shapes of `random_shapes` too. The attack: under a secret seed, with `random_shapes` hidden, a
 function right on the base case (N = 5) and wrong elsewhere fails the visible check on
 "random N = 4, D = 6, H = 2", which the student would read, with its expected weights, as the
-hidden check's case. Graded here without a kernel (grade.judge_computed, as `grader audit`
+hidden check's case. Graded here without a kernel (grading.function_grading.judge_computed, as `grader audit`
 does), and rendered as a student reads it: the JSON of `grader check`, the HTML report, the
 terminal summary, both LMS results files and the one line of LMS feedback.
 """
@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from grader.course.spec import load_assignment, parse
-from grader.grade import judge_computed
+from grader.grading.function_grading import judge_computed
 from grader.calling.classes import sent_arguments
 from grader.calling.returns import Parts
 from grader.judging.checks import Context, Outcome, Verdict

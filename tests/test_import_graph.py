@@ -105,7 +105,8 @@ FLOORS = (
     ("grader.calling",),
     ("grader.course", "grader.kernel"),
     ("grader.judging",),
-    ("grader.grade", "grader.report"),
+    ("grader.grading", "grader.report"),
+    ("grader.grade",),
     ("grader.student", "grader.authoring", "grader.batch", "grader.lms"),
     ("grader.cli", "grader"),
 )

@@ -16,7 +16,7 @@ from grader.calling import cases
 from grader.calling.conventions import CONVENTIONS
 from grader.calling.returns import Tolerance, same
 from grader.course.spec import load_assignment, parse
-from grader.grade import judge_computed
+from grader.grading.function_grading import judge_computed
 from grader.judging.checks import Context
 from grader.judging.explain import Explanation, Predictions, applicable
 from grader.reference.attention import Case, Head, attention

@@ -14,7 +14,7 @@ from grader.judging import answers
 from grader import grade
 from grader.judging.checks import CHECKS, Context, evidence_probes
 from grader.kernel.run_record import ExecutionLog
-from grader.grade import TIME_USED_UP, FunctionProber
+from grader.grading.prober import TIME_USED_UP, FunctionProber
 from grader.intake.notebook import load_submission
 from grader.result import ErrorRecord
 from grader.settings import Settings

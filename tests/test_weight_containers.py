@@ -16,7 +16,7 @@ from grader.judging.explain import trivial
 from grader.judging.smallest import _arguments, _holds_object
 from grader.kernel import replies
 from grader.kernel_side import wire
-from grader.grade import _argument_after
+from grader.grading.prober import _argument_after
 
 FUNCTION = '[[functions]]\nname = "mha"\n[functions.convention]\n'
 X, HEADS = '{ name = "x", role = "x" }', '{ name = "n_head", role = "n_heads" }'

@@ -30,7 +30,7 @@ from grader.judging.checks import CHECKS, Context, Outcome, Probe
 from grader.calling.classes import sent_arguments
 from grader.calling.conventions import PART_WORDS
 from grader.judging.explain import CORRECT, Explanation, Predictions, explanations, harmless
-from grader.grade import judge_computed
+from grader.grading.function_grading import judge_computed
 from grader.calling.returns import Parts, Tolerance, same
 from grader.course.spec import Assignment, FunctionSpec
 

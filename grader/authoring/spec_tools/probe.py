@@ -12,13 +12,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from grader.kernel import replies as payloads
 from grader.calling.cases import base_case
 from grader.judging.checks import Probe
 from grader.calling.classes import made_as
 from grader.calling.conventions import Convention, implied_fully_masked, parse_convention
 from grader.errors import SpecError
-from grader.grade import FunctionProber, assignment_kernel
+from grader.grade import assignment_kernel
+from grader.grading.prober import FunctionProber
 from grader.reference.masks import FULLY_MASKED_RULES
 from grader.calling.returns import Tolerance, same
 from grader.course.spec import Assignment, FunctionSpec
@@ -79,13 +79,7 @@ class KeepingProber(FunctionProber):
             sent["object"] = {**sent["object"], "kept": list(read_back)}
         return sent
 
-    def _received(self, index: int, payload) -> None:
-        super()._received(index, payload)
-        try:
-            reply = payloads.indexed_call_reply(payload, index)
-        except payloads.BadReply:
-            return
-        probe = self.calls[index]
+    def replied(self, probe: Probe, reply: dict) -> None:
         self.values[probe.key] = reply.get("value", {})
         self.kept[probe.key] = dict(zip(getattr(probe, "read_back", ()), reply.get("kept", [])))
 
