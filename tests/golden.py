@@ -27,7 +27,7 @@ def verdict(result) -> dict:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(HERE))
-    from conftest import ROOT, grade
+    from grading_helpers import ROOT, grade
     current = {}
     for entry in load():
         current[entry["path"]] = verdict(grade(ROOT / entry["path"], entry["assignment"], **entry.get("settings", {})))

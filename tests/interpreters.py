@@ -12,7 +12,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from conftest import ROOT, expect_slow, own_run_environment
+from grading_helpers import ROOT, expect_slow, own_run_environment
 
 # The interpreter the test suite's interpreter was made from (pyenv's, under /root, here): the
 # suite's own where it runs outside a venv, as CI once ran it.

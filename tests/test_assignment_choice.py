@@ -8,7 +8,7 @@ import nbformat
 
 import pytest
 
-from conftest import SAMPLES, SUBMISSIONS, run_grader
+from grading_helpers import SAMPLES, SUBMISSIONS, run_grader
 from test_lms import run_entrypoint
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import FIXTURES, ROOT, SUBMISSIONS, grade, run_grader
+from grading_helpers import FIXTURES, ROOT, SUBMISSIONS, grade, run_grader
 from grader.sandbox import isolation as sandbox
 from grader.report.terminal import summary
 from test_lms import run_entrypoint

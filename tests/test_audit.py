@@ -6,7 +6,7 @@ from functools import cache
 
 import pytest
 
-from conftest import ROOT
+from grading_helpers import ROOT
 from golden import load
 from grader.authoring.audit import Audit, FunctionAudit, Graded, audit
 from grader.authoring.audit_report import text, verdict
@@ -265,7 +265,7 @@ def test_the_audit_page_reads_in_a_real_browser(tmp_path):
     (not colour alone), no console errors, no fetches, no horizontal scroll at 1280 px, and a
     spec's title shown as text."""
     playwright = pytest.importorskip("playwright.sync_api")
-    from conftest import chromium_path
+    from grading_helpers import chromium_path
     from grader.authoring.audit_report import write_html
     if not chromium_path():
         pytest.fail("Chromium is not installed (apt-get install chromium)")

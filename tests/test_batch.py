@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, SUBMISSIONS, run_grader, sandbox_processes
+from grading_helpers import FIXTURES, SUBMISSIONS, run_grader, sandbox_processes
 from grader.intake.discover import collect, student_of
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import OWN_PEAK_KIB, SUBMISSIONS, run_grader, sandbox_processes
+from grading_helpers import OWN_PEAK_KIB, SUBMISSIONS, run_grader, sandbox_processes
 from grader.batch.run import UNPACKED
 from grader.batch.stored import batch_key
 from grader.intake.discover import collect

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, GRADER, SAMPLES, SUBMISSIONS
+from grading_helpers import FIXTURES, GRADER, SAMPLES, SUBMISSIONS
 
 FAST = ["--cell-timeout", "4", "--call-timeout", "2"]
 

@@ -2,7 +2,7 @@
 this machine's loopback only, unless the staff accept one explicitly."""
 import pytest
 
-from conftest import non_loopback_address
+from grading_helpers import non_loopback_address
 from grader.batch.dask_cluster import checked_address, is_loopback
 from grader.errors import SubmissionError
 from grader.settings import settings_from

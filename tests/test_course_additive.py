@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import (FIXTURES, GRADER, ROOT, grade, graded_at_full_marks, own_mistakes_apart, planted_mistakes_named,
-                      write_notebook)
+from grading_helpers import (FIXTURES, GRADER, ROOT, grade, graded_at_full_marks, own_mistakes_apart,
+                             planted_mistakes_named, write_notebook)
 from grader.calling import cases
 from grader.course.spec import load_assignment, parse
 from grader.errors import SpecError

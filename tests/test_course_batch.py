@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
+from grading_helpers import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
 from grader.calling import cases
 from grader.judging import smallest
 from grader.judging.checks import CHECKS, Context, Outcome, check_probes, judge_batch_elements

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, GRADER, ROOT, graded_at_full_marks, planted_mistakes_named, own_mistakes_apart
+from grading_helpers import FIXTURES, GRADER, ROOT, graded_at_full_marks, planted_mistakes_named, own_mistakes_apart
 from grader.calling import cases
 from grader.course.spec import load_assignment, parse
 from grader.errors import SpecError

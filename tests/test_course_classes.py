@@ -11,7 +11,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named, write_notebook
+from grading_helpers import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named, write_notebook
 from grader.calling import cases
 from grader.calling import class_table, classes
 from grader.kernel_side import harness
@@ -398,7 +398,7 @@ WEIGHTLESS = '''class ScaledDotProductAttention:
 
 @pytest.mark.slow
 def test_a_weightless_class_is_inferred_graded_at_full_marks_and_its_mistake_named(tmp_path):
-    from conftest import TEST_SETTINGS, expect_slow
+    from grading_helpers import TEST_SETTINGS, expect_slow
     from grader.authoring.spec_tools.infer import infer
     from grader.grade import grade_path
     expect_slow()
@@ -443,7 +443,7 @@ RANDOM_CROSS = '''class MultiHeadCrossAttention:
 def test_a_class_drawing_its_own_random_weights_is_graded_on_the_graders(tmp_path):
     """Its weights are set over the random ones for each call, so it earns full marks; the
     same class taking its keys and values from the query's tokens is named for it."""
-    from conftest import TEST_SETTINGS, expect_slow
+    from grading_helpers import TEST_SETTINGS, expect_slow
     from grader.authoring.spec_tools.infer import infer
     from grader.grade import grade_path
     expect_slow()
@@ -477,7 +477,7 @@ ONE_LEADING_AXIS = '''class ScaledDotProductAttention:
 
 @pytest.mark.slow
 def test_a_function_for_any_leading_axes_earns_every_point_and_one_for_one_axis_fails_them(tmp_path):
-    from conftest import TEST_SETTINGS, expect_slow
+    from grading_helpers import TEST_SETTINGS, expect_slow
     from grader.grade import grade_path
     expect_slow()
     solution = write_notebook(tmp_path / "solution.ipynb", "import numpy as np", WEIGHTLESS)

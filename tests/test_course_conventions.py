@@ -9,7 +9,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, ROOT, SUBMISSIONS, grade, graded_at_full_marks, write_notebook
+from grading_helpers import FIXTURES, ROOT, SUBMISSIONS, grade, graded_at_full_marks, write_notebook
 from grader.calling import cases
 from grader.kernel import replies as payloads
 from grader.calling.conventions import CONVENTIONS
@@ -360,7 +360,7 @@ VECTOR_SOFTMAX = "def softmax(items_in):\n    e_x = np.exp(items_in - np.max(ite
 
 @pytest.mark.slow
 def test_a_softmax_over_one_vector_is_inferred_as_a_helper_and_graded(tmp_path):
-    from conftest import TEST_SETTINGS, expect_slow
+    from grading_helpers import TEST_SETTINGS, expect_slow
     from grader.authoring.spec_tools.infer import infer
     from grader.course.spec import load_assignment
     from grader.grade import grade_path
@@ -416,7 +416,7 @@ GLOBALS_LAB = '''def self_attention(X):
 
 @pytest.mark.slow
 def test_weights_read_from_globals_are_inferred_set_by_the_grader_and_their_changes_seen(tmp_path):
-    from conftest import TEST_SETTINGS, expect_slow
+    from grading_helpers import TEST_SETTINGS, expect_slow
     from grader.authoring.spec_tools.infer import infer
     from grader.course.spec import load_assignment
     from grader.grade import grade_path

@@ -8,7 +8,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
+from grading_helpers import FIXTURES, ROOT, grade, graded_at_full_marks, planted_mistakes_named
 from grader.calling import cases
 from grader.judging.checks import Context, check_probes
 from grader.judging.explain import applicable, features

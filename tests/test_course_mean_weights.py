@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, GRADER, ROOT, graded_at_full_marks, planted_mistakes_named
+from grading_helpers import FIXTURES, GRADER, ROOT, graded_at_full_marks, planted_mistakes_named
 from grader.authoring.spec_tools.returned import read_returns
 from grader.calling import cases
 from grader.calling.classes import sent_arguments

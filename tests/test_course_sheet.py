@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import grade, graded_at_full_marks, write_notebook
+from grading_helpers import grade, graded_at_full_marks, write_notebook
 from grader.batch.stored import batch_key
 from grader.batch.tasks import grade_task, spec_for_task
 from grader.course.sheet_data import MAX_SHEET_BYTES
@@ -293,7 +293,7 @@ def test_the_gradescope_zip_ships_the_file_beside_the_spec(tmp_path):
 
 @pytest.mark.slow
 def test_the_gradescope_zip_holds_the_file_where_the_spec_finds_it(tmp_path):
-    from conftest import expect_slow
+    from grading_helpers import expect_slow
     expect_slow()
     path = _course(tmp_path)
     members = lms_package.gradescope_zip(tmp_path / "autograder.zip", str(path))
@@ -389,7 +389,7 @@ def test_a_wrong_notebook_fails_the_fixed_check_in_the_course_s_words_and_never_
 @pytest.mark.slow
 def test_a_built_in_assignment_still_says_h_of_a_single_head_where_a_course_s_own_does_not(tmp_path):
     from dataclasses import replace
-    from conftest import TEST_SETTINGS, expect_slow
+    from grading_helpers import TEST_SETTINGS, expect_slow
     from grader.grade import grade_path
     expect_slow()
     assignment = load_assignment(str(_course(tmp_path)))

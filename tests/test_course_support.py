@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, GRADER, ROOT, grade, own_run_environment, write_notebook
+from grading_helpers import FIXTURES, GRADER, ROOT, grade, own_run_environment, write_notebook
 from grader.student import in_notebook
 from grader.lms import entrypoints as lms
 from grader.lms import gradescope_zip as lms_package
@@ -394,7 +394,7 @@ LAYERED_ATTENTION = '''class MultiHeadAttention:
 
 @pytest.mark.slow
 def test_a_class_built_from_the_course_s_own_layers_is_inferred_graded_and_its_mistake_named(tmp_path):
-    from conftest import TEST_SETTINGS, expect_slow
+    from grading_helpers import TEST_SETTINGS, expect_slow
     from grader.authoring.spec_tools.infer import infer
     from grader.grade import grade_path
     expect_slow()

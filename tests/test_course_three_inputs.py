@@ -12,7 +12,8 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, GRADER, ROOT, grade, graded_at_full_marks, planted_mistakes_named, own_mistakes_apart
+from grading_helpers import (FIXTURES, GRADER, ROOT, grade, graded_at_full_marks, planted_mistakes_named,
+                             own_mistakes_apart)
 from grader.calling import cases
 from grader.calling.returns import Tolerance
 from grader.course.spec import load_assignment, parse

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import FIXTURES, grade
+from grading_helpers import FIXTURES, grade
 from grader.grade import failed_definition
 from grader.lms.entrypoints import PLATFORMS
 from grader.report.html import render
@@ -166,7 +166,7 @@ def test_a_kernel_cannot_say_a_defining_cell_failed():
 @pytest.mark.slow
 def test_the_report_in_a_real_browser_says_it_at_the_function_with_the_problems_cell_number(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
-    from conftest import chromium_path
+    from grading_helpers import chromium_path
     from grader.report.html import write_html
     from test_report_browser import LAUNCH_ARGS
     if not chromium_path():

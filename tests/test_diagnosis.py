@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SAMPLES, FIXTURES, SUBMISSIONS, grade
+from grading_helpers import SAMPLES, FIXTURES, SUBMISSIONS, grade
 from grader.calling import cases
 from grader.calling.conventions import CONVENTIONS
 from grader.judging.explain import Explanation, Predictions, applicable, explanations

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from conftest import FIXTURES, SAMPLES, SUBMISSIONS, own_run_environment, sandbox_processes
+from grading_helpers import FIXTURES, SAMPLES, SUBMISSIONS, own_run_environment, sandbox_processes
 from grader.batch.run import grade_all
 
 pytestmark = pytest.mark.slow
@@ -53,7 +53,7 @@ def test_unreachable_scheduler_is_a_one_line_error(tmp_path):
 
 def readme_recipe() -> list[str]:
     """The shell lines of the docs' cluster recipe, as written."""
-    from conftest import ROOT
+    from grading_helpers import ROOT
     section = (ROOT / "docs" / "grading-a-class.md").read_text().split("\n## On a Dask cluster\n", 1)[1]
     block = section.split("```sh\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
@@ -127,7 +127,7 @@ def test_the_readme_cluster_recipe_grades_over_tls_and_refuses_whoever_has_no_ce
 
 
 def test_grade_refuses_a_plain_scheduler_address_that_is_not_loopback(tmp_path):
-    from conftest import non_loopback_address, run_grader
+    from grading_helpers import non_loopback_address, run_grader
     for address in (f"tcp://{non_loopback_address()}:8786", f"{non_loopback_address()}:8786"):
         code, out, err, _ = run_grader(["grade", BATCH[0], "-o", tmp_path / "out", "--scheduler", address])
         assert code == 2 and len(err.strip().splitlines()) == 1, err

@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from conftest import ROOT
+from grading_helpers import ROOT
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"

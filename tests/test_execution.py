@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, OWN_PEAK_KIB, SUBMISSIONS, grade
+from grading_helpers import FIXTURES, OWN_PEAK_KIB, SUBMISSIONS, grade
 
 pytestmark = pytest.mark.slow
 
@@ -91,7 +91,7 @@ def test_a_python3_kernel_spec_installed_for_the_user_is_not_used(tmp_path, monk
 
 
 def test_globals_read_by_a_function_are_reported():
-    from conftest import SUBMISSIONS
+    from grading_helpers import SUBMISSIONS
     result = grade(SUBMISSIONS / "mistake_global_D.ipynb", "rows")
     assert result.functions["self_attention"]["globals"] == {"D": "6"}
     assert result.functions["multi_head_attention"]["globals"] == {"D": "6"}
@@ -124,7 +124,7 @@ def test_a_kernel_whose_harness_fails_to_start_leaves_nothing_behind(monkeypatch
 
     import pytest
 
-    from conftest import TEST_SETTINGS, sandbox_processes
+    from grading_helpers import TEST_SETTINGS, sandbox_processes
     from grader.kernel import session as kernel
     from grader.errors import MachineFault
     from grader.sandbox.isolation import run_id
@@ -148,7 +148,7 @@ def test_a_kernel_that_cannot_be_launched_leaves_nothing_behind():
     import glob
     import os
 
-    from conftest import TEST_SETTINGS, sandbox_processes
+    from grading_helpers import TEST_SETTINGS, sandbox_processes
     from grader.kernel import session as kernel
     from grader.errors import MachineFault
     from grader.sandbox.isolation import run_id
@@ -183,7 +183,7 @@ def test_a_kernel_that_dies_as_it_starts_is_reported_in_one_line_and_leaves_noth
     """The kernel's process exits at once: the error carries what it wrote to stderr, its
     folder and processes are gone, and the grader's process still exits cleanly (nbclient's
     exit hook for that kernel would fail)."""
-    from conftest import TEST_SETTINGS, own_run_environment, sandbox_processes
+    from grading_helpers import TEST_SETTINGS, own_run_environment, sandbox_processes
     limits = {**TEST_SETTINGS.limits.__dict__, "fork_server": start == "forked"}
     script = textwrap.dedent(f"""
         import asyncio, os
@@ -296,7 +296,7 @@ def test_a_call_past_its_timeout_costs_only_that_call_and_the_later_ones(tmp_pat
 def test_a_call_that_swallows_its_interrupt_gets_the_kernel_stopped(tmp_path):
     """The call catches the KeyboardInterrupt and sleeps on: the grader, on its own clock,
     still times it out, stops the kernel after the grace, and calls nothing more."""
-    from conftest import sandbox_processes
+    from grading_helpers import sandbox_processes
     swallows = ("while True:\n    try:\n        __import__('time').sleep(60)\n"
                 "    except KeyboardInterrupt:\n        pass\n")
     result = grade(slow_on_integer_inputs(tmp_path, swallows), "rows", call_timeout=CALL_TIMEOUT)
@@ -408,7 +408,7 @@ def test_replies_the_grader_reads_slowly_are_all_read():
     import asyncio
     import time
 
-    from conftest import TEST_SETTINGS
+    from grading_helpers import TEST_SETTINGS
     from grader.kernel import session as kernel
     from grader.kernel_side.wire import MIME
 

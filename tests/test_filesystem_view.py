@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from grading_helpers import ROOT
 from grader.sandbox import isolation as sandbox
 from grader.kernel.session import kernel_environment
 from grader.settings import Settings

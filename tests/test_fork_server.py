@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SUBMISSIONS, grade
+from grading_helpers import SUBMISSIONS, grade
 from grader.kernel import forked as forked_kernels
 from grader.sandbox import isolation as sandbox
 from grader.kernel.session import Kernel
@@ -179,7 +179,7 @@ def test_when_the_fork_server_cannot_start_kernels_start_fresh_and_the_result_sa
 @needs_full_sandbox
 def test_the_fork_server_outlives_a_check_for_the_next_one():
     """A student's next `grader check` finds the server warm: the same one serves both."""
-    from conftest import run_grader
+    from grading_helpers import run_grader
     first = forked_kernels.server()
     code, out, err, _ = run_grader(["check", WORKED])
     assert code == 0, err

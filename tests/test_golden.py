@@ -5,7 +5,7 @@ import re
 import jsonschema
 import pytest
 
-from conftest import ROOT, grade, sandbox_processes
+from grading_helpers import ROOT, grade, sandbox_processes
 from golden import load
 from grader.result import GradeResult
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, GRADER, ROOT, SUBMISSIONS, run_grader
+from grading_helpers import FIXTURES, GRADER, ROOT, SUBMISSIONS, run_grader
 from grader.errors import SubmissionError
 from grader.batch.lms_gradebooks import CANVAS_FILE, MOODLE_FILE
 from grader.batch.gradebook import cell, counted

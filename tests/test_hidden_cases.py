@@ -20,7 +20,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import _current, run_grader
+from grading_helpers import _current, run_grader
 from grader.course.spec import parse
 from grader.judging.checks import Context, check_context, check_probes
 from test_lms import run_entrypoint

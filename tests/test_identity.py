@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, ROOT, SUBMISSIONS, run_grader
+from grading_helpers import FIXTURES, ROOT, SUBMISSIONS, run_grader
 from grader.errors import SubmissionError
 from grader.batch.lms_gradebooks import CANVAS_FILE, MOODLE_FILE
 from grader.intake.discover import collect, identity_of, student_of

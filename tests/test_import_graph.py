@@ -4,7 +4,7 @@ function, since a function's import is the same dependency, only later."""
 import ast
 from pathlib import Path
 
-from conftest import ROOT
+from grading_helpers import ROOT
 
 PACKAGE = ROOT / "grader"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import FIXTURES, ROOT
+from grading_helpers import FIXTURES, ROOT
 from grader.sandbox import isolation as sandbox
 from interpreters import (OWN_SITE_PACKAGES, build_wheel, copy_package, make_venv_without_base, off_path_folder,
                           run_check, site_packages_of, stop_fork_server)

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from conftest import SUBMISSIONS, expect_slow
+from grading_helpers import SUBMISSIONS, expect_slow
 from grader.student.in_notebook import NOT_FOUND, CheckError, Report, notebook_path
 
 

@@ -9,7 +9,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import GRADER, expect_slow
+from grading_helpers import GRADER, expect_slow
 from grader.authoring.spec_tools.candidates import candidates, class_table
 from grader.authoring.spec_tools.infer import ADDITIVE
 from grader.authoring.spec_tools.probe import NOT_CALLED, RAISED, REFUSED, UNREAD, Probed

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import SUBMISSIONS
+from grading_helpers import SUBMISSIONS
 from grader.sandbox import isolation as sandbox
 from interpreters import (BASE_PYTHON, BASE_SITE_PACKAGES, build_wheel, copy_tracked, interpreter_environment,
                           make_venv, run_check, stop_fork_server)

@@ -11,7 +11,7 @@ import time
 import nbformat
 import pytest
 
-from conftest import FIXTURES, SUBMISSIONS, TEST_SETTINGS, expect_slow, sandbox_processes
+from grading_helpers import FIXTURES, SUBMISSIONS, TEST_SETTINGS, expect_slow, sandbox_processes
 from grader import grade as grade_module
 from grader.kernel import session as kernel_module
 from grader.grade import grade_path

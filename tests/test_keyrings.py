@@ -11,7 +11,7 @@ import uuid
 import nbformat
 import pytest
 
-from conftest import SUBMISSIONS, grade, run_grader
+from grading_helpers import SUBMISSIONS, grade, run_grader
 from grader.kernel import forked as forked_kernels
 from grader.kernel_side import keyrings
 from grader.sandbox import isolation as sandbox

@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import SUBMISSIONS, expect_slow, own_run_environment
+from grading_helpers import SUBMISSIONS, expect_slow, own_run_environment
 from grader.kernel_side import landlock
 from grader.sandbox import isolation as sandbox
 from grader.sandbox import leftovers

@@ -200,7 +200,7 @@ def test_infer_writes_batch_any_and_the_kept_weights_and_the_spec_tells_the_mist
     mistake, and fails a class that keeps nothing or handles one leading axis only."""
     import tomllib
 
-    from conftest import TEST_SETTINGS, expect_slow, write_notebook
+    from grading_helpers import TEST_SETTINGS, expect_slow, write_notebook
     from grader.authoring.spec_tools.infer import infer
     from grader.course.spec import load_assignment
     from grader.grade import grade_path
@@ -234,7 +234,7 @@ def test_infer_writes_batch_any_and_the_kept_weights_and_the_spec_tells_the_mist
 
 @pytest.mark.slow
 def test_infer_lists_batch_any_without_choosing_it_for_a_source_that_does_not_say_any_axes(tmp_path):
-    from conftest import TEST_SETTINGS, expect_slow, write_notebook
+    from grading_helpers import TEST_SETTINGS, expect_slow, write_notebook
     from grader.authoring.spec_tools.infer import infer
     expect_slow()
     solution = write_notebook(tmp_path / "solution.ipynb", "import numpy as np", ONE_AXIS_DOC)

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from conftest import GRADER, SUBMISSIONS
+from grading_helpers import GRADER, SUBMISSIONS
 from grader.intake.notebook import load_submission
 
 FAST = ["--cell-timeout", "4", "--call-timeout", "2"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, GRADER, own_run_environment, sandbox_processes
+from grading_helpers import FIXTURES, GRADER, own_run_environment, sandbox_processes
 from grader.sandbox.isolation import MARKER
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]

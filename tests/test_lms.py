@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import SAMPLES, FIXTURES, ROOT, SUBMISSIONS, own_run_environment, sandbox_processes
+from grading_helpers import SAMPLES, FIXTURES, ROOT, SUBMISSIONS, own_run_environment, sandbox_processes
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, SUBMISSIONS, run_grader
+from grading_helpers import FIXTURES, SUBMISSIONS, run_grader
 from test_lms import FAST, run_entrypoint
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 from packaging.requirements import Requirement
 
-from conftest import FIXTURES, ROOT, SUBMISSIONS, own_run_environment, run_grader
+from grading_helpers import FIXTURES, ROOT, SUBMISSIONS, own_run_environment, run_grader
 from grader import __version__
 
 COURSE = FIXTURES / "lms" / "assignment.toml"   # a course that hides some checks

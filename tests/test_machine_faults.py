@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import SUBMISSIONS, expect_slow, run_grader
+from grading_helpers import SUBMISSIONS, expect_slow, run_grader
 from interpreters import build_wheel, interpreter_environment, make_venv, site_packages_of, stop_fork_server
 
 

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, planted_mistakes_named
+from grading_helpers import ROOT, planted_mistakes_named
 from grader.authoring.audit import _Computation
 from grader.calling import cases
 from grader.calling.conventions import CONVENTIONS

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import SUBMISSIONS, grade
+from grading_helpers import SUBMISSIONS, grade
 from grader.intake.own_cells import grader_lines, is_grader_cell, without_grader_lines
 from grader.report.html import render, timing_text
 

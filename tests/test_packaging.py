@@ -3,7 +3,7 @@ an editable install of a checkout happens to find."""
 import os
 import tomllib
 
-from conftest import ROOT
+from grading_helpers import ROOT
 
 
 def test_every_package_of_the_source_tree_is_declared_for_the_wheel():

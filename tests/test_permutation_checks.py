@@ -4,7 +4,7 @@ its shape, never ends it as the grader's error."""
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, grade
+from grading_helpers import FIXTURES, grade
 from grader.calling.returns import Parts, Tolerance
 from grader.course.spec import builtin_names, load_assignment
 from grader.judging.checks import CHECKS, Context, Outcome, check_probes

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from conftest import FIXTURES
+from grading_helpers import FIXTURES
 from kernel_fakes import HarnessKernel
 from grader.judging import answers
 from grader import grade

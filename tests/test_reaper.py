@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from conftest import ROOT
+from grading_helpers import ROOT
 from grader.sandbox.leftovers import parent_of
 
 # The grader's side: watch each folder of argv[2:] (released if its name ends in "released"),

@@ -8,7 +8,7 @@ import shutil
 import nbformat
 import pytest
 
-from conftest import run_grader
+from grading_helpers import run_grader
 from test_lms import run_entrypoint
 
 pytestmark = pytest.mark.slow

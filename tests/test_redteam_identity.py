@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import run_grader
+from grading_helpers import run_grader
 from grader.batch.lms_gradebooks import CANVAS_FILE
 from grader.cli import main
 from grader.errors import SubmissionError

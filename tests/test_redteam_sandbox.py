@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import SUBMISSIONS, expect_slow
+from grading_helpers import SUBMISSIONS, expect_slow
 from grader.kernel_side import keyrings
 from grader.kernel_side import landlock
 from grader.sandbox import isolation as sandbox

@@ -1,7 +1,7 @@
 """The HTML report opens offline in a real headless Chromium with no console errors."""
 import pytest
 
-from conftest import SAMPLES, SUBMISSIONS, chromium_path, grade
+from grading_helpers import SAMPLES, SUBMISSIONS, chromium_path, grade
 from grader.report.html import write_html
 
 pytestmark = pytest.mark.slow

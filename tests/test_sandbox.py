@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, SUBMISSIONS, grade, run_grader, sandbox_processes
+from grading_helpers import FIXTURES, SUBMISSIONS, grade, run_grader, sandbox_processes
 from grader.sandbox import isolation as sandbox
 from grader.settings import Settings
 

@@ -4,7 +4,7 @@ flag is wrong there and named; everywhere else the flag is True."""
 import numpy as np
 import pytest
 
-from conftest import grade, write_notebook
+from grading_helpers import grade, write_notebook
 from grader.calling import cases
 from grader.course.spec import parse
 from grader.judging.explain import Explanation, Predictions, applicable

@@ -13,7 +13,7 @@ import numpy as np
 
 import pytest
 
-from conftest import FIXTURES, SUBMISSIONS, run_grader
+from grading_helpers import FIXTURES, SUBMISSIONS, run_grader
 from test_lms import run_entrypoint
 from grader.judging.checks import CHECKS, Context, evidence_probes
 from grader.judging.answers import attempt_probes

@@ -12,7 +12,7 @@ them (the other checks judge the mistake).
 import nbformat
 import pytest
 
-from conftest import _current, grade
+from grading_helpers import _current, grade
 from grader.judging.checks import SHEET_ONLY
 from grader.reference.sheets import FIXED_DATA
 from grader.course.spec import load_assignment

@@ -16,7 +16,7 @@ from grader.batch import similarity
 from grader.batch.similarity import THRESHOLD, exact_pairs, fingerprint, similar_pairs
 from grader.course.spec import load_assignment
 
-from conftest import FIXTURES, ROOT, SUBMISSIONS
+from grading_helpers import FIXTURES, ROOT, SUBMISSIONS
 
 # The Jaccard the banding is designed for (grader/batch/similarity.py: found with probability >= 0.999).
 DESIGNED_FOR = 0.55

@@ -4,7 +4,7 @@ import numpy as np
 import nbformat
 import pytest
 
-from conftest import SUBMISSIONS, grade, planted_mistakes_named, write_notebook
+from grading_helpers import SUBMISSIONS, grade, planted_mistakes_named, write_notebook
 from grader.judging import smallest
 from grader.judging.checks import Outcome, Probe
 from grader.calling.classes import sent_arguments

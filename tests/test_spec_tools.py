@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tomllib
 
-from conftest import FIXTURES, GRADER, ROOT, SAMPLES, SUBMISSIONS, write_notebook
+from grading_helpers import FIXTURES, GRADER, ROOT, SAMPLES, SUBMISSIONS, write_notebook
 from grader.calling.conventions import parse_convention
 from grader.reference.attention import attention
 from grader.calling.returns import Tolerance
@@ -81,7 +81,7 @@ def inferred(tmp_path_factory):
     """Each golden solution's spec inferred, then checked against it: two at a time, as each
     is a grader process with kernels of its own (the machine has two cores)."""
     from concurrent.futures import ThreadPoolExecutor
-    from conftest import expect_slow
+    from grading_helpers import expect_slow
     expect_slow()
     folder = tmp_path_factory.mktemp("inferred")
 
@@ -355,7 +355,7 @@ def test_a_candidate_whose_call_never_ends_stops_only_itself(tmp_path):
     """Handed a 0 / -inf mask, this function never returns: those calls time out, and the
     candidates after them in the same request are called all the same (a 0/1 float mask,
     tried later, fits as well as the boolean one)."""
-    from conftest import TEST_SETTINGS, expect_slow
+    from grading_helpers import TEST_SETTINGS, expect_slow
     from grader.settings import Settings
     from grader.authoring.spec_tools.infer import infer
     expect_slow()
@@ -409,7 +409,7 @@ def test_infer_lists_square_weights_beside_the_general_scale_and_names_the_spec_
     that square = true also earns every point (the general scale, chosen, fails students who
     divide by sqrt(D)), and names the spec, which every student sees, from the notebook's
     heading instead of the file's name."""
-    from conftest import TEST_SETTINGS, expect_slow
+    from grading_helpers import TEST_SETTINGS, expect_slow
     from grader.authoring.spec_tools.infer import infer
     expect_slow()
     nb = nbformat.v4.new_notebook(cells=[
@@ -465,7 +465,7 @@ def test_a_dict_passed_on_as_keywords_has_the_callees_parameters_as_keys_and_its
 
 @pytest.mark.slow
 def test_weights_as_keyword_dicts_are_inferred_and_a_missing_causal_mask_is_named(tmp_path):
-    from conftest import TEST_SETTINGS, expect_slow
+    from grading_helpers import TEST_SETTINGS, expect_slow
     from grader.authoring.spec_tools.infer import infer
     from grader.grade import grade_path
     expect_slow()

@@ -8,7 +8,7 @@ import subprocess
 import nbformat
 import pytest
 
-from conftest import GRADER, SUBMISSIONS, own_run_environment, run_grader
+from grading_helpers import GRADER, SUBMISSIONS, own_run_environment, run_grader
 from grader.result import CheckResult, ErrorRecord, GradeResult
 from grader.report.terminal import summary
 from grader.report.view import result_view

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import GRADER, SUBMISSIONS, expect_slow, own_run_environment
+from grading_helpers import GRADER, SUBMISSIONS, expect_slow, own_run_environment
 from grader.result import CheckResult, ErrorRecord, GradeResult
 from grader.report.view import result_view
 from grader.student.regrade_on_save import changes

@@ -221,7 +221,7 @@ OBJECT_RETURN = "    return np.hstack(out) @ c_proj.w + c_proj.b"
 def _inferred_and_graded(tmp_path, source: str):
     """The solution's spec inferred for mha, written beside it, and the solution graded with it
     at full marks in a real kernel. Returns the inferred table and the spec's path."""
-    from conftest import TEST_SETTINGS, expect_slow, graded_at_full_marks, write_notebook
+    from grading_helpers import TEST_SETTINGS, expect_slow, graded_at_full_marks, write_notebook
     from grader.authoring.spec_tools.infer import infer
     expect_slow()
     solution = write_notebook(tmp_path / "solution.ipynb", "import numpy as np", source)
@@ -233,14 +233,14 @@ def _inferred_and_graded(tmp_path, source: str):
 
 
 def _sibling(tmp_path, name: str, source: str, line: str, replacement: str):
-    from conftest import write_notebook
+    from grading_helpers import write_notebook
     assert line in source
     return write_notebook(tmp_path / name, "import numpy as np", source.replace(line, replacement))
 
 
 @pytest.mark.slow
 def test_a_nested_dict_is_inferred_from_its_keys_read_and_passed_on_and_a_missing_projection_is_named(tmp_path):
-    from conftest import planted_mistakes_named
+    from grading_helpers import planted_mistakes_named
     table, spec = _inferred_and_graded(tmp_path, NESTED_SOLUTION)
     assert table["params"] == [{"name": "x", "role": "x"},
                                {"name": "attn", "role": "dict", "keys": {"c_attn": {"w": "wqkv", "b": "bqkv"},
@@ -257,7 +257,7 @@ def test_a_nested_dict_is_inferred_from_its_keys_read_and_passed_on_and_a_missin
 
 @pytest.mark.slow
 def test_an_object_is_inferred_from_its_attributes_read_and_a_projection_from_the_wrong_side_is_named(tmp_path):
-    from conftest import grade, planted_mistakes_named
+    from grading_helpers import grade, planted_mistakes_named
     table, spec = _inferred_and_graded(tmp_path, OBJECT_SOLUTION)
     assert table["params"] == [{"name": "x", "role": "x"},
                                {"name": "c_attn", "role": "object", "attributes": {"w": "wqkv", "b": "bqkv"}},
