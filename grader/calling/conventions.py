@@ -242,6 +242,14 @@ class Convention:
         return "d_output" in self.roles
 
     @property
+    def gradient_parts(self) -> tuple[str, ...]:
+        """The gradients a backward pass may return: given Q, K and V, theirs; given the tokens
+        and the projections, those of the inputs and weights it takes."""
+        if "x" not in self.roles:
+            return QKV_GRADIENTS
+        return tuple(p for p in TOKEN_GRADIENTS + WEIGHT_GRADIENTS if GRADIENT_OF[p] in self.roles)
+
+    @property
     def given_weights(self) -> bool:
         """A backward pass handed the forward's attention weights P (its cache's), which it
         takes the backward through instead of computing them again."""
@@ -858,7 +866,7 @@ def _check_projected_backward(conv: Convention, roles: set, names: tuple, where:
         if name in QKV_GRADIENTS:
             fail(where, f"a backward pass given the tokens X returns the gradients of its inputs and weights "
                         f"({', '.join(TOKEN_GRADIENTS + WEIGHT_GRADIENTS)}), not {name!r}")
-        if GRADIENT_OF[name] not in roles:
+        if name not in conv.gradient_parts:
             fail(where, f"returns {name!r}, the gradient of role {GRADIENT_OF[name]!r}, which no param has")
     if "wqkv" in roles or conv.block is not None:
         fail(where, "a backward pass through packed projections (wqkv) or a block is not supported yet")

@@ -178,6 +178,7 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
         raise SubmissionError(f"--support: no such folder: {support}")
     nb = load_submission(solution)
     signatures = notebook_functions(nb)
+    classes, not_modules = notebook_class_signatures(nb)
     if only:
         known = {s.name for s in signatures} | set(notebook_classes(nb))
         missing = [name for name in only if name not in known]
@@ -186,7 +187,7 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
                                   f"(it defines: {', '.join(sorted(known)) or 'none'})")
         signatures = [s for s in signatures if s.name in only]
     else:
-        layers = {c.name: len(c.method.params) for c in notebook_class_signatures(nb)[0]}
+        layers = {c.name: len(c.method.params) for c in classes}
         own_helpers = helpers(nb, signatures, layers)
         signatures = [s for s in signatures if s.name not in own_helpers]
     # What the solution imports, and reaches through what it imported (`scipy.special.logsumexp`
@@ -205,7 +206,6 @@ def infer(solution: Path, output: Path, settings, only: list[str] | None = None,
     inferred = Inferred("", {}, allowed=allowed, naming=naming)
     if not only:
         inferred.left_out.update(own_helpers)
-    classes, not_modules = notebook_class_signatures(nb)
     every_class = {c.name: c for c in classes}   # a course's layers among them, helpers or not
     classes = [replace(c, set_later=kept_as_tasks(nb, c.set_later)) for c in classes
                if only or c.name not in own_helpers]

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from grader.calling.conventions import (CACHE, GRADIENT_OF, PART_WORDS, QKV_GRADIENTS, RETURN_NAMES, TOKEN_GRADIENTS,
-                                       WEIGHT_GRADIENTS, Convention)
+from grader.calling.conventions import CACHE, PART_WORDS, RETURN_NAMES, Convention
 from grader.reference.attention import Case
 from grader.calling.returns import Tolerance, canonical_parts, describe_value, same
 
@@ -24,8 +23,7 @@ def _every_part(conv: Convention, case: Case) -> dict:
     if not conv.attends:
         parts = ("output",)   # a layer norm or a feed-forward network computes nothing else
     if conv.backward:
-        parts = tuple(p for p in TOKEN_GRADIENTS + WEIGHT_GRADIENTS if GRADIENT_OF[p] in conv.roles) \
-            if "x" in conv.roles else QKV_GRADIENTS
+        parts = conv.gradient_parts
     return replace(conv, returns=parts, return_keys=None).expected_parts(case)
 
 

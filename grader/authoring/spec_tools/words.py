@@ -18,17 +18,22 @@ def _held_words(kind: str, held: dict) -> str:
     return f"a{'n' * (kind == 'object')} {kind} of " + " and ".join(f"{k}={one(v)}" for k, v in held.items())
 
 
-def describe(table: dict) -> str:
-    """A convention table in words: each parameter's role, then what is not the default."""
-    params = []
-    for p in table["params"]:
+def _params_words(params: list[dict]) -> str:
+    """Each parameter's role, with what it says beyond it: "Q=q, mask=mask (form keep)"."""
+    said = []
+    for p in params:
         role = f"a tuple of ({', '.join(p['items'])})" if p["role"] == "tuple" else \
             _held_words(p["role"], p[CONTAINERS[p["role"]]]) if p["role"] in CONTAINERS else p["role"]
         extra = [f"form {p['form']}" if "form" in p else "", f"head {p['head']}" if "head" in p else "",
                  f"{p['heads']} heads" if "heads" in p else "", f"shape {p['shape']}" if "shape" in p else ""]
         extra = [e for e in extra if e]
-        params.append(f"{p['name']}={role}" + (f" ({', '.join(extra)})" if extra else ""))
-    words = [", ".join(params)]
+        said.append(f"{p['name']}={role}" + (f" ({', '.join(extra)})" if extra else ""))
+    return ", ".join(said)
+
+
+def describe(table: dict) -> str:
+    """A convention table in words: each parameter's role, then what is not the default."""
+    words = [_params_words(table["params"])]
     made = table.get("class")
     if made:
         built = ", ".join(f"{c['name']}={c['role']}" for c in made.get("construct", []))
@@ -40,8 +45,7 @@ def describe(table: dict) -> str:
         words = [f"an object made as ({built}), {given}; its {made['method']} takes " + words[0]]
         if made.get("before"):
             first = made["before"]
-            words[0] += f", after its {first['method']} took " + describe(
-                {"params": first["params"], "returns": ""}).split("; returns")[0]
+            words[0] += f", after its {first['method']} took " + _params_words(first["params"])
         if made.get("kept"):
             words.append("keeping " + ", ".join(f"the {part} in self.{name}" for name, part in made["kept"].items()))
     if table.get("globals"):
