@@ -12,6 +12,7 @@ from pathlib import Path
 from grader import __version__
 from grader.errors import MachineFault, SpecError, SubmissionError
 from grader.report.printable import printable
+from grader.report.view import shown
 from grader.lms.platforms import PLACES
 from grader.settings import BY_NAME, add_arguments, explicit_values, from_namespace, markdown_table, settings_from
 
@@ -140,7 +141,7 @@ def spec_infer(ns) -> int:
     write_atomically(ns.output, inferred.text)
     score, max_score = inferred.score
     print(f"wrote {printable(ns.output)}: {len(inferred.functions)} function(s); graded with it, "
-          f"{printable(ns.solution.name)} earns {score:g} / {max_score:g}")
+          f"{printable(ns.solution.name)} earns {shown(score)} / {shown(max_score)}")
     for name, fit in inferred.functions.items():
         print(f"  {printable(name)}: {printable(describe(fit.table))}")
         for other in inferred.undecided.get(name, []):
@@ -172,10 +173,10 @@ def spec_check(ns) -> int:
     if result is None:
         return EXIT_FULL_MARKS
     if result.full_marks:
-        print(f"{printable(ns.solution.name)} earns every point: {result.score:g} / {result.max_score:g}")
+        print(f"{printable(ns.solution.name)} earns every point: {shown(result.score)} / {shown(result.max_score)}")
         return EXIT_FULL_MARKS
     print(summary(result, staff=True, colour=use_colour()))
-    print(f"{printable(ns.solution.name)} does not earn every point: {result.score:g} / {result.max_score:g}")
+    print(f"{printable(ns.solution.name)} does not earn every point: {shown(result.score)} / {shown(result.max_score)}")
     return EXIT_FAILURES
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from grading_helpers import OWN_PEAK_KIB, SUBMISSIONS, run_grader, sandbox_processes
 from grader.batch.run import UNPACKED
-from grader.batch.stored import batch_key
+from grader.batch.resume import batch_key
 from grader.intake.discover import collect
 from grader.intake.notebook import notebook_from_python
 from grader.settings import SETTINGS, settings_from
@@ -186,7 +186,7 @@ def test_a_lost_worker_costs_no_other_submission_its_grade(tmp_path):
 
 
 def test_resume_key_covers_every_setting_that_shapes_a_result(tmp_path, monkeypatch):
-    import grader.batch.stored
+    import grader.batch.resume
     rows = load_assignment("rows")
     base = settings_from({})
     key = batch_key(GOOD, rows, base)
@@ -201,7 +201,7 @@ def test_resume_key_covers_every_setting_that_shapes_a_result(tmp_path, monkeypa
         assert batch_key(GOOD, rows, settings_from({name: value})) == key, name
     assert batch_key(GOOD + b" ", rows, base) != key
     assert batch_key(GOOD, replace(rows, raw={**rows.raw, "tolerance": {"rtol": 0.1}}), base) != key
-    monkeypatch.setattr(grader.batch.stored, "__version__", "99.0")
+    monkeypatch.setattr(grader.batch.resume, "__version__", "99.0")
     assert batch_key(GOOD, rows, base) != key
 
 
@@ -225,7 +225,7 @@ def test_an_oversized_file_is_refused_before_it_is_read(tmp_path):
         f.truncate(500 * 2**20)
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from grader.batch.stored import planned_key
+        from grader.batch.resume import planned_key
         from grader.intake.discover import collect
         from grader.intake.notebook import SubmissionError
         from grader.course.spec import load_assignment

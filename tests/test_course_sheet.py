@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from grading_helpers import grade, graded_at_full_marks, write_notebook
-from grader.batch.stored import batch_key
+from grader.batch.resume import batch_key
 from grader.batch.tasks import grade_task, spec_for_task
 from grader.course.sheet_data import MAX_SHEET_BYTES
 from grader.course.spec import load_assignment, parse

@@ -310,7 +310,7 @@ def test_a_0_says_why_in_grades_csv_and_the_class_summary(tmp_path):
     the file under its errors; a renamed function's 0 says "not implemented", what it may have
     been renamed to and the alias that would grade it (the TA's files are the staff's)."""
     from grader.batch.gradebook import class_rows, write_grades_csv
-    from grader.batch.stored import summary_row
+    from grader.batch.gradebook import summary_row
     from grader.report.html import write_summary
     results = stray_parenthesis_and_a_rename()
     submissions = [Submission(tmp_path / name, name, name[:3], name[:3]) for name in results]

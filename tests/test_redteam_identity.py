@@ -75,7 +75,7 @@ def test_a_folder_swapped_for_a_link_after_the_file_was_found_is_not_followed(tm
     """A drop folder students may write while a batch runs: between finding Mallory's file and
     reading it, her folder becomes a link to the course's; the grader, which may read the
     course's files, must not read the course's file of the same name as hers."""
-    from grader.batch.stored import planned_key
+    from grader.batch.resume import planned_key
     from grader.course.spec import load_assignment
     course, drop = tmp_path / "course", tmp_path / "drop"
     (drop / "mallory").mkdir(parents=True)

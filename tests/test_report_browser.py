@@ -57,7 +57,7 @@ def a_class(tmp_path):
     with a second file that does not count, one overridden, one not graded (with a hostile
     reason), one whose file Canvas marked late and one with a cell stopped at its timeout.
     Every row goes through the batch's summary_row, as in `grader grade`."""
-    from grader.batch.stored import summary_row
+    from grader.batch.gradebook import summary_row
     from grader.batch.gradebook import class_rows
     from grader.intake.discover import Identity, Submission
     from grader.grade import not_graded

@@ -261,3 +261,26 @@ def test_a_visible_check_showing_a_case_shaped_as_a_hidden_one_is_withheld_but_k
     assert student.withheld and student.figures == [] and student.message == SHAPED_AS_HIDDEN_NOTE
     assert "random N = 4" not in render(result) and "sums to 2" not in summary(result)
     assert "sums to 2" in summary(result, staff=True)
+
+
+def test_a_share_of_a_check_shows_to_two_decimals_in_every_rendering():
+    """6 of 11 gradients right earns 6/11 of a check: every place a person reads points says
+    1.64 (report/view.py's shown), never 1.63636; the gradebooks keep the score itself."""
+    from grader.report.view import student_feedback_line
+    result = GradeResult(submission="hw.ipynb", assignment="rows", seed=1, checks=[
+        CheckResult("f.fixed", "f", "fixed", "Sheet data", "failed", 3 * 6 / 11, 3, "dq, dk wrong.")])
+    result.total()
+    documents = {"terminal": summary(result), "html": render(result), "feedback line": student_feedback_line(result)}
+    for name, platform in PLATFORMS.items():   # their words; their score fields are the gradebook's
+        documents[name] = " ".join(_words(platform.render(result, "", 1.0, None)))
+    for where, text in documents.items():
+        assert "1.64" in text and "1.636" not in text, where
+    assert round(result.to_json()["score"], 4) == 1.6364   # kept as scored, not as shown
+
+
+def _words(data) -> list[str]:
+    if isinstance(data, str):
+        return [data]
+    if isinstance(data, dict):
+        data = list(data.values())
+    return [w for item in data for w in _words(item)] if isinstance(data, list) else []

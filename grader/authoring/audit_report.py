@@ -6,6 +6,7 @@ from pathlib import Path
 from grader.authoring.audit import BEYOND_MISTAKES, Audit, FunctionAudit, Graded, informational
 from grader.atomic_write import write_atomically
 from grader.report.printable import printable
+from grader.report.view import shown
 
 FLOAT64_NOTE = ("Each mistake is computed in float64 on every case as it is: float32, integer, Fortran-ordered "
                 "and non-contiguous inputs change what a student's code is given, not what these computations "
@@ -14,7 +15,7 @@ FLOAT64_NOTE = ("Each mistake is computed in float64 on every case as it is: flo
 
 
 def _score(g: Graded) -> str:
-    return f"{g.points:g} / {g.max_points:g}"
+    return f"{shown(g.points)} / {shown(g.max_points)}"
 
 
 def check_label(fn: FunctionAudit, kind: str) -> str:
@@ -47,7 +48,7 @@ def remark(g: Graded) -> str:
 def _function_text(fn: FunctionAudit) -> list[str]:
     name = printable(fn.name)
     ref = fn.reference
-    lines = [f"{name}: {sum(fn.checks.values()):g} points; the reference earns {_score(ref)}"
+    lines = [f"{name}: {shown(sum(fn.checks.values()))} points; the reference earns {_score(ref)}"
              + ("" if ref.full_marks else f" (it fails {', '.join(ref.caught_by)}): THE SPEC IS WRONG")]
     if not fn.mistakes:
         lines.append("  no known mistake applies to its convention")
@@ -70,7 +71,7 @@ def _function_text(fn: FunctionAudit) -> list[str]:
         lines.append("  at full marks by design (no check with points counts how they differ): "
                      + ", ".join(m.label for m in fn.full_marks_by_design))
     lines.append("  non-answers (the non-answer rule): " + ", ".join(f"{n.title} {_score(n)}" for n in fn.non_answers))
-    lines.append(f"  mistakes at or below a non-answer's {fn.non_answer_points:g} points: "
+    lines.append(f"  mistakes at or below a non-answer's {shown(fn.non_answer_points)} points: "
                  + (", ".join(m.label for m in fn.as_non_answers) or "none"))
     return lines
 

@@ -17,7 +17,18 @@ from grader.atomic_write import write_atomically
 from grader.intake.discover import Submission
 from grader.batch.staff_overrides import applied
 from grader.result import GradeResult
-from grader.report.view import result_view, student_feedback_line
+from grader.report.view import problem_line, result_view, stopped_at_timeout, student_feedback_line
+
+def summary_row(row: dict) -> dict:
+    """What a batch keeps of a submission's result until grades.csv and the class summary are
+    written: everything but the checks' messages and figures and the errors' tracebacks, which
+    are in its result.json. Kept whole, a class's worth of them made the grader's memory grow
+    with the size of the batch. What the summary says of its errors is taken first, from all of them."""
+    result = GradeResult.from_json(row)
+    return {**row, "problem": problem_line(result), "timed_out": stopped_at_timeout(result),
+            "checks": [dict(c, message="", figures=[]) for c in row.get("checks", [])],
+            "errors": [{k: e.get(k) for k in ("cell", "kind", "ename", "evalue")} for e in row.get("errors", [])[:1]]}
+
 
 # A spreadsheet runs a cell that starts with one of these as a formula (CSV injection); file
 # and student names come from students, so such a cell is written with a leading quote.
@@ -52,7 +63,7 @@ class StudentRow:
     feedback: str = ""         # what the student may read of the grading (grader/report/view.py)
     graded_at: float | None = None   # when the file that counts was graded (seconds since the epoch)
     late: bool = False         # the LMS marked the file that counts late (grader/intake/discover.py, Identity.late)
-    problem: str = ""          # one line: why it was not graded, or which cell was stopped (batch.summary_row)
+    problem: str = ""          # one line: why it was not graded, or which cell was stopped (summary_row)
     timed_out: bool = False    # a cell was stopped at its timeout, or the notebook ran out of time
 
     @property

@@ -11,7 +11,6 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolE
 from concurrent.futures.process import BrokenProcessPool
 
 from grader.batch import dask_cluster as cluster
-from grader.batch.stored import Output
 from grader.batch.tasks import grade_task, reason
 from grader.errors import MachineFault
 from grader.intake.notebook import SubmissionError, one_line, read_submission
@@ -61,9 +60,9 @@ def dask_pool(scheduler: str, settings: Settings):
         raise SubmissionError(f"cannot reach the Dask scheduler at {scheduler}: {one_line(exc)}") from None
 
 
-def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, scheduler: str | None,
-           settings):
-    """(submission, key, result data) for each (submission, key) in todo, as they finish.
+def graded(todo: list, spec, explicit_for, workers: int | None, scheduler: str | None, settings):
+    """(submission, key, result data) for each (submission, key) in todo, as they finish; for a
+    submission that could not be graded, the data is the one line saying why (a str).
 
     A worker lost from the local pool (killed, out of memory) breaks the whole pool, and the
     pool cannot tell whose doing it was: every submission it had not finished is graded again
@@ -83,7 +82,7 @@ def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, 
             except BrokenProcessPool:
                 submit(s, key, alone, grade_alone)
             except Exception as exc:  # noqa: BLE001 - e.g. the file vanished since it was found
-                finished.append((s, key, output.error_row(s, f"grading failed: {reason(exc)}")))
+                finished.append((s, key, f"grading failed: {reason(exc)}"))
 
         waiting = iter(todo)
 
@@ -113,10 +112,10 @@ def graded(todo: list, spec, explicit_for, output: Output, workers: int | None, 
                         if executor is pool:
                             submit(s, key, alone, grade_alone)
                         else:
-                            finished.append((s, key, output.error_row(
-                                s, "grading failed: its worker process was lost twice (killed, or out of memory)")))
+                            finished.append((s, key, "grading failed: its worker process was lost twice "
+                                                           "(killed, or out of memory)"))
                     except Exception as exc:  # noqa: BLE001 - a failed task still yields a row
-                        finished.append((s, key, output.error_row(s, f"grading failed: {reason(exc)}")))
+                        finished.append((s, key, f"grading failed: {reason(exc)}"))
             yield from finished
             finished.clear()
             refill()

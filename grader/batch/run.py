@@ -21,14 +21,18 @@ from grader.batch.class_files import assignment_max, write_class_files
 from grader.batch.pool import graded
 from grader.batch.progress import Progress
 from grader.batch.similarity import fingerprint, similar_pairs
-from grader.batch.stored import Output, planned_key, summary_row
+from grader.batch.gradebook import summary_row
+from grader.batch.resume import planned_key, up_to_date
+from grader.batch.stored import Output
 from grader.batch.tasks import reason, spec_for_task
-from grader.course.spec import staff_assignment
+from grader.course.spec import Assignment, staff_assignment
+from grader.grade import not_graded
 from grader.intake.discover import Submission, collect
 from grader.intake.notebook import SubmissionError
 from grader.judging.seeds import run_secret, submission_seed
 from grader.kernel import forked as forked_kernels
 from grader.report.printable import printable
+from grader.report.view import shown
 from grader.settings import settings_from
 
 UNPACKED = ".submissions"   # where archives are extracted, inside OUTDIR
@@ -68,17 +72,16 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
         print(printable(f"duplicate student id {student}: {', '.join(files)} (each graded; the latest counts, "
                         "see grades.csv)", one_line=True), file=stream)
     # An error row drew no inputs: it records the staff's seed, if any, else 0.
-    output = Output(outdir, assignment, explicit.get("seed", 0), settings.staff)
-    rows: dict[str, dict] = {}   # folder -> the submission's row in grades.csv and the summary
+    rows = Rows(Output(outdir, settings.staff, error_rows(assignment, explicit.get("seed", 0))))
     todo = []
     for s in submissions:
         try:
             key = planned_key(s, assignment, explicit_for)
         except Exception as exc:  # noqa: BLE001 - unreadable or unzippable
-            rows[s.folder] = output.keep(s, output.error_row(s, reason(exc)), "")
+            rows.not_graded(s, reason(exc))
             report.graded += 1
             continue
-        previous = None if force else output.stored(s, key)
+        previous = None if force else up_to_date(outdir, s, key)
         if previous:
             rows[s.folder] = summary_row(previous)
             report.skipped += 1
@@ -89,21 +92,46 @@ def grade_all(paths: list[Path], outdir: Path, explicit: dict, workers: int | No
         forked_kernels.server()   # one for the whole batch: started before the workers, which share it
     found: dict[str, dict | str | None] = {}   # folder -> fingerprint; None: it failed, an error row says why
     if todo:
-        for s, key, data in graded(todo, spec, explicit_for, output, workers, scheduler, settings):
-            row = rows[s.folder] = output.keep(s, data, key)
+        for s, key, data in graded(todo, spec, explicit_for, workers, scheduler, settings):
+            row = rows.keep(s, data, key)
             report.graded += 1
-            progress.step(f"{s.name}: {row['score']:g}/{row['max_score']:g} {row['status']}")
+            progress.step(f"{s.name}: {shown(row['score'])}/{shown(row['max_score'])} {row['status']}")
             # Taken while the workers grade the rest: after the last result it would be the
             # batch's tail, with one core idle.
-            add_fingerprint(found, s, rows, output)
+            add_fingerprint(found, s, rows)
     progress.close()
     for s in submissions:
         if s.folder not in found:
-            add_fingerprint(found, s, rows, output)
+            add_fingerprint(found, s, rows)
     report.similar = similar_pairs([(s.folder, fp) for s in submissions if (fp := found[s.folder]) is not None])
     report.exports = write_class_files(outdir, submissions, rows, assignment, overrides, settings,
                                       report.similar, explicit.get("seed"), stream)
     return report
+
+
+class Rows(dict):
+    """folder -> the submission's row in grades.csv and the summary (summary_row), each kept
+    in OUTDIR on its way in."""
+
+    def __init__(self, output: Output):
+        super().__init__()
+        self.output = output
+
+    def keep(self, s: Submission, data: dict | str, key: str) -> dict:
+        """The result data graded for s (or why it could not be: a str) written and kept."""
+        if isinstance(data, str):
+            data = self.output.error_row(s, data)
+        row = self[s.folder] = summary_row(self.output.keep(s, data, key))
+        return row
+
+    def not_graded(self, s: Submission, why: str) -> dict:
+        """s kept as an error row under no key, so that the next run grades it again."""
+        return self.keep(s, why, "")
+
+
+def error_rows(assignment: Assignment, seed: int):
+    """The result data of a submission that could not be graded, and why."""
+    return lambda s, why: not_graded(s.name, assignment, seed, "unreadable", "SubmissionError", why).to_json()
 
 
 def seeded(explicit: dict, outdir: Path):
@@ -116,7 +144,7 @@ def seeded(explicit: dict, outdir: Path):
     return lambda s, content: dict(explicit, seed=submission_seed(secret, s.folder, content))
 
 
-def add_fingerprint(found: dict[str, dict | str | None], s: Submission, rows: dict, output: Output) -> None:
+def add_fingerprint(found: dict[str, dict | str | None], s: Submission, rows: Rows) -> None:
     """The submission's fingerprint into `found`; one whose source defeats the fingerprint (too
     deeply nested to parse, say) becomes an error row instead, and None in `found`, so that it
     is neither tried again nor compared."""
@@ -124,7 +152,7 @@ def add_fingerprint(found: dict[str, dict | str | None], s: Submission, rows: di
         found[s.folder] = fingerprint(s.path, graded_names(rows[s.folder]))
     except Exception as exc:  # noqa: BLE001 - one submission's source never stops the batch
         found[s.folder] = None
-        rows[s.folder] = output.keep(s, output.error_row(s, f"similarity check failed: {reason(exc)}"), "")
+        rows.not_graded(s, f"similarity check failed: {reason(exc)}")
 
 
 def graded_names(result: dict) -> set[str]:

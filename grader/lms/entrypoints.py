@@ -21,7 +21,7 @@ from grader.lms.platforms import PLACES, Place
 from grader.report.html import write_html
 from grader.result import ErrorKind, ErrorRecord, GradeResult
 from grader.course.spec import Assignment, SpecError, load_assignment, staff_assignment
-from grader.report.view import CheckView, FunctionView, ResultView, result_view, where
+from grader.report.view import CheckView, FunctionView, ResultView, result_view, shown, where
 
 SUFFIXES = (".ipynb", ".py")
 
@@ -141,7 +141,7 @@ def feedback(c: CheckView) -> str:
 def summary_line(view: ResultView, problem: str) -> str:
     if problem:
         return f"Not graded: {problem}"
-    return f"Score {view.score:g} / {view.max_score:g} ({view.status})."
+    return f"Score {shown(view.score)} / {shown(view.max_score)} ({view.status})."
 
 
 def lost(fn: FunctionView) -> list[CheckView]:
@@ -153,7 +153,7 @@ def hidden_loss(fn: FunctionView) -> str:
     """How many points the function's hidden checks did not earn, which their withheld
     details cannot say, or ""."""
     missed = sum(c.max_points - c.points for c in fn.checks if c.withheld)
-    return f"Hidden checks: {missed:g} of their points not earned." if missed else ""
+    return f"Hidden checks: {shown(missed)} of their points not earned." if missed else ""
 
 
 def summary_text(view: ResultView, problem: str) -> str:
@@ -161,7 +161,7 @@ def summary_text(view: ResultView, problem: str) -> str:
     if problem:
         return "\n".join(lines)
     for fn in view.by_function:
-        lines.append(f"{fn.name}: {fn.points:g} / {fn.max_points:g}"
+        lines.append(f"{fn.name}: {shown(fn.points)} / {shown(fn.max_points)}"
                      + (f", likely mistake: {fn.main_mistake}" if fn.main_mistake else ""))
         if fn.defining_cell:
             lines.append(f"  Its defining cell failed: {fn.defining_cell}")
@@ -184,17 +184,17 @@ def summary_html(view: ResultView, problem: str) -> str:
     if problem:
         return f"<p><b>Not graded.</b> {escape(problem)}</p>"
     seed = "" if view.seed is None else f"seed {view.seed}, "
-    parts = [f"<p><b>Score {view.score:g} / {view.max_score:g}</b> ({seed}"
+    parts = [f"<p><b>Score {shown(view.score)} / {shown(view.max_score)}</b> ({seed}"
              f"isolation {escape(view.isolation.get('level', 'none'))}).</p>"]
     for fn in view.by_function:
-        parts.append(f"<h3>{escape(fn.name)}: {fn.points:g} / {fn.max_points:g}</h3>")
+        parts.append(f"<h3>{escape(fn.name)}: {shown(fn.points)} / {shown(fn.max_points)}</h3>")
         if fn.defining_cell:
             parts.append(f"<p><b>Its defining cell failed:</b> {escape(fn.defining_cell)}</p>")
         if fn.main_mistake:
             advice = next((c.advice for c in fn.checks if c.advice and c.diagnosis == fn.main_mistake), "")
             parts.append(f"<p><b>Likely mistake: {escape(fn.main_mistake)}.</b> {escape(advice)}</p>")
-        items = "".join(f"<li><code>{escape(c.kind)}</code> ({c.points:g} / {c.max_points:g}): {escape(c.message)}</li>"
-                        for c in lost(fn))
+        items = "".join(f"<li><code>{escape(c.kind)}</code> ({shown(c.points)} / {shown(c.max_points)}): "
+                        f"{escape(c.message)}</li>" for c in lost(fn))
         parts.append(f"<ul>{items}</ul>" if items else ("<p>All checks passed.</p>" if fn.passed else ""))
         if hidden_loss(fn):
             parts.append(f"<p>{hidden_loss(fn)}</p>")

@@ -10,7 +10,7 @@ import jinja2
 from grader.atomic_write import write_atomically
 from grader.report.heatmap_words import heatmaps_in_words
 from grader.result import GradeResult
-from grader.report.view import ANSI, result_view, where
+from grader.report.view import ANSI, result_view, shown, where
 
 
 @functools.cache
@@ -27,6 +27,7 @@ def _environment() -> jinja2.Environment:
     env.filters["where"] = where
     env.filters["plain"] = lambda text: ANSI.sub("", str(text))
     env.filters["timing"] = timing_text
+    env.filters["points"] = shown
     return env
 
 

@@ -15,7 +15,7 @@ import textwrap
 
 from grader.report.printable import printable_data
 from grader.result import ErrorRecord, GradeResult
-from grader.report.view import ANSI, CheckView, FunctionView, result_view, where
+from grader.report.view import ANSI, CheckView, FunctionView, result_view, shown, where
 
 MARKS = {"passed": "ok", "failed": "FAIL", "error": "ERROR", "info": "info"}
 COLOURS = {"passed": "32", "failed": "31", "error": "31", "info": "36", "bold": "1", "dim": "2"}
@@ -25,11 +25,6 @@ MAX_WIDTH = 110
 def use_colour(stream=sys.stdout) -> bool:
     """Colour on a terminal only, and never when NO_COLOR is set (https://no-color.org)."""
     return hasattr(stream, "isatty") and stream.isatty() and not os.environ.get("NO_COLOR")
-
-
-def shown(points: float) -> str:
-    """Points as a person reads them: to two decimals at most (a share of 6 of 11 is 1.64)."""
-    return f"{round(points, 2):g}"
 
 
 def plural(count: float, word: str) -> str:

@@ -257,6 +257,13 @@ def result_view(result: GradeResult, staff: bool = False) -> ResultView:
     return ResultView(staff=staff, checks=tuple(check_view(c, staff) for c in result.checks), **shared)
 
 
+def shown(points: float) -> str:
+    """Points as a person reads them, in every report, summary and message: to two decimals at
+    most (a share of 6 of 11 gradients is 1.64, not 1.63636). The gradebooks' files keep the
+    score itself (grader/batch/gradebook.py)."""
+    return f"{round(points, 2):g}"
+
+
 def student_feedback_line(result: GradeResult | dict) -> str:
     """One line a student may read about a result (a GradeResult, or its JSON as result.json
     and a batch's rows hold it), for feedback an LMS shows beside the grade: the score, the
@@ -273,8 +280,8 @@ def student_feedback_line(result: GradeResult | dict) -> str:
     status = " (the notebook ran out of time)" if view.status == "timeout" else ""
     failed_cells = "".join(f" {fn.name} was not graded, its defining cell failed: {fn.defining_cell}."
                            for fn in view.by_function if fn.defining_cell)
-    return f"Autograded {view.score:g} / {view.max_score:g}{status}." + (f" Likely mistakes: {mistakes}." if mistakes
-                                                                        else "") + failed_cells
+    likely = f" Likely mistakes: {mistakes}." if mistakes else ""
+    return f"Autograded {shown(view.score)} / {shown(view.max_score)}{status}.{likely}{failed_cells}"
 
 
 def failing_line(error: ErrorRecord) -> str:

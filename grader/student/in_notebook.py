@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from grader.report.printable import printable
+from grader.report.view import shown
 
 TIMEOUT = 900   # seconds for the whole check, beyond the grader's own limits
 NOT_FOUND = ("cannot tell which notebook this kernel belongs to; pass its file name, "
@@ -117,7 +118,7 @@ class CheckedResult(dict):
 
     def __repr__(self) -> str:
         score, max_score = self.get("score"), self.get("max_score")
-        points = f"{score:g} / {max_score:g}" if isinstance(score, (int, float)) and \
+        points = f"{shown(score)} / {shown(max_score)}" if isinstance(score, (int, float)) and \
             isinstance(max_score, (int, float)) else "?"
         return (f"<grader result of {printable(self.get('submission', '?'), one_line=True)}: {points} points, "
                 f"{printable(self.get('status', '?'), one_line=True)}; the report is shown above, "

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from grader.report.printable import printable, printable_data
-from grader.report.view import ResultView
+from grader.report.view import ResultView, shown
 from grader.result import GradeResult
 
 POLL_SECONDS = 0.5
@@ -29,7 +29,7 @@ def fingerprint(path: Path) -> tuple | None:
 
 def _points(before: float, after: float) -> str:
     delta = after - before
-    return f" ({'+' if delta > 0 else ''}{delta:g})" if delta else ""
+    return f" ({'+' if delta > 0 else ''}{shown(delta)})" if delta else ""
 
 
 def changes(old: ResultView, new: ResultView) -> list[str]:
@@ -38,14 +38,14 @@ def changes(old: ResultView, new: ResultView) -> list[str]:
     errors that appeared or went away. Every text from the notebook is made printable, and an
     error's message kept to its line."""
     old, new = printable_data(old), printable_data(new)
-    lines = [f"score {old.score:g} -> {new.score:g} / {new.max_score:g}{_points(old.score, new.score)}"
-             if old.score != new.score or old.max_score != new.max_score else f"score {new.score:g} / "
-             f"{new.max_score:g} (unchanged)"]
+    lines = [f"score {shown(old.score)} -> {shown(new.score)} / {shown(new.max_score)}{_points(old.score, new.score)}"
+             if old.score != new.score or old.max_score != new.max_score else f"score {shown(new.score)} / "
+             f"{shown(new.max_score)} (unchanged)"]
     before = {c.name: c for c in old.checks}
     for c in new.checks:
         was = before.get(c.name)
         if was is None:
-            lines.append(f"  {c.name}: new, {c.status} {c.points:g}/{c.max_points:g}")
+            lines.append(f"  {c.name}: new, {c.status} {shown(c.points)}/{shown(c.max_points)}")
         elif (was.status, was.points) != (c.status, c.points):
             lines.append(f"  {c.name}: {was.status} -> {c.status}{_points(was.points, c.points)}")
     mistakes = {fn.name: fn.main_mistake for fn in old.by_function}
