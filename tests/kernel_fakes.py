@@ -1,5 +1,5 @@
 """Fakes of the kernel for tests of the grader's own control flow, one per interface the grader
-talks to, in one place (tests/test_kernel_fakes.py holds each to the interface it stands in
+talks to, in one place (tests/kernel/test_kernel_fakes.py holds each to the interface it stands in
 for, so a fake cannot drift from the real thing):
 
 - ScriptedKernel: a notebook's kernel as the runner uses it (grader.kernel.runner.NotebookKernel),

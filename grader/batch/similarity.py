@@ -181,7 +181,7 @@ SHINGLE = 16
 # Two texts agree on a MinHash row with probability J, their shingles' (multiset) Jaccard, so
 # on all ROWS of some of the BANDS with 1 - (1 - J**ROWS)**BANDS. At J = 0.55, 0.55**4 = 0.0915
 # and (1 - 0.0915)**72 = 0.00098: such a pair is a candidate with probability >= 0.999. Pairs
-# at the threshold on the bundled and golden batches have J >= 0.6 (tests/test_similarity.py).
+# at the threshold on the bundled and golden batches have J >= 0.6 (tests/batch/test_similarity.py).
 # difflib's ratio does not bound J from below: a pair can reach the threshold through many
 # scattered one-character changes, each breaking up to SHINGLE shingles, and such a pair is
 # found with the probability its J gives (0.44 at J = 0.3, 0.11 at J = 0.2).

@@ -2,7 +2,7 @@
 or relies on, with what their source was on each version they were checked on.
 
 Private methods change without notice between releases, and the package versions are only
-bounded below, so tests/test_upstream.py compares each one's installed source with the
+bounded below, so tests/kernel/test_upstream.py compares each one's installed source with the
 fingerprints below and fails, naming it, when it is none of them. On such a failure, read the
 upstream change against the grader's code named in `used_by`; once the grader is right for it
 (or needed no change), `python -m grader.kernel.upstream` prints the installed versions'

@@ -5,6 +5,7 @@ under any pytest import mode; tests/conftest.py holds only pytest's hooks and fi
 """
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,11 @@ def grade_many(requests: list[tuple]) -> None:
     is shared between threads), and a failed grading cached here fails every test reading it."""
     for path, assignment, settings in requests:
         grade(path, assignment, **settings)
+
+
+# Chromium as the browser tests start it: headless, offline, no first-run work.
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 def chromium_path():
@@ -189,3 +195,14 @@ def own_mistakes_apart(conv, own, parts=("output",), skip=()) -> None:
         for other in mistakes:
             if other is not ours:
                 assert apart(mine, computed(other)), (ours.id, other.id)
+
+
+def wait_for(condition, seconds: float, what: str):
+    """What condition() gives once it gives something, within `seconds`; else the test fails."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"not within {seconds:g} s: {what}")

@@ -23,7 +23,7 @@ import pytest
 from grading_helpers import _current, run_grader
 from grader.course.spec import parse
 from grader.judging.checks import Context, check_context, check_probes
-from test_lms import run_entrypoint
+from grading_helpers.lms_entrypoints import run_entrypoint
 
 pytestmark = pytest.mark.slow
 

@@ -8,15 +8,14 @@ import json
 import os
 import shutil
 import socket
-import stat
-import subprocess
 import threading
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from grading_helpers import SUBMISSIONS, expect_slow, own_run_environment
+from grading_helpers import SUBMISSIONS, expect_slow
+from grading_helpers.unprivileged import WAYS, grade_without_namespaces, private_ancestors
 from grader.kernel_side import landlock
 from grader.sandbox import isolation as sandbox
 from grader.sandbox import leftovers
@@ -97,53 +96,6 @@ def test_a_restricted_process_reads_only_what_the_rules_allow(tmp_path):
                       "tcp": "PermissionError"}, report
 
 
-def _private_ancestors() -> dict[str, set[str]]:
-    """Folders on the way to the interpreter that other users cannot enter (/root, where this
-    machine keeps its Python), each with the entries inside it that lead to the interpreter."""
-    found: dict[str, set[str]] = {}
-    for path in sandbox.interpreter_paths():
-        parts = Path(path).parts
-        for i in range(1, len(parts)):
-            folder = str(Path(*parts[:i]))
-            if not os.stat(folder).st_mode & stat.S_IXOTH:
-                found.setdefault(folder, set()).add(parts[i])
-                break
-    return found
-
-
-def as_a_course_machine(command: list[str]) -> list[str]:
-    """`command`, where every user can read the interpreter, as an LMS image installs it: a
-    private folder on the way to it is replaced, in a mount namespace of this test's own, by an
-    open one holding only the entries that lead to the interpreter."""
-    private = _private_ancestors()
-    if not private:
-        return command
-    script = ["set -e", "scratch=$(mktemp -d)"]
-    for folder, entries in private.items():
-        for n, entry in enumerate(sorted(entries)):
-            script.append(f"mkdir -p $scratch/{n} && mount --rbind '{folder}/{entry}' $scratch/{n}")
-        script.append(f"mount -t tmpfs -o mode=0755 none '{folder}'")
-        for n, entry in enumerate(sorted(entries)):
-            script.append(f"mkdir '{folder}/{entry}' && mount --move $scratch/{n} '{folder}/{entry}'")
-    script.append('exec "$@"')
-    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", "\n".join(script), "sh", *command]
-
-
-WAYS = {
-    "without CAP_SYS_ADMIN": ["capsh", "--drop=cap_sys_admin", "--", "-c", 'exec "$0" "$@"'],
-    "as the unprivileged user": ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all"],
-}
-
-
-def grade_without_namespaces(way: str, batch: Path, out: Path, home: Path) -> subprocess.CompletedProcess:
-    """`grader grade BATCH -o OUT` run the given way (WAYS), from HOME, on a course machine
-    whose interpreter every user can read."""
-    command = [*WAYS[way], shutil.which("grader"), "grade", str(batch), "-o", str(out), "--assignment", "rows",
-               "--cell-timeout", "10", "--call-timeout", "3"]
-    return subprocess.run(as_a_course_machine(command), capture_output=True, text=True, timeout=600,
-                          env={**own_run_environment(), "HOME": str(home)}, cwd=str(home))
-
-
 @pytest.mark.slow
 @pytest.mark.sandbox
 @needs_landlock
@@ -153,7 +105,7 @@ def test_without_namespaces_landlock_confines_the_kernel(way, outside_tmp):
     pytest.importorskip("scipy.special")
     if os.geteuid() != 0 or not all(shutil.which(p) for p in ("capsh", "setpriv", "unshare")):
         pytest.skip("switching users and dropping capabilities needs root, capsh, setpriv and unshare")
-    if _private_ancestors() and not sandbox.namespaces_available():
+    if private_ancestors() and not sandbox.namespaces_available():
         pytest.skip("the interpreter is in a private folder and no mount namespace can open it")
     course, batch, out, home = (outside_tmp / n for n in ("course", "batch", "out", "home"))
     for folder in (course, batch, out, home):
@@ -307,7 +259,7 @@ def test_without_namespaces_nothing_the_kernel_starts_outlives_its_grading(way, 
         pytest.skip("switching users and dropping capabilities needs root, capsh, setpriv and unshare")
     if not os.path.exists("/usr/bin/python3"):
         pytest.skip("no /usr/bin/python3 to re-execute")
-    if _private_ancestors() and not sandbox.namespaces_available():
+    if private_ancestors() and not sandbox.namespaces_available():
         pytest.skip("the interpreter is in a private folder and no mount namespace can open it")
     batch, out, home = (outside_tmp / n for n in ("batch", "out", "home"))
     for folder in (batch, out, home):

@@ -7,19 +7,18 @@ results.json, without what changes from run to run, must equal
 tests/fixtures/lms/<platform>.json. After a deliberate change to the results, regenerate
 those files and review the diff before committing:
 
-    python tests/test_lms_golden.py
+    PYTHONPATH=tests python tests/lms/test_lms_golden.py
 """
 import html
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 from grading_helpers import FIXTURES, SUBMISSIONS, run_grader
-from test_lms import FAST, run_entrypoint
+from grading_helpers.lms_entrypoints import FAST, run_entrypoint
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +79,8 @@ def course_runs(tmp_path_factory):
 def test_whole_results_file_is_the_expected_one(platform, course_runs):
     results, _ = course_runs[platform]
     assert stable(results) == json.loads(expected_path(platform).read_text()), \
-        "results.json changed; if on purpose, run `python tests/test_lms_golden.py` and review the diff"
+        ("results.json changed; if on purpose, run `PYTHONPATH=tests python tests/lms/test_lms_golden.py` and "
+         "review the diff")
 
 
 def test_hidden_checks_reach_the_staff_alone(course_runs, tmp_path):
@@ -115,7 +115,6 @@ def test_hidden_checks_reach_the_staff_alone(course_runs, tmp_path):
 if __name__ == "__main__":
     # Regenerate the expected files: run both entrypoints as the test does.
     import tempfile
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     with tempfile.TemporaryDirectory() as scratch:
         for platform in PLATFORMS:
             results, _ = run_course(platform, Path(scratch) / platform)

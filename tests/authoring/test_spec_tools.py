@@ -342,7 +342,7 @@ def test_a_class_table_is_written_as_its_own_section_as_courses_write_it():
 
 def test_the_docs_two_commands_for_course_staff_are_commands():
     from grader.cli import parser
-    page = (Path(__file__).resolve().parent.parent / "docs" / "specs.md").read_text()
+    page = (ROOT / "docs" / "specs.md").read_text()
     section = page.split("## From a solution to a spec", 1)[1].split("\n## ", 1)[0]
     commands = [line.split("#")[0].split() for line in section.split("```sh\n", 1)[1].split("```")[0].splitlines()]
     assert [c[:3] for c in commands] == [["grader", "spec", "infer"], ["grader", "spec", "check"]]

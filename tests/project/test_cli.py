@@ -2,11 +2,10 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from grading_helpers import FIXTURES, GRADER, SAMPLES, SUBMISSIONS
+from grading_helpers import FIXTURES, GRADER, ROOT, SAMPLES, SUBMISSIONS
 
 FAST = ["--cell-timeout", "4", "--call-timeout", "2"]
 
@@ -116,7 +115,7 @@ def test_assignments_lists_the_five_builtins():
 
 @pytest.mark.slow
 def test_the_settings_page_s_table_is_generated_from_the_declaration():
-    page = (Path(__file__).resolve().parent.parent / "docs" / "settings.md").read_text()
+    page = (ROOT / "docs" / "settings.md").read_text()
     table = "\n".join(line for line in page.splitlines() if line.startswith("|"))
     assert table == run("settings").stdout.strip()
 

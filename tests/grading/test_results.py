@@ -2,7 +2,6 @@
 unreadable file in a batch, no notebook in an LMS folder, a fault in the grader), the result
 names the assignment and has its checks, so every row of a class has the same maximum."""
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from grader.grade import not_graded
 from grader.result import CheckResult, ErrorRecord, GradeResult, ResultFormatError
 from grader.course.spec import load_assignment, parse
+from grading_helpers import ROOT
 
 
 def test_not_graded_keeps_the_assignment_and_its_maximum():
@@ -35,7 +35,7 @@ def test_without_an_assignment_there_are_no_checks():
     assert result.checks == [] and result.max_score == 0 and result.assignment == "course.toml"
 
 
-SCHEMA = json.loads((Path(__file__).parent / "schemas" / "result.json").read_text())
+SCHEMA = json.loads((ROOT / "tests" / "schemas" / "result.json").read_text())
 
 
 def every_field_result() -> GradeResult:

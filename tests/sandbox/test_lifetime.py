@@ -5,12 +5,11 @@ import csv
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from grading_helpers import FIXTURES, GRADER, own_run_environment, sandbox_processes
+from grading_helpers import FIXTURES, GRADER, own_run_environment, sandbox_processes, wait_for
 from grader.sandbox.isolation import MARKER
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
@@ -95,16 +94,6 @@ def gone(owned: dict) -> bool:
 
 def mounted(folder: str) -> bool:
     return any(line.split()[1] == folder for line in Path("/proc/mounts").read_text().splitlines())
-
-
-def wait_for(condition, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"not within {seconds:g} s: {what}")
 
 
 def sleeping_child(marker_prefix: str) -> list[int]:

@@ -296,7 +296,7 @@ def test_a_link_named_to_grade_or_check_is_refused_in_one_line(tmp_path, course)
 @pytest.mark.slow
 @pytest.mark.parametrize("platform", ["gradescope", "prairielearn"])
 def test_lms_entrypoints_never_follow_a_link_out_of_the_submission(platform, tmp_path):
-    from test_lms import FOLDERS, run_entrypoint
+    from grading_helpers.lms_entrypoints import FOLDERS, run_entrypoint
     root = tmp_path / "root"
     course = root / ("source" if platform == "gradescope" else "tests")
     course.mkdir(parents=True)

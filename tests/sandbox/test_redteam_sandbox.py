@@ -23,7 +23,7 @@ from grading_helpers import SUBMISSIONS, expect_slow
 from grader.kernel_side import keyrings
 from grader.kernel_side import landlock
 from grader.sandbox import isolation as sandbox
-from test_landlock import WAYS, _private_ancestors, grade_without_namespaces
+from grading_helpers.unprivileged import WAYS, grade_without_namespaces, private_ancestors
 
 x86_64 = pytest.mark.skipif(platform.machine() != "x86_64", reason="the 32-bit entry is x86_64's")
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -201,7 +201,7 @@ def test_without_namespaces_a_kernel_reaches_nothing_landlock_does_not_govern(wa
     expect_slow()
     if os.geteuid() != 0 or not all(shutil.which(p) for p in ("capsh", "setpriv", "unshare")):
         pytest.skip("switching users and dropping capabilities needs root, capsh, setpriv and unshare")
-    if _private_ancestors() and not sandbox.namespaces_available():
+    if private_ancestors() and not sandbox.namespaces_available():
         pytest.skip("the interpreter is in a private folder and no mount namespace can open it")
     sockets, batch, out, home = (outside_tmp / n for n in ("sockets", "batch", "out", "home"))
     for folder in (sockets, batch, out, home):

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from grading_helpers import SAMPLES, SUBMISSIONS, run_grader
-from test_lms import run_entrypoint
+from grading_helpers.lms_entrypoints import run_entrypoint
 
 pytestmark = pytest.mark.slow
 

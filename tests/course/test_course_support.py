@@ -24,8 +24,8 @@ from grader.course.support_modules import MAX_SUPPORT_BYTES
 
 sys.path.insert(0, str(ROOT / "tests"))
 from make_support_fixtures import MISTAKES, WRONG_SOFTMAX  # noqa: E402
-from test_landlock import WAYS, as_a_course_machine  # noqa: E402
-from test_lifetime import wait_for  # noqa: E402
+from grading_helpers.unprivileged import WAYS, as_a_course_machine  # noqa: E402
+from grading_helpers import wait_for  # noqa: E402
 
 HERE = FIXTURES / "support"
 COURSE = HERE / "course"

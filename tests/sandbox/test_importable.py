@@ -1,5 +1,5 @@
 """The folders the kernel could import from, read from an installation's files without
-importing them (tests/test_import_paths.py grades through real venvs)."""
+importing them (tests/sandbox/test_import_paths.py grades through real venvs)."""
 import site
 import sys
 from pathlib import Path

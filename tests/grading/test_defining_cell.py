@@ -168,7 +168,7 @@ def test_the_report_in_a_real_browser_says_it_at_the_function_with_the_problems_
     sync_api = pytest.importorskip("playwright.sync_api")
     from grading_helpers import chromium_path
     from grader.report.html import write_html
-    from test_report_browser import LAUNCH_ARGS
+    from grading_helpers import LAUNCH_ARGS
     if not chromium_path():
         pytest.fail("Chromium is not installed (apt-get install chromium)")
     write_html(grade(NOTEBOOKS / "syntax_error.ipynb", "rows"), tmp_path / "report.html")

@@ -1,12 +1,11 @@
 """The library of known mistakes: distinct from each other and from the reference on the
 checks' inputs, and never pinned on a correct submission."""
 import itertools
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from grading_helpers import SAMPLES, FIXTURES, SUBMISSIONS, grade
+from grading_helpers import ROOT, SAMPLES, FIXTURES, SUBMISSIONS, grade
 from grader.calling import cases
 from grader.calling.conventions import CONVENTIONS
 from grader.judging.explain import Explanation, Predictions, applicable, explanations
@@ -128,14 +127,14 @@ def test_each_mistake_is_named_on_its_fixture(fixture, mistake, golden_graded):
     ("tests/fixtures/samples/columns_sheet_003.ipynb", "attention matrix transposed before it is applied to V"),
 ])
 def test_other_diagnoses(fixture, words, golden_graded):
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     assignment = "columns" if "columns" in fixture else "rows"
     result = grade(root / fixture, assignment)
     assert words in {c.diagnosis for c in result.checks}
 
 
 def test_the_mistakes_page_lists_every_diagnosis():
-    page = (Path(__file__).resolve().parent.parent / "docs" / "mistakes.md").read_text()
+    page = (ROOT / "docs" / "mistakes.md").read_text()
     for mistake in (*MISTAKES, *PRECISION_SLIPS):
         assert mistake.title in page, mistake.title
         for _, title, _, _ in mistake.worded:

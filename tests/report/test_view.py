@@ -210,7 +210,7 @@ def test_a_student_sees_no_seed_but_the_public_one():
 
 def test_a_visible_check_showing_a_hidden_case_is_withheld_from_students():
     """The guard behind the rule that checks share no case across the hidden line
-    (tests/test_hidden_cases.py): were a visible check ever given a hidden check's case, its
+    (tests/judging/test_hidden_cases.py): were a visible check ever given a hidden check's case, its
     label's mark would withhold what it says from students."""
     from grader.result import HIDDEN_CASE_MARK
     result = example()
@@ -248,7 +248,7 @@ def test_a_process_compiles_the_report_template_once_and_each_reader_still_gets_
 
 def test_a_visible_check_showing_a_case_shaped_as_a_hidden_one_is_withheld_but_keeps_its_verdict():
     """A visible case with a hidden case's label and shapes (its values its own) reads to a
-    student as the hidden case (tests/test_hidden_twins.py): what names it is withheld, with a
+    student as the hidden case (tests/judging/test_hidden_twins.py): what names it is withheld, with a
     note of its own, and the check's status and points stay."""
     from grader.report.view import SHAPED_AS_HIDDEN_NOTE
     from grader.result import SHAPED_AS_HIDDEN_MARK

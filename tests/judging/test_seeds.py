@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from grading_helpers import FIXTURES, SUBMISSIONS, run_grader
-from test_lms import run_entrypoint
+from grading_helpers.lms_entrypoints import run_entrypoint
 from grader.judging.checks import CHECKS, Context, evidence_probes
 from grader.judging.answers import attempt_probes
 from grader.calling.returns import Tolerance

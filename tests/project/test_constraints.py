@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 import pytest
+
+from grading_helpers import ROOT
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:>=\s*([0-9][^,;\s]*))?\s*(?:;\s*(.+))?$")
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][^;\s]*)\s*(?:;\s*(.+))?$")
 
@@ -71,7 +71,7 @@ def test_the_oldest_constraints_pin_each_dependency_at_its_lower_bound(package):
 
 def test_both_images_and_the_zip_install_the_grader_with_the_pinned_versions():
     """setup.sh gives its pip the constraints.txt beside it; each image stage that runs it
-    copies constraints.txt there (the Gradescope zip ships it: tests/test_lms_package.py)."""
+    copies constraints.txt there (the Gradescope zip ships it: tests/lms/test_lms_package.py)."""
     setup = (ROOT / "lms" / "setup.sh").read_text()
     assert '-c "$SOURCE/constraints.txt"' in setup
     text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")

@@ -1,15 +1,13 @@
 """The HTML report opens offline in a real headless Chromium with no console errors."""
 import pytest
 
-from grading_helpers import SAMPLES, SUBMISSIONS, chromium_path, grade
+from grading_helpers import LAUNCH_ARGS, SAMPLES, SUBMISSIONS, chromium_path, grade
 from grader.report.html import write_html
 
 pytestmark = pytest.mark.slow
 
 playwright = pytest.importorskip("playwright.sync_api")
 
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @pytest.mark.parametrize("name, assignment", [("mistake_softmax_axis.ipynb", "rows"),
