@@ -3,15 +3,21 @@ notebooks alone with a fresh nbclient kernel each, sequentially, measured in the
 The bare runs are not sandboxed: the batch's hostile notebooks run there as this user, each
 in a temporary folder. `--ordinary` grades only correct and mistaken notebooks, as a class
 mostly is.
-Prints, for each mode, submissions per second, its ratio to the bare execution, CPU seconds
+
+Each batch is measured twice: as the course-like notebooks are (they import matplotlib.pyplot,
+which a bare kernel pays for each time and the grader's fork server once) and NumPy-only (the
+same notebooks without their plotting lines, measure.numpy_only), the fairer comparison.
+`--kinds` picks one; `--runs N` measures each N times and prints the median ratio.
+Prints, for each, submissions per second, its ratio to the bare execution, CPU seconds
 per submission (the whole process tree, kernels included) and the grader's peak memory.
 
-    python benchmarks/batch.py [--count 40] [--ordinary]
+    python benchmarks/batch.py [--count 40] [--ordinary] [--kinds numpy,course] [--runs 1]
     python benchmarks/batch.py --memory 100,1000   # the grader's peak memory against batch size
 """
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -42,9 +48,13 @@ for path in sorted(Path(sys.argv[1]).glob("*")):
 """
 
 
-def mixed_batch(folder: Path, count: int, ordinary: bool = False) -> int:
+KINDS = {"course": "as the course's notebooks are, importing matplotlib.pyplot",
+         "numpy": "NumPy-only: the same notebooks without their plotting lines"}
+
+
+def mixed_batch(folder: Path, count: int, ordinary: bool = False, numpy_only: bool = False) -> int:
     """Good, broken and hostile notebooks (only correct and mistaken ones if `ordinary`),
-    numbered so every file is its own submission."""
+    numbered so every file is its own submission; without their plotting if `numpy_only`."""
     pool = sorted(p for p in (ROOT / "submissions").glob("*.ipynb") if p.name != "blank_template.ipynb" or not ordinary)
     pool += sorted(p for p in (ROOT / "tests" / "fixtures").glob("*.ipynb")
                    if p.name.startswith(("correct_", "mistake_")) or not ordinary and (
@@ -53,7 +63,11 @@ def mixed_batch(folder: Path, count: int, ordinary: bool = False) -> int:
         pool.append(ROOT / "tests" / "fixtures" / "not_json.ipynb")
     for i in range(count):
         source = pool[i % len(pool)]
-        shutil.copy(source, folder / f"s{i:03d}_{source.name}")
+        target = folder / f"s{i:03d}_{source.name}"
+        try:
+            measure.numpy_only(source, target) if numpy_only else shutil.copy(source, target)
+        except (ValueError, KeyError, TypeError, AttributeError):   # not a notebook to strip: as it is
+            shutil.copy(source, target)
     return count
 
 
@@ -61,6 +75,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=40)
     parser.add_argument("--ordinary", action="store_true", help="only correct and mistaken notebooks")
+    parser.add_argument("--kinds", default="numpy,course", help="which notebooks: numpy, course or both")
+    parser.add_argument("--runs", type=int, default=1, help="measure each kind this many times; the median ratio")
     parser.add_argument("--memory", help="SMALL,LARGE: grade ordinary batches of both sizes with two workers and "
                                          "print the grader's peak memory of each and their ratio")
     args = parser.parse_args()
@@ -68,10 +84,24 @@ def main() -> None:
     if args.memory:
         memory_against_size([int(n) for n in args.memory.split(",")], env)
         return
+    for kind in args.kinds.split(","):
+        ratios: dict[int, list[float]] = {1: [], 2: []}
+        for run in range(args.runs):
+            print(f"{kind} ({KINDS[kind]}), run {run + 1}:", flush=True)
+            for workers, ratio in one_run(args.count, args.ordinary, kind == "numpy", env).items():
+                ratios[workers].append(ratio)
+        if args.runs > 1:
+            print(f"{kind}: median ratio to bare of {args.runs} runs: " +
+                  ", ".join(f"--workers {w} {statistics.median(r):.2f}" for w, r in ratios.items()), flush=True)
+
+
+def one_run(count: int, ordinary: bool, numpy_only: bool, env: dict) -> dict[int, float]:
+    """Bare sequential execution, then the grader with one and two workers, on one batch;
+    prints each and returns the grader's ratio to bare per number of workers."""
     with tempfile.TemporaryDirectory() as scratch:
         batch = Path(scratch) / "batch"
         batch.mkdir()
-        n = mixed_batch(batch, args.count, args.ordinary)
+        n = mixed_batch(batch, count, ordinary, numpy_only)
         bare = measure.run([sys.executable, "-c", BARE, str(batch)], env)
         grader = shutil.which("grader") or "grader"
         modes = {}
@@ -79,13 +109,14 @@ def main() -> None:
             out = Path(scratch) / f"out{workers}"
             modes[workers] = measure.run([grader, "grade", str(batch), "-o", str(out), "--workers", str(workers),
                                           "--cell-timeout", "5", "--force"], env)
-    print(f"submissions: {n} ({'correct and mistaken' if args.ordinary else 'good, broken and hostile'})")
-    print(f"bare nbclient, sequential: {n / bare.seconds:.2f} submissions/s, "
+    print(f"  submissions: {n} ({'correct and mistaken' if ordinary else 'good, broken and hostile'})")
+    print(f"  bare nbclient, sequential: {n / bare.seconds:.2f} submissions/s, "
           f"{bare.cpu_seconds / n:.2f} CPU s per submission")
     for workers, m in modes.items():
-        print(f"grader grade --workers {workers}: {n / m.seconds:.2f} submissions/s, "
+        print(f"  grader grade --workers {workers}: {n / m.seconds:.2f} submissions/s, "
               f"ratio to bare {bare.seconds / m.seconds:.2f}, {m.cpu_seconds / n:.2f} CPU s per submission, "
-              f"grader peak {m.peak_grader_mib:.0f} MiB")
+              f"grader peak {m.peak_grader_mib:.0f} MiB", flush=True)
+    return {workers: bare.seconds / m.seconds for workers, m in modes.items()}
 
 
 def memory_against_size(sizes: list[int], env: dict) -> None:

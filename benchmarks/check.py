@@ -9,7 +9,10 @@ in one folder, and prints that ratio too: a convention from a course's TOML cost
 built-in one does. (A spec file, unlike a built-in's name, is also hidden from the kernel:
 both sides pay that alike.)
 
-    python benchmarks/check.py [--repeat 3] [NOTEBOOK ...]
+Each notebook is checked as it is (it imports matplotlib.pyplot, which a bare kernel pays for
+each time and the fork server once) and NumPy-only (measure.numpy_only); `--kinds` picks one.
+
+    python benchmarks/check.py [--repeat 3] [--kinds numpy,course] [NOTEBOOK ...]
 """
 import argparse
 import re
@@ -69,23 +72,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path, default=DEFAULT)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--kinds", default="numpy,course", help="which notebooks: numpy, course or both")
     args = parser.parse_args()
+    for kind in args.kinds.split(","):
+        with tempfile.TemporaryDirectory() as folder:
+            notebooks = args.notebooks
+            if kind == "numpy":
+                notebooks = [Path(folder) / f"{i}_{nb.name}" for i, nb in enumerate(args.notebooks)]
+                for nb, target in zip(args.notebooks, notebooks):
+                    measure.numpy_only(nb, target)
+            print(f"{kind} notebooks:")
+            compare(notebooks, args.repeat)
+    spec_against_builtin(args.repeat)
+
+
+def compare(notebooks: list[Path], repeat: int) -> None:
     grader, bare = [], []
-    for _ in range(args.repeat):
-        for nb in args.notebooks:
+    for _ in range(repeat):
+        for nb in notebooks:
             # Interleaved, so drift on a shared machine hits both alike.
             bare.append(measure.run([sys.executable, "-c", BARE, str(nb)]))
             grader.append(measure.run([sys.executable, "-m", "grader.cli", "check", str(nb)]))
     g, b = (statistics.median(m.seconds for m in runs) for runs in (grader, bare))
     gc, bc = (statistics.median(m.cpu_seconds for m in runs) for runs in (grader, bare))
-    print(f"notebooks: {len(args.notebooks)} x {args.repeat} runs (medians)")
+    print(f"notebooks: {len(notebooks)} x {repeat} runs (medians)")
     print(f"bare nbclient execution: {b:.2f} s per notebook, {bc:.2f} CPU s")
     print(f"grader check:            {g:.2f} s per notebook, {gc:.2f} CPU s, "
           f"peak {max(m.peak_grader_mib for m in grader):.0f} MiB")
     print(f"ratio grader / bare:     {g / b:.2f}")
     print(f"first grader check of the run (it starts the fork server when none is running): "
           f"{grader[0].seconds:.2f} s, {grader[0].cpu_seconds:.2f} CPU s")
-    spec_against_builtin(args.repeat)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ the batch's main process writes them), with the fork server warm. Measured per s
 - the baseline, in the same run: executing the same notebooks with bare nbclient, each in a
   fresh kernel (the process tree's CPU time, as `benchmarks/batch.py` measures it).
 
-    python benchmarks/phases.py [--count 24]
+    python benchmarks/phases.py [--count 24] [--kind numpy]
 """
 import argparse
 import cProfile
@@ -134,6 +134,8 @@ def grouped(profile: cProfile.Profile) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=24)
+    parser.add_argument("--kind", choices=["numpy", "course"], default="numpy",
+                        help="NumPy-only notebooks, or as the course's are (importing matplotlib.pyplot)")
     args = parser.parse_args()
     os.environ.pop("GRADER_RUN_ID", None)
     recorder = KernelCpu()
@@ -141,7 +143,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         batch = Path(scratch) / "batch"
         batch.mkdir()
-        mixed_batch(batch, args.count, ordinary=True)
+        mixed_batch(batch, args.count, ordinary=True, numpy_only=args.kind == "numpy")
         notebooks = sorted(batch.glob("*.ipynb"))
         warm = Path(scratch) / "warm"
         warm.mkdir()
