@@ -7,7 +7,6 @@ every computation is cached per (convention, explanation, case) for one notebook
 from __future__ import annotations
 
 import itertools
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from types import SimpleNamespace
@@ -76,24 +75,35 @@ def _finite_entries(value) -> np.ndarray:
     return entries[np.isfinite(entries)]
 
 
+# A value is looked at for its precision once per mistake it is compared with, and most are
+# float64 results, rounded to nothing: each test first asks the most it allows (the last
+# decimals, the most bits), which such a value already fails, before it looks for the fewest.
+# Anything held at fewer decimals or bits is held at more, so the answer is the same.
+CLEARLY_UNROUNDED = 16   # units in the last place: np.round's own error is one or two
+
+
 def _decimals(entries: np.ndarray, dtype) -> int | None:
     """The fewest decimals every entry is written with, up to the last of ROUNDED_DECIMALS: each
     is within two units of its own last place (in the dtype it came in) of itself so rounded."""
     spacing = 2 * np.abs(np.spacing(entries.astype(dtype))).astype(np.float64)
+    last = ROUNDED_DECIMALS.stop - 1
+    if np.any(np.abs(entries - np.round(entries, last)) > CLEARLY_UNROUNDED * spacing):
+        return None
     for decimals in range(ROUNDED_DECIMALS.stop):
         if np.all(np.abs(entries - np.round(entries, decimals)) <= spacing):
             return decimals
     return None
 
 
+def _holds_in(entries: np.ndarray, bits: int) -> bool:
+    """Every entry is exact in `bits` significant bits (and so in more)."""
+    shifted = np.ldexp(np.frexp(entries)[0], bits)
+    return bool(np.array_equal(shifted, np.round(shifted)))
+
+
 def _bits(entries: np.ndarray) -> int:
     """The fewest significant bits that hold every entry exactly (53 for float64 results)."""
-    mantissas, _ = np.frexp(entries)
-    for bits in range(1, 54):
-        shifted = np.ldexp(mantissas, bits)
-        if np.array_equal(shifted, np.round(shifted)):
-            return bits
-    return 53
+    return next((bits for bits in range(1, 54) if _holds_in(entries, bits)), 53)
 
 
 def precision_of(value) -> Precision | None:
@@ -112,6 +122,8 @@ def precision_of(value) -> Precision | None:
     decimals = _decimals(entries, np.float32 if single else np.float64)
     if decimals is not None:
         return Precision(decimals=decimals) if decimals in ROUNDED_DECIMALS else None
+    if not _holds_in(entries, REDUCED_BITS.stop - 1):
+        return None
     bits = _bits(entries)
     return Precision(bits=bits) if bits in REDUCED_BITS else None
 
@@ -333,10 +345,11 @@ def trivial(value, arguments: list) -> str | None:
             return "constant"
         if a.ndim >= 2:
             matrices = a.reshape(-1, *a.shape[-2:])
-            with np.errstate(invalid="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)   # an all-NaN column or row
-                across_tokens = np.nanmax(matrices, axis=1) - np.nanmin(matrices, axis=1)
-                along_rows = np.nanmax(matrices, axis=2) - np.nanmin(matrices, axis=2)
+            # fmax and fmin leave NaN out as nanmax and nanmin do, and give NaN for an all-NaN
+            # column or row without the warning those raise (silencing it cost more than the test).
+            with np.errstate(invalid="ignore"):
+                across_tokens = np.fmax.reduce(matrices, axis=1) - np.fmin.reduce(matrices, axis=1)
+                along_rows = np.fmax.reduce(matrices, axis=2) - np.fmin.reduce(matrices, axis=2)
             if a.shape[-2] > 1 and np.all(np.nan_to_num(across_tokens) <= scale):
                 return SAME_ROW
             if a.shape[-1] > 1 and np.all(np.nan_to_num(along_rows) <= scale):
