@@ -63,7 +63,9 @@ def _snapshot_definitions(*_args):
                 _defined[name] = (value, _data_globals(value))
 
 
-_output = {"cell": 0, "notebook": 0, "cell_budget": 0, "notebook_budget": 0, "told": False}
+# "written": something was written to stdout or stderr since the display publisher last flushed
+# them (_flush_written).
+_output = {"cell": 0, "notebook": 0, "cell_budget": 0, "notebook_budget": 0, "told": False, "written": False}
 
 
 def _limit_writes(stream_class):
@@ -75,6 +77,7 @@ def _limit_writes(stream_class):
 
     def write(self, text):
         allowed = min(_output["cell_budget"] - _output["cell"], _output["notebook_budget"] - _output["notebook"])
+        _output["written"] = True
         if allowed <= 0:
             if not _output["told"]:
                 _output["told"] = True
@@ -88,6 +91,19 @@ def _limit_writes(stream_class):
     stream_class.write = write
 
 
+def _flush_written():
+    """What the display publisher does before each display message, flush stdout and stderr,
+    only when something was written to them since. Each call's reply is a display message, and
+    a flush from this thread waits twice on the IOPub thread: it cost the kernel more than the
+    calls themselves. With nothing written there is nothing to flush; what is written is still
+    flushed before the next reply, and whatever the flushes did not take, ipykernel's own timer
+    and the end of the cell send."""
+    if _output["written"]:
+        _output["written"] = False
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
 def _new_cell(*_args):
     _output["cell"] = 0
     _output["told"] = False
@@ -97,6 +113,7 @@ def install(cell_budget, notebook_budget):
     _output.update(cell_budget=cell_budget, notebook_budget=notebook_budget)
     for stream in {type(sys.stdout), type(sys.stderr)}:
         _limit_writes(stream)
+    get_ipython().display_pub._flush_streams = _flush_written
     get_ipython().events.register("pre_run_cell", _new_cell)
     get_ipython().events.register("post_run_cell", _snapshot_definitions)
 
