@@ -22,6 +22,8 @@ OTHER_TOOLS_OPTIONS = {
     "--build-arg": "docker build",
     "--system-site-packages": "venv",
     "--ordinary": "benchmarks/batch.py",
+    "--kinds": "benchmarks/batch.py",
+    "--kind": "benchmarks/phases.py",
 }
 # Code spans that start with the word grader but name no command: an LMS test entry.
 NOT_COMMANDS = {"grader error"}
