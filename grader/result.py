@@ -135,14 +135,14 @@ HIDDEN_CASE_MARK = "[hidden case]"
 # values of its own; grader/judging/checks.py): a student would take it for the hidden one, so
 # a check whose details name or show such a case is withheld from students too.
 SHAPED_AS_HIDDEN_MARK = "[shaped as a hidden case]"
-# IPython's colours in a traceback.
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# A terminal colour sequence, as IPython's tracebacks and the grader's terminal use them.
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def failing_line_number(error: ErrorRecord) -> int | None:
     """The number of the cell's line that raised, from IPython's traceback (its first "---->"
     marker, which is in the cell itself), else None."""
-    for line in _ANSI.sub("", error.traceback).splitlines():
+    for line in ANSI.sub("", error.traceback).splitlines():
         marker = re.match(r"\s*-+>\s*(\d+)\s", line)
         if marker:
             return int(marker.group(1))

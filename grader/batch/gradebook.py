@@ -19,6 +19,7 @@ from grader.batch.staff_overrides import applied
 from grader.result import GradeResult
 from grader.report.view import problem_line, result_view, stopped_at_timeout, student_feedback_line
 
+
 def summary_row(row: dict) -> dict:
     """What a batch keeps of a submission's result until grades.csv and the class summary are
     written: everything but the checks' messages and figures and the errors' tracebacks, which

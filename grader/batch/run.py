@@ -24,9 +24,8 @@ from grader.batch.similarity import fingerprint, similar_pairs
 from grader.batch.gradebook import summary_row
 from grader.batch.resume import planned_key, up_to_date
 from grader.batch.stored import Output
-from grader.batch.tasks import reason, spec_for_task
+from grader.batch.tasks import reason, spec_for_task, unreadable
 from grader.course.spec import Assignment, staff_assignment
-from grader.grade import not_graded
 from grader.intake.discover import Submission, collect
 from grader.intake.notebook import SubmissionError
 from grader.judging.seeds import run_secret, submission_seed
@@ -131,7 +130,7 @@ class Rows(dict):
 
 def error_rows(assignment: Assignment, seed: int):
     """The result data of a submission that could not be graded, and why."""
-    return lambda s, why: not_graded(s.name, assignment, seed, "unreadable", "SubmissionError", why).to_json()
+    return lambda s, why: unreadable(s.name, assignment, seed, why).to_json()
 
 
 def seeded(explicit: dict, outdir: Path):

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.course.spec import builtin_names, load_assignment, parse, spec_text, staff_assignment
+from grader.course.spec import Assignment, builtin_names, load_assignment, parse, spec_text, staff_assignment
 from grader.errors import SpecError
 from grader.grade import grade_path, not_graded
 from grader.intake.notebook import SubmissionError, one_line
 from grader.sandbox.isolation import run_id
+from grader.result import GradeResult
 from grader.sandbox.reaper import temporary_folder
 from grader.settings import settings_from
 
@@ -35,6 +36,11 @@ def spec_for_task(explicit: dict) -> tuple | None:
             {f.shipped_as: f.data for f in assignment.sheet_files})
 
 
+def unreadable(name: str, assignment: Assignment, seed: int, why: str) -> GradeResult:
+    """The result of a submission that could not be read or graded, and why (one line)."""
+    return not_graded(name, assignment, seed, "unreadable", "SubmissionError", why)
+
+
 def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) -> dict:
     """Grade one submission from its bytes, anywhere: in a local worker process or on a Dask
     worker. Returns the result as JSON-ready data; the caller writes the files."""
@@ -49,6 +55,5 @@ def grade_task(name: str, content: bytes, spec: tuple | None, explicit: dict) ->
         try:
             result = grade_path(path, assignment, settings_from(explicit, assignment.limits))
         except SubmissionError as exc:
-            result = not_graded(path.name, assignment, settings_from(explicit).seed, "unreadable", "SubmissionError",
-                                reason(exc))
+            result = unreadable(path.name, assignment, settings_from(explicit).seed, reason(exc))
     return result.to_json()

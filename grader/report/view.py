@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, fields, replace
 
 from grader.report.printable import printable
-from grader.result import (HIDDEN_CASE_MARK, SHAPED_AS_HIDDEN_MARK, CheckResult, CheckStatus, DefiningCellFailure,
+from grader.result import (ANSI, HIDDEN_CASE_MARK, SHAPED_AS_HIDDEN_MARK, CheckResult, CheckStatus, DefiningCellFailure,
                            ErrorRecord, FunctionInfo, GradeResult, Isolation, Policy, SmallestCase, Status, Timing,
                            cell_number)
 from grader.settings import PUBLIC_SEED
@@ -25,7 +25,6 @@ from grader.settings import PUBLIC_SEED
 HIDDEN_NOTE = "Hidden check: its details are not shown to students."
 SHAPED_AS_HIDDEN_NOTE = ("Its details are not shown to students: they are about a case with the label and shapes "
                          "of a hidden check's case.")
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 @dataclass(frozen=True)
