@@ -12,7 +12,6 @@ from grader.kernel_side import wire
 from grader.judging.checks import Context
 from grader.errors import MachineFault
 from grader.grading.function_grading import grade_hidden, grade_visible, unrun_checks
-from grader.grading.prober import RepliesLost
 from grader.kernel import replies as payloads
 from grader.kernel.session import HARNESS, HARNESS_MODULE, KernelKilled
 from grader.kernel.client import default_kernel_manager
@@ -22,6 +21,10 @@ from grader.result import (CheckResult, DefiningCellFailure, ErrorKind, ErrorRec
 from grader.kernel.runner import NOT_RUN_NOTE, executed_notebook
 from grader.sandbox.isolation import ENFORCES_POLICY
 from grader.course.spec import Assignment, FunctionSpec, metadata_assignment
+
+
+class RepliesLost(Exception):
+    """What the grader asked the kernel for did not reach it: `str()` says what was lost."""
 
 
 # Importing these from a submission is flagged: the grader and its reference are off limits.

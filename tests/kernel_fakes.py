@@ -14,6 +14,7 @@ Tests with a real kernel stand beside every test that uses these.
 """
 import ast
 import asyncio
+import os
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -105,6 +106,7 @@ class HarnessKernel:
         self.published: list = []
         monkeypatch.setattr(harness, "get_ipython", lambda: SimpleNamespace(user_ns=namespace))
         monkeypatch.setattr(harness, "_publish", lambda data: self.published.append(data[harness.MIME]))
+        monkeypatch.setattr(harness, "_reply", lambda payload: self.published.append(payload))
 
     async def run_code(self, code: str, timeout: float):
         self.requests.append(("describe", *arguments(code, "describe")))
@@ -162,7 +164,7 @@ class NotebookClientFake:
         self.lost = False
         self.kc = self
         self.on_cell_executed = None
-        self.on_payload = None
+        self.reply_fd: int | None = None   # the write end of the kernel's reply channel
         self.interrupted: asyncio.Event | None = None
         self.exit_status: int | None = None   # the kernel's process, as its provisioner sees it
 
@@ -204,7 +206,7 @@ class NotebookClientFake:
                 raise DeadKernelError("Kernel died")
             if not isinstance(step, (int, float)):
                 run.published.append(step)
-                self.on_payload(step)
+                os.write(self.reply_fd, harness.wire.frame(step))
             elif run.swallows:
                 await asyncio.sleep(step)
             else:

@@ -13,12 +13,10 @@ from grader.judging.checks import Outcome, Probe
 from grader.kernel import replies as payloads
 from grader.kernel.session import HARNESS, CallsEnd, Kernel
 from grader.kernel_side import wire
+from grader.result import ErrorRecord
 
 TIME_USED_UP = "not made: the time for calling this submission's functions was used up"
-
-class RepliesLost(Exception):
-    """What the grader asked the kernel for did not reach it: `str()` says what was lost."""
-
+NO_REPLY = "the grader's harness ended without replying to every call: the notebook changed it"
 
 class FunctionProber:
     """Makes all of one function's calls in one request to the kernel, and turns the reply to
@@ -66,10 +64,10 @@ class FunctionProber:
         end = await self.session.run_calls(f"{HARNESS}.call_sent()", len(requests), self.call_timeout,
                                            remaining, self._received, metadata={wire.CALLS_KEY: requests})
         if end.finished < len(self.calls) and end.error is None and self.session.alive:
-            # The calls' code ran to its end without an error, so the harness replied to every
-            # call: the replies that did not come were lost on the way.
-            raise RepliesLost(f"{len(self.calls) - end.finished} of the {len(self.calls)} replies to the calls of "
-                              f"{self.fn.name}")
+            # The calls' code ran to its end without an error, and the reply channel loses
+            # nothing written to it (a pipe, read to its end): the harness did not write a reply
+            # for every call, so the notebook changed it.
+            end = CallsEnd(end.finished, ErrorRecord(-1, "error", "NoReply", NO_REPLY))
         if end.finished < len(self.calls):
             current, later = self._stopped(end, self.calls[end.finished].label)
             self._without_reply(end.finished, current)

@@ -2,8 +2,7 @@
 forked into it by the fork server, see ForkedProvisioner), and what it sends is bounded
 before the grader holds it. Sockets refuse oversized messages and queue only a few, a
 message with a bad signature is dropped, and of a cell's outputs only its first error and
-the harness's last payload are kept (or, for a run of calls, each payload is handed on as it
-arrives).
+the harness's last payload are kept.
 """
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ import socket
 import sys
 import time
 import uuid
-from typing import Any, Callable, cast
+from typing import Any, cast
 from queue import Empty
 
 import nbformat
@@ -205,12 +204,11 @@ class TolerantSession(Session):
 
 class CappedClient(NotebookClient):
     """Keeps only a cell's first error and the harness's last payload; counts the size of the
-    rest and drops it, so a cell holds at most two messages in the grader. With `on_payload`
-    set, the harness's payloads are handed to it as they arrive instead, and none is kept."""
+    rest and drops it, so a cell holds at most two messages in the grader. (A run of calls'
+    replies come on a channel of their own: grader/kernel/reply_channel.py.)"""
 
     output_bytes = 0
     probing = False
-    on_payload: Callable[[object], None] | None = None
     store_widget_state = False
 
     async def _async_handle_timeout(self, timeout, cell=None):
@@ -264,9 +262,7 @@ class CappedClient(NotebookClient):
         if msg_type in ("display_data", "execute_result"):
             data = content.get("data", {})
             data = data if isinstance(data, dict) else {}
-            if MIME in data and self.probing and self.on_payload is not None:
-                self.on_payload(data[MIME])
-            elif MIME in data and self.probing:
+            if MIME in data and self.probing:
                 outs[:] = [o for o in outs if o.get("output_type") != "display_data"]
                 outs.append(nbformat.v4.new_output("display_data", data={MIME: data[MIME]}))
             else:

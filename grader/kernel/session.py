@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import functools
+import marshal
 import math
 import os
 import re
@@ -35,6 +36,7 @@ from grader.kernel_side import wire
 from grader.errors import MachineFault
 from grader.result import ErrorRecord
 from grader.kernel_side.wire import MIME
+from grader.kernel.reply_channel import ReplyChannel
 from grader.kernel.client import MAX_MESSAGE_BYTES, BoundedKernelClient, CappedClient, default_kernel_manager
 from grader.sandbox.isolation import Sandbox, grader_paths, run_id, scrubbed_environment
 from grader.settings import Limits
@@ -100,6 +102,15 @@ def harness_source() -> str:
     return module_source("harness.py")
 
 
+@functools.lru_cache(maxsize=8)
+def compiled(source: str, name: str) -> bytes:
+    """A module's code as the kernel loads it, compiled once per grading process: the kernel
+    runs the grader's own interpreter (OwnKernelSpec), so it takes the code object as it is
+    (marshal) instead of compiling the module's source again at every start, about ten times
+    as long."""
+    return marshal.dumps(compile(source, name, "exec"))
+
+
 @dataclass
 class CallsEnd:
     """How a run of calls (Kernel.run_calls) ended: the first `finished` calls' payloads were
@@ -153,6 +164,7 @@ class Kernel:
         self.sandbox: Sandbox | None = None
         self.km: Any = None    # a jupyter_client kernel manager, from kernel_manager_factory
         self.client: CappedClient | None = None
+        self.replies: ReplyChannel | None = None
         self.kernel_log: IO[bytes] | None = None
         self._setup: Any = None     # nbclient's context for the running kernel, once entered
         self._reply = None
@@ -182,6 +194,11 @@ class Kernel:
             raise RuntimeError("the kernel's client is made when it starts")
         return self.client
 
+    def _replies(self) -> ReplyChannel:
+        if self.replies is None:
+            raise RuntimeError("the kernel's reply channel is made when it starts")
+        return self.replies
+
     def _workdir(self) -> str:
         if self.workdir is None:
             raise RuntimeError("the kernel's folder is made when it starts")
@@ -196,6 +213,7 @@ class Kernel:
         if self.limits.sandbox is True and (missing := self.sandbox.report()["missing"]):
             raise MachineFault(f"--sandbox asks for the whole sandbox, and this machine cannot give the kernel "
                                f"its {', '.join(missing)}")
+        self.replies = ReplyChannel(self._workdir())
         self._write_startup_file()
         self.sandbox.give_workdir()
         # The kernel's own stderr goes to a file outside its reach, for when it fails to start.
@@ -219,10 +237,11 @@ class Kernel:
             raise MachineFault(f"a kernel could not start ({sys.executable}): {self._why_it_died(exc)}") from None
         self._setup = setup
         self.alive = True
-        payload, error = await self.run_code(f"{HARNESS}.ready()", timeout=self.limits.startup_timeout)
-        if not payload:
-            detail = f"{error.ename}: {error.evalue}" if error else "it did not load"
-            raise MachineFault(f"the grading harness could not start in a kernel ({sys.executable}): {detail}")
+        # IPython runs its startup files before the kernel answers its first request, which
+        # nbclient's start has waited for: a harness that loaded has said so by now.
+        if self._replies().take(1) != [{"ready": True}]:
+            raise MachineFault(f"the grading harness could not start in a kernel ({sys.executable}): "
+                               f"{self._why_it_died(RuntimeError('it did not load'))}")
 
     def _why_it_died(self, exc: Exception) -> str:
         """What the kernel's log says ended it (the exception, else its last line), or `exc`."""
@@ -241,17 +260,19 @@ class Kernel:
         os.makedirs(startup)
         wire_source = module_source("wire.py")
         with open(os.path.join(startup, "00-grader-harness.py"), "w") as f:
-            f.write("import types as _t, sys as _s\n"
+            f.write("import types as _t, sys as _s, marshal as _ma\n"
                     f"_m = _t.ModuleType({wire.KERNEL_MODULE!r})\n"
-                    f"exec(compile({wire_source!r}, '<grader-wire>', 'exec'), _m.__dict__)\n"
+                    f"exec(_ma.loads({compiled(wire_source, '<grader-wire>')!r}), _m.__dict__)\n"
                     "_s.modules[_m.__name__] = _m\n"
                     f"_m = _t.ModuleType({HARNESS_MODULE!r})\n"
-                    f"exec(compile({harness_source()!r}, '<grader-harness>', 'exec'), _m.__dict__)\n"
+                    f"exec(_ma.loads({compiled(harness_source(), '<grader-harness>')!r}), _m.__dict__)\n"
                     f"_s.modules[_m.__name__] = _m\n"
                     f"_m.install({int(self.limits.cell_output_limit)}, {int(self.limits.output_limit)})\n"
+                    f"_m.open_replies({self._replies().path!r})\n"
                     f"_m.explain_unavailable({self._unavailable()!r})\n"
                     f"{self._course_line()}"
-                    "del _t, _s, _m\n")
+                    "_m.ready()\n"
+                    "del _t, _s, _ma, _m\n")
 
     def _course_line(self) -> str:
         """The startup line that makes the course's support modules importable, if it has any."""
@@ -292,6 +313,8 @@ class Kernel:
                         shutil.rmtree(folder, ignore_errors=True)
             if self.kernel_log is not None:
                 self.kernel_log.close()
+            if self.replies is not None:
+                self.replies.close()
 
     @property
     def output_bytes(self) -> int:
@@ -314,35 +337,38 @@ class Kernel:
 
     async def run_calls(self, code: str, count: int, call_timeout: float, total_timeout: float,
                         on_payload: Callable[[int, object], None], metadata: dict | None = None) -> CallsEnd:
-        """Run grader code that makes `count` calls in turn and publishes one harness payload
-        as each finishes; `on_payload(position, payload)` gets each of the first `count` as it
-        arrives; `metadata` goes with the code's execute request, as data the code can read
-        (the calls' requests: IPython then parses only the code). The grader times the calls
-        itself, by when their payloads arrive: when none comes within `call_timeout` seconds of
-        the previous one (or of the start), or the run's `total_timeout` is spent, it interrupts
-        the kernel, ignores whatever arrives after that, and stops the kernel if it is still busy
-        `interrupt_grace` seconds later."""
+        """Run grader code that makes `count` calls in turn and writes one harness payload to
+        the reply channel as each finishes; `on_payload(position, payload)` gets each of the
+        first `count` as it arrives; `metadata` goes with the code's execute request, as data
+        the code can read (the calls' requests: IPython then parses only the code). The grader
+        times the calls itself, by when their payloads arrive: when none comes within
+        `call_timeout` seconds of the previous one (or of the start), or the run's
+        `total_timeout` is spent, it interrupts the kernel, ignores whatever arrives after
+        that, and stops the kernel if it is still busy `interrupt_grace` seconds later."""
         if not self.alive:
             return CallsEnd(0, self._gone())
         started = time.monotonic()
         arrivals = Arrivals(count, on_payload, started)
         cell = code_cell(code)
-        self._client().on_payload = arrivals
+        replies = self._replies()
+        replies.listen(arrivals, count)
         cast(BoundedKernelClient, self._client().kc).next_request_metadata = metadata
         try:
             # No nbclient timeout: the grader's clock alone decides when a call has run too long.
             sent = asyncio.ensure_future(self._send(cell, None, None, history=False, probe=True))
-            passed = await self._wait_for_calls(sent, arrivals, call_timeout, started + total_timeout)
+            passed = await self._wait_for_calls(sent, arrivals, replies, call_timeout, started + total_timeout)
             if passed is None:
-                return CallsEnd(arrivals.received, await self._ended(sent, cell))
+                # Whatever the harness wrote was written before its code ended.
+                replies.read()
+                return CallsEnd(arrivals.received, await self._ended(sent, cell) or self._unreadable(replies))
             arrivals.closed = True
             return CallsEnd(arrivals.received, await self._stop_calls(sent), out_of_time=passed == "total")
         finally:
-            self._client().on_payload = None
+            replies.stop()
             cast(BoundedKernelClient, self._client().kc).next_request_metadata = None
 
     @staticmethod
-    async def _wait_for_calls(sent: asyncio.Future, arrivals: Arrivals, call_timeout: float,
+    async def _wait_for_calls(sent: asyncio.Future, arrivals: Arrivals, replies: ReplyChannel, call_timeout: float,
                               end: float) -> str | None:
         """Wait for the run's code to end: None once it has, else the limit that passed first,
         "call" (no payload for `call_timeout` seconds) or "total" (the clock reached `end`)."""
@@ -353,8 +379,19 @@ class Kernel:
             if done:
                 return None
             # A payload may have arrived meanwhile and moved the call's limit on.
+            replies.read()
             if time.monotonic() >= min(arrivals.last + call_timeout, end):
                 return "call" if arrivals.last + call_timeout <= end else "total"
+
+    @staticmethod
+    def _unreadable(replies: ReplyChannel) -> ErrorRecord | None:
+        """The run's code ended, but what came on the reply channel was not the harness's
+        replies: the notebook wrote there (its code runs in the writing process)."""
+        if replies.broken is None:
+            return None
+        return ErrorRecord(-1, "error", "RepliesUnreadable",
+                           f"the grader could not read the calls' replies ({replies.broken}): the notebook wrote "
+                           f"to the grader's reply channel")
 
     async def _stop_calls(self, sent: asyncio.Future) -> ErrorRecord:
         """Interrupt a run of calls that ran past its time. The kernel has settled when the

@@ -3,12 +3,14 @@
 The grader sends this file's text to the kernel before the notebook runs, after the wire
 format's (grader/kernel_side/wire.py). It knows nothing of the reference, the expected values or the
 comparison: it decodes plain arrays, calls a student function on each set of them in turn,
-and publishes what came back from each call, in the wire format, as soon as the call returns.
+and writes what came back from each call, in the wire format, to the grader's reply channel
+(grader/kernel/reply_channel.py) as soon as the call returns.
 Everything it publishes is re-validated by the grader, which also times the calls itself, so
 a student who tampers with it can only break their own probes.
 """
 import dis
 import inspect
+import os
 import signal
 import sys
 import traceback
@@ -25,6 +27,7 @@ except ImportError:
 MIME = wire.MIME
 _publish = publish_display_data
 _FunctionType = types.FunctionType
+_write = os.write
 _IGNORED = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___"}
 
 _defined: dict = {}  # name -> (function object, data globals it read when its cell ran)
@@ -173,8 +176,26 @@ def reap():
     _publish_result({"reaped": reaped})
 
 
+_replies: dict = {"fd": None}   # the write end of the grader's reply channel
+
+
+def open_replies(path):
+    """Open the grader's reply channel, as the harness loads: before the notebook's code runs."""
+    _replies["fd"] = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+
+
+def _reply(payload):
+    """Write one call's reply to the grader, whole before the next call starts: a pipe keeps
+    what was written even if the kernel dies next."""
+    data = memoryview(wire.frame(payload))
+    while data:
+        data = data[_write(_replies["fd"], data):]
+
+
 def ready():
-    _publish_result({"ready": True})
+    """The harness's last step as it loads: it says so on the reply channel, before the kernel
+    answers its first request."""
+    _reply({"ready": True})
 
 
 def _publish_result(payload):
@@ -369,8 +390,8 @@ def _interrupt(signum, frame):
 
 
 def call_many(requests):
-    """Make the calls in turn, publishing each one's reply, tagged with its index, as soon as
-    it returns: the grader times every call by when its reply arrives, and interrupts the
+    """Make the calls in turn, writing each one's reply, tagged with its index, to the grader
+    as soon as it returns: the grader times every call by when its reply arrives, and interrupts the
     kernel when one is late. That interrupt ends the run, even when the student's function
     swallows it (then as soon as the function returns); a KeyboardInterrupt the function
     raises itself is only that call's error, as any other exception."""
@@ -381,7 +402,7 @@ def call_many(requests):
             reply = _call(request)
             if _calls["interrupted"]:
                 raise KeyboardInterrupt
-            _publish_result({"index": index, "reply": reply})
+            _reply({"index": index, "reply": reply})
     finally:
         signal.signal(signal.SIGINT, previous)
 

@@ -17,6 +17,7 @@ loads, before any notebook code has run: a notebook that replaces np.array or ba
 functions cannot change how its values are sent.
 """
 import base64
+import json
 import math
 from enum import Enum
 from types import SimpleNamespace
@@ -34,12 +35,18 @@ MAX_DEPTH = 2                 # containers within containers; deeper returned va
 VALUE_KINDS = ("array", "none", "other", "sequence", "mapping")
 NUMERIC_KINDS = "biuf"        # the dtype kinds of a decoded array: complex numbers are refused
 TOO_LARGE = f"array larger than {MAX_ARRAY_BYTES // 2**20} MiB"
+# A run of calls' replies travel as frames (frame, unframe): the length of a frame's JSON in
+# FRAME_HEADER bytes, big-endian, then the JSON; the grader reads no frame longer than
+# MAX_FRAME_BYTES, the largest message it reads from the kernel's output channel.
+FRAME_HEADER = 4
+MAX_FRAME_BYTES = 8 * 2**20
 
 _b64encode, _b64decode = base64.b64encode, base64.b64decode
 _array, _ndarray = np.array, np.ndarray
 _asfortranarray, _zeros, _frombuffer, _dtype = np.asfortranarray, np.zeros, np.frombuffer, np.dtype
 _dict_items = dict.items   # the items a dict holds, whatever its subclass says they are
 _SimpleNamespace, _vars = SimpleNamespace, vars
+_dumps = json.dumps
 
 
 class BadValue(Exception):
@@ -207,3 +214,35 @@ def encode_value(value, depth: int = 0) -> dict:
                 "dtype": array.dtype.str, "shape": list(array.shape)}
     except BaseException as exc:  # noqa: BLE001 - a hostile __array__ may raise anything
         return {"kind": "other", "type": type_name, "detail": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+# Kernel -> grader: a run of calls' replies, framed (grader/kernel/reply_channel.py).
+
+def frame(payload) -> bytes:
+    """One reply as a frame: its JSON's length, then its JSON."""
+    data = _dumps(payload, separators=(",", ":")).encode()
+    return len(data).to_bytes(FRAME_HEADER, "big") + data
+
+
+class BadFrame(Exception):
+    """What came is not a frame the harness writes."""
+
+
+def unframe(buffer: bytes | bytearray) -> tuple[list[bytes], int]:
+    """The whole frames at the start of `buffer`, each as its JSON bytes, and how many bytes of
+    `buffer` they took (a frame not yet whole stays). Raises BadFrame when the first frame is
+    longer than MAX_FRAME_BYTES (the frames before such a one are returned first)."""
+    frames: list[bytes] = []
+    at = 0
+    while len(buffer) - at >= FRAME_HEADER:
+        length = int.from_bytes(buffer[at:at + FRAME_HEADER], "big")
+        if length > MAX_FRAME_BYTES:
+            if frames:
+                break
+            raise BadFrame(f"a reply longer than {MAX_FRAME_BYTES // 2**20} MiB")
+        end = at + FRAME_HEADER + length
+        if end > len(buffer):
+            break
+        frames.append(bytes(buffer[at + FRAME_HEADER:end]))
+        at = end
+    return frames, at

@@ -313,29 +313,96 @@ def test_a_call_that_swallows_its_interrupt_gets_the_kernel_stopped(tmp_path):
 
 FORGED_CALL_MANY = '''
 import sys
-from IPython.display import publish_display_data
 _harness = sys.modules["_attention_grader_harness"]
 
 def _forged_call_many(requests):
     replies = [_harness._call(r) for r in requests]
-    # The real replies, each tagged as the next call's, then a flood of extra ones.
+    # The real replies, each tagged as the next call's, then a flood of extra ones, on the
+    # grader's own reply channel.
     for index in [*range(1, len(replies)), 0]:
-        publish_display_data({_harness.MIME: {"index": index, "reply": replies[index]}})
+        _harness._reply({"index": index, "reply": replies[index]})
     for _ in range(500):
-        publish_display_data({_harness.MIME: {"index": 0, "reply": replies[0], "seconds": 0.0}})
+        _harness._reply({"index": 0, "reply": replies[0], "seconds": 0.0})
 
 _harness.call_many = _forged_call_many
 '''
 
 
-def test_a_replaced_harness_with_reordered_and_extra_replies_earns_nothing(tmp_path):
-    path = tmp_path / "forged_call_many.py"
-    path.write_text((FIXTURES / "correct_script.py").read_text() + "\n# %%\n" + FORGED_CALL_MANY)
+def graded_at_zero_saying(tmp_path, cell: str, words: str) -> None:
+    """The correct script with `cell` after it is graded, at 0, with no grader error, and its
+    first check says `words`: what the cell did to the calls' replies is the submission's."""
+    path = tmp_path / "with_cell.py"
+    path.write_text((FIXTURES / "correct_script.py").read_text() + "\n# %%\n" + cell)
     result = grade(path, "rows")
     assert result.status == "graded" and result.score == 0
     assert "grader_error" not in {e.kind for e in result.errors}, result.errors
-    assert "the kernel's reply to the grader was malformed" in {c.name: c for c in result.checks}[
-        "self_attention.fixed"].message
+    assert words in {c.name: c for c in result.checks}["self_attention.fixed"].message
+
+
+def test_a_replaced_harness_with_reordered_and_extra_replies_earns_nothing(tmp_path):
+    graded_at_zero_saying(tmp_path, FORGED_CALL_MANY, "the kernel's reply to the grader was malformed")
+
+
+# The reply channel is a pipe the kernel's process holds open: the notebook can write to it
+# too, found by the harness's record of it or among its process's open files.
+CHANNEL_WRITERS = {
+    "bytes that are no frame": '''
+import os, sys
+_fd = sys.modules["_attention_grader_harness"]._replies["fd"]
+def _garbage(*_):
+    os.write(_fd, b"\\xff" * 64)
+get_ipython().events.register("pre_run_cell", _garbage)
+''',
+    "a frame longer than the grader reads": '''
+import os
+def _target(n):
+    try:
+        return os.readlink(f"/proc/self/fd/{n}")
+    except OSError:   # the listing's own descriptor, closed by now
+        return ""
+_fds = [int(n) for n in os.listdir("/proc/self/fd") if _target(n).endswith(".grader-replies")]
+assert _fds
+def _huge(*_):
+    for fd in _fds:
+        try:
+            os.write(fd, (2**31).to_bytes(4, "big"))
+        except OSError:
+            pass
+get_ipython().events.register("pre_run_cell", _huge)
+''',
+}
+
+
+@pytest.mark.parametrize("attack", sorted(CHANNEL_WRITERS))
+def test_a_notebook_that_writes_to_the_reply_channel_breaks_only_its_own_calls(tmp_path, attack):
+    graded_at_zero_saying(tmp_path, CHANNEL_WRITERS[attack], "the grader could not read the calls' replies")
+
+
+# The harness's replies published on the kernel's output channel, as display messages, instead
+# of written to the reply channel: nothing reaches the grader where it reads the calls' replies.
+REPLIES_ON_THE_OUTPUT_CHANNEL = '''
+import sys
+from IPython.display import publish_display_data
+_harness = sys.modules["_attention_grader_harness"]
+_harness._reply = lambda payload: publish_display_data({_harness.MIME: payload})
+'''
+
+
+def test_replies_sent_another_way_are_no_verdict_and_no_grader_error(tmp_path):
+    graded_at_zero_saying(tmp_path, REPLIES_ON_THE_OUTPUT_CHANNEL,
+                          "the grader's harness ended without replying to every call")
+
+
+def test_a_kernel_that_dies_right_after_a_reply_is_blamed_on_the_call_it_died_in(tmp_path):
+    """os._exit in the call after one that returned: that call's reply was written before the
+    next began, so it is read, and the death is the next call's."""
+    result = grade(slow_on_integer_inputs(tmp_path, "__import__('os')._exit(1)\n"), "rows",
+                   call_timeout=CALL_TIMEOUT)
+    checks = {c.name: c for c in result.checks}
+    assert all(checks[f"self_attention.{kind}"].status == "passed" for kind in BEFORE_THE_SLOW_CALL)
+    assert (f"On {INTEGER_PROBE}: the kernel died during the call (os._exit, a crash or a segfault)"
+            in checks["self_attention.dtypes"].message)
+    assert "grader_error" not in {e.kind for e in result.errors}
 
 
 # A thread that outlives the notebook's cells and floods the kernel's output channel with one
@@ -354,9 +421,10 @@ threading.Thread(target=flood, daemon=True).start()
 
 
 def test_replies_lost_in_a_flood_are_no_verdict(tmp_path):
-    """The description of the functions, or their calls' replies, lost in a flood of output:
-    never "no function named self_attention is defined", never a 0 graded as a score, but a
-    submission not graded, saying that the replies were lost."""
+    """The description of the functions lost in a flood of output: never "no function named
+    self_attention is defined", never a 0 graded as a score, but a submission not graded,
+    saying that the replies were lost. (The calls' replies come on the reply channel, which
+    the flood does not reach.)"""
     path = tmp_path / "flood_forever.py"
     path.write_text((FIXTURES / "correct_script.py").read_text() + "\n# %%\n" + FLOOD_FOREVER)
     # Calls are timed from their replies: a call timeout longer than the wait for a finished
@@ -410,11 +478,11 @@ def test_replies_the_grader_reads_slowly_are_all_read():
 
     from grading_helpers import TEST_SETTINGS
     from grader.kernel import session as kernel
-    from grader.kernel_side.wire import MIME
+    from grader.kernel.session import HARNESS_MODULE
 
     count = 12
-    publish = (f"from IPython.display import display\n"
-               f"for i in range({count}):\n    display({{{MIME!r}: {{'i': i}}}}, raw=True)\n")
+    publish = (f"import sys\n"
+               f"for i in range({count}):\n    sys.modules[{HARNESS_MODULE!r}]._reply({{'i': i}})\n")
     received = []
 
     def slowly(position, payload):

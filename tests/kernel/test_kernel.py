@@ -2,7 +2,10 @@
 notebook client stands in for nbclient and its kernel, as in nbclient's own tests), and what
 the capped notebook client keeps of a kernel's messages."""
 import asyncio
+import os
+import tempfile
 import time
+import weakref
 
 import nbformat
 import pytest
@@ -10,6 +13,7 @@ import pytest
 from grader.kernel_side.wire import MIME
 from grader.kernel.session import Kernel, KernelKilled, exit_signal
 from grader.kernel.client import CappedClient
+from grader.kernel.reply_channel import ReplyChannel
 from grader.settings import Limits
 from kernel_fakes import Calls, FakeManager, FakeSandbox, NotebookClientFake, error_output
 
@@ -23,6 +27,14 @@ def running_kernel(script: dict, memory_exceeded=False, grace: float = GRACE) ->
     kernel = Kernel(Limits(interrupt_grace=grace, memory_limit=512), output_wait=OUTPUT_WAIT)
     kernel.client = NotebookClientFake(script)
     kernel.client.on_cell_executed = kernel._remember_reply
+    # The real reply channel, its name gone once both ends are open.
+    folder = tempfile.mkdtemp(prefix="fake-kernel-")
+    kernel.replies = ReplyChannel(folder)
+    kernel.client.reply_fd = os.open(kernel.replies.path, os.O_WRONLY)
+    os.unlink(kernel.replies.path)
+    os.rmdir(folder)
+    weakref.finalize(kernel, os.close, kernel.client.reply_fd)
+    weakref.finalize(kernel, kernel.replies.close)
     kernel.km = FakeManager()
     kernel.km.client = kernel.client
     kernel.sandbox = FakeSandbox(memory_exceeded)
@@ -174,7 +186,7 @@ def test_a_run_of_calls_hands_on_each_payload_as_it_arrives():
     (call,) = kernel.client.calls
     # No nbclient timeout: the grader times the calls itself.
     assert (call["timeout"], call["history"], call["probing"]) == (None, False, True)
-    assert kernel.client.on_payload is None and kernel.km.interrupts == 0
+    assert kernel.km.interrupts == 0
 
 
 def test_a_run_of_calls_delivers_no_more_payloads_than_calls():
@@ -287,18 +299,6 @@ def test_only_grader_code_keeps_the_harness_payload_and_only_the_last():
     assert [o["data"] for o in outputs] == [{MIME: {"n": 2}}] and counted == 0
     outputs, counted = received([payload(1)], probing=False)
     assert outputs == [] and counted > 0
-
-
-def test_a_run_of_calls_has_every_payload_handed_on_and_none_kept():
-    client = CappedClient(nbformat.v4.new_notebook())
-    client.probing = True
-    client.clear_before_next_output = False
-    handed = []
-    client.on_payload = handed.append
-    cell = nbformat.v4.new_code_cell("x")
-    for n in range(3):
-        client.process_message(payload(n), cell, 0)
-    assert handed == [{"n": 0}, {"n": 1}, {"n": 2}] and cell.outputs == []
 
 
 def test_only_the_first_error_is_kept_and_it_is_cut_short():

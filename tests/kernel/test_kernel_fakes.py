@@ -83,6 +83,6 @@ def test_the_fake_notebook_client_is_its_own_kernel_client_with_what_the_kernel_
     holds each, so a test cannot pass on an attribute the real client lacks."""
     fake = NotebookClientFake({})
     assert fake.kc is fake
-    for name in ("output_lost", "on_payload"):
+    for name in ("output_lost",):
         assert hasattr(BoundedKernelClient, name) or hasattr(CappedClient, name), name
         assert hasattr(fake, name), name
