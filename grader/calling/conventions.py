@@ -10,7 +10,8 @@ reference for course staff).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from importlib import resources
 from types import SimpleNamespace
 from typing import Any, Callable, TypeVar
@@ -146,6 +147,21 @@ class Convention:
 
     # What follows is derived from the declared roles and returns, never declared.
 
+    def __hash__(self) -> int:
+        """The hash of the compared fields, as the generated one, kept once computed: a
+        convention keys the judging's caches, hundreds of times a submission, and hashing every
+        field each time cost more than the lookups."""
+        kept = self.__dict__.get("_hash")
+        if kept is None:
+            kept = hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare))
+            object.__setattr__(self, "_hash", kept)
+        return kept
+
+    def __getstate__(self) -> dict:
+        # A string's hash differs from process to process: a pickled convention (a Dask
+        # worker's task) must not carry this one's.
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @property
     def object_call(self) -> ClassCall:
         """How a class-based convention's object is made; a function's convention has none."""
@@ -157,9 +173,9 @@ class Convention:
     def param_names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params)
 
-    @property
-    def roles(self) -> set[str]:
-        return {p.role for p in self.flat}
+    @cached_property
+    def roles(self) -> frozenset[str]:
+        return frozenset(p.role for p in self.flat)
 
     @property
     def unit(self) -> str:
@@ -367,11 +383,12 @@ class Convention:
         prepared = self.prepare(case)
         return list(prepared.elements) if self.batched else [prepared]
 
-    def predict(self, case: Case, compute) -> dict:
+    def predict(self, case: Case, compute, elements: list[Case] | None = None) -> dict:
         """The canonical parts a computation gives on a case (`compute` maps a batch's elements
         to attention()-structured results: the reference's or a mistake's); a batched
-        convention's are each element's, stacked on a leading batch axis."""
-        elements = self.elements(case)
+        convention's are each element's, stacked on a leading batch axis. `elements`: the
+        case's, as elements() gives them, when the caller has them already."""
+        elements = self.elements(case) if elements is None else elements
         per_element = [self.expected(r, e) for r, e in zip(compute(elements), elements)]
         if not self.batched:
             return per_element[0]
@@ -381,8 +398,8 @@ class Convention:
                 stacked[part] = stacked[part].sum(axis=0)
         return stacked
 
-    def expected_parts(self, case: Case) -> dict:
-        return self.predict(case, lambda elements: [attention(e) for e in elements])
+    def expected_parts(self, case: Case, elements: list[Case] | None = None) -> dict:
+        return self.predict(case, lambda elements: [attention(e) for e in elements], elements)
 
     def expected(self, result: dict, case: Case) -> dict:
         """The canonical parts this convention returns, from a computation's result (the
@@ -772,7 +789,7 @@ UNIT_ROLES = {"layer_norm": NORM_ROLES, "feed_forward": FFN_ROLES,
               "post_ln": (*BLOCK_NORM_ROLES, *FFN_ROLES), "pre_ln": (*BLOCK_NORM_ROLES, *FFN_ROLES)}
 
 
-def _check_unit(conv: Convention, roles: set, where: str) -> bool:
+def _check_unit(conv: Convention, roles: frozenset, where: str) -> bool:
     """A block's parts: each unit's roles complete and no other unit's; a part graded on its own
     (layer norm, the network) takes the tokens and its own roles and returns the output. True
     when that is all there is to check (a part on its own)."""
@@ -806,7 +823,7 @@ def _check_unit(conv: Convention, roles: set, where: str) -> bool:
     return True
 
 
-def _check_additive(conv: Convention, roles: set, start: int, where: str) -> None:
+def _check_additive(conv: Convention, roles: frozenset, start: int, where: str) -> None:
     """An additive score network: its vector, and W1 and W2 apart or as one weight on [q; k],
     on given queries, keys and values, one head."""
     if not conv.additive:
@@ -828,7 +845,7 @@ def _check_additive(conv: Convention, roles: set, start: int, where: str) -> Non
         fail(where, "additive attention takes tokens as rows")
 
 
-def _check_backward(conv: Convention, roles: set, names: tuple, where: str) -> None:
+def _check_backward(conv: Convention, roles: frozenset, names: tuple, where: str) -> None:
     """A backward pass: given Q, K and V (one head) or the tokens and the projections (any
     heads, fused), and the upstream gradient, tokens as rows, it returns gradients and nothing
     else, each of an input it has; a gradient is returned by a backward pass only."""
@@ -859,7 +876,7 @@ def _check_backward(conv: Convention, roles: set, names: tuple, where: str) -> N
         fail(where, "a backward pass given Q, K and V has one head")
 
 
-def _check_projected_backward(conv: Convention, roles: set, names: tuple, where: str) -> None:
+def _check_projected_backward(conv: Convention, roles: frozenset, names: tuple, where: str) -> None:
     """A backward pass through the projections: the gradients of its token inputs and of its
     weights, each of a role it has; its heads fused (side by side), as its weights' gradients are."""
     for name in names:
@@ -874,7 +891,7 @@ def _check_projected_backward(conv: Convention, roles: set, names: tuple, where:
         fail(where, "a backward pass through the projections takes each weight fused (its heads side by side)")
 
 
-def _check_sequences(roles: set, start: int, where: str) -> None:
+def _check_sequences(roles: frozenset, start: int, where: str) -> None:
     """Key and value inputs come as a pair, beside the queries' X, and never with a memory
     (which is both)."""
     apart = roles & {"key_tokens", "value_tokens"}
@@ -882,7 +899,7 @@ def _check_sequences(roles: set, start: int, where: str) -> None:
         return
     if len(apart) == 1:
         missing = ({"key_tokens", "value_tokens"} - apart).pop()
-        fail(where, f"role {apart.pop()!r} needs role {missing!r} too (the key and value inputs, passed apart)")
+        fail(where, f"role {next(iter(apart))!r} needs role {missing!r} too (the key and value inputs, passed apart)")
     if "memory" in roles:
         fail(where, "give the keys' and values' sequence as one memory, or as key_tokens and value_tokens, not both")
     if start != 0:

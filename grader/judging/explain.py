@@ -256,17 +256,23 @@ class Predictions:
 
     def __init__(self):
         self._cache: dict[tuple, dict] = {}
+        self._elements: dict[tuple, list] = {}   # each case as a convention computes on it
 
     def parts(self, conv: Convention, explanation: Explanation, case) -> dict:
         key = (conv, explanation.variant, case.label)
-        if key not in self._cache:
+        found = self._cache.get(key)
+        if found is None:
+            elements = self._elements.get((conv, case.label))
+            if elements is None:
+                elements = self._elements[(conv, case.label)] = conv.elements(case)
             if explanation.is_reference:
-                self._cache[key] = conv.expected_parts(case)
+                found = conv.expected_parts(case, elements)
             else:
                 with np.errstate(all="ignore"):
-                    self._cache[key] = conv.predict(
-                        case, lambda elements: mistaken_elements(elements, explanation.variant))
-        return self._cache[key]
+                    found = conv.predict(case, lambda elements: mistaken_elements(elements, explanation.variant),
+                                         elements)
+            self._cache[key] = found
+        return found
 
 
 def agrees(conv: Convention, explanation: Explanation, observed, predictions: Predictions) -> bool:
@@ -350,9 +356,10 @@ def trivial(value, arguments: list) -> str | None:
             with np.errstate(invalid="ignore"):
                 across_tokens = np.fmax.reduce(matrices, axis=1) - np.fmin.reduce(matrices, axis=1)
                 along_rows = np.fmax.reduce(matrices, axis=2) - np.fmin.reduce(matrices, axis=2)
-            if a.shape[-2] > 1 and np.all(np.nan_to_num(across_tokens) <= scale):
+            # An all-NaN line (NaN > scale is false) counts as flat, as nan_to_num's 0 did.
+            if a.shape[-2] > 1 and not np.any(across_tokens > scale):
                 return SAME_ROW
-            if a.shape[-1] > 1 and np.all(np.nan_to_num(along_rows) <= scale):
+            if a.shape[-1] > 1 and not np.any(along_rows > scale):
                 return "uniform along each row"
         for arg in _arrays(arguments):
             if arg.ndim == a.ndim and (same(arg, a, ARGUMENT_TOLERANCE) or same(arg.T, a, ARGUMENT_TOLERANCE)):

@@ -83,3 +83,25 @@ def test_a_comparison_names_what_it_compares_against():
     wrong, expected = np.array([[1.0, 2.0], [3.5, 4.0]]), np.array([[1.0, 2.0], [3.0, 4.0]])
     assert compare(wrong, expected, TOL, against="the original order's result, permuted") == \
         "differs from the original order's result, permuted: largest difference 0.5 at index (1, 0)"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_shortcuts_of_same_give_the_rule_s_answer(seed):
+    """`same` answers most comparisons before looking at non-finite places; on values with
+    NaN, inf, overflowing differences, entries just inside and just outside their tolerance,
+    it answers as the rule itself (every entry's excess) does."""
+    rng = np.random.default_rng(seed)
+    special = np.array([NAN, INF, -INF, 0.0, 1e308, -1e308, 1.0])
+    for _ in range(50):
+        shape = tuple(rng.integers(1, 4, size=rng.integers(1, 3)))
+        expected = rng.normal(size=shape) * 10.0 ** rng.integers(-8, 8)
+        actual = expected + (TOL.atol + TOL.rtol * np.abs(expected)) * rng.choice([0.0, 0.5, 0.99, 1.01, 3.0],
+                                                                                  size=shape)
+        for value in (expected, actual):
+            where = rng.random(shape) < rng.choice([0.0, 0.2, 0.6])
+            value[where] = rng.choice(special, size=int(where.sum()))
+        finite_a, finite_e = np.isfinite(actual), np.isfinite(expected)
+        with np.errstate(invalid="ignore", over="ignore"):
+            outside = np.abs(actual - expected) > TOL.atol + TOL.rtol * np.abs(expected)
+        rule = not np.any(np.where(finite_a & finite_e, outside, finite_a != finite_e))
+        assert same(actual, expected, TOL) == rule, (actual, expected)

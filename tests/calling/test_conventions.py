@@ -92,3 +92,16 @@ def test_features_come_from_what_a_convention_declares_not_its_name():
     # A softmax helper's scores are a dot product's as far as its course says: not additive.
     assert features(CONVENTIONS["softmax_rows"]) == {"softmax", "tokens_as_rows", "dot_product", "attention_output"}
     assert "projections" in features(CONVENTIONS["rows_single"]) and "softmax" not in features(CONVENTIONS["scores"])
+
+
+def test_a_convention_s_kept_hash_never_travels_to_another_process():
+    """A convention keeps its hash once computed (it keys the judging's caches). Pickled for a
+    Dask worker, it arrives without it: strings hash differently there, and a kept hash would
+    make it miss every cache it keys, and every set it is looked up in."""
+    import pickle
+
+    conv = CONVENTIONS["rows_single"]
+    hash(conv)
+    arrived = pickle.loads(pickle.dumps(conv))
+    assert "_hash" not in vars(arrived)
+    assert arrived == conv and hash(arrived) == hash(conv) and {conv: 1}.get(arrived) == 1

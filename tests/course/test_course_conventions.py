@@ -1,6 +1,7 @@
 """Calling conventions as data: the built-ins are TOML in the same form as a course's, a
 course's own conventions grade end to end in a real kernel, and a spec that cannot be graded
 is refused in one line naming the function and the field."""
+import dataclasses
 import re
 import subprocess
 import sys
@@ -35,7 +36,7 @@ def test_a_builtin_convention_written_inline_in_a_course_spec_is_the_same_conven
     table = _builtin_tables()[name]
     spec = parse(f'[[functions]]\nname = "f"\n[functions.convention]\n{table}', "course.toml")
     inline, builtin = spec.functions[0].convention, CONVENTIONS[name]
-    assert inline == builtin.__class__(**{**builtin.__dict__, "name": inline.name})
+    assert inline == dataclasses.replace(builtin, name=inline.name)
     assert features(inline) == features(builtin)
     case = cases.base_case(builtin, 3)
     for a, b in zip(inline.call_arguments(case), builtin.call_arguments(case)):
