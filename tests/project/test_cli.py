@@ -175,6 +175,24 @@ def test_the_command_line_answers_without_importing_the_grading_modules():
     assert set(PLACES) == set(PLATFORMS) and all(PLATFORMS[name].place is place for name, place in PLACES.items())
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("given, threads", [(None, 1), ("2", 2)])
+def test_the_grader_s_numpy_runs_one_blas_thread_unless_told_otherwise(given, threads):
+    """BLAS threads only cost the grader their start (its matrices are small): NumPy, loaded
+    after the command line starts, starts none, unless the machine's owner set their number."""
+    import os
+    code = ("import os, sys\n"
+            "from grader.cli import main\n"
+            "main(['check', 'no such notebook.ipynb'])\n"
+            "import numpy\n"
+            "print(len(os.listdir('/proc/self/task')))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    if given:
+        env["OPENBLAS_NUM_THREADS"] = given
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.stdout.strip().splitlines()[-1] == str(threads), done.stdout + done.stderr
+
+
 def test_a_seed_of_any_size_is_accepted_and_a_negative_one_refused():
     """Grading seeds have 128 bits, and `--seed` replays them; NumPy refuses a negative seed."""
     import argparse
