@@ -36,7 +36,6 @@ def check(ns) -> int:
     from grader.atomic_write import write_json
     from grader.grade import grade_path
     from grader.intake.notebook import load_submission
-    from grader.report.html import write_html
     from grader.course.spec import student_assignment
     from grader.report.terminal import summary, use_colour
     from grader.report.view import result_view
@@ -54,6 +53,7 @@ def check(ns) -> int:
             # What the summary shows, as JSON: the student view unless --staff (see grader/report/view.py).
             write_json(settings.json, result_view(result, settings.staff).to_json())
         if settings.html:
+            from grader.report.html import write_html   # jinja2: a twentieth of a check, for --html alone
             write_html(result, settings.html, staff=settings.staff)
         if not result.full_marks:
             code = EXIT_FAILURES
