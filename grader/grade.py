@@ -202,7 +202,7 @@ async def _described(session, functions: dict, forbidden, timeout: float, method
         extra = f", {methods!r}" if methods else ""
         described, error = await session.run_code(f"{HARNESS}.describe({functions!r}, {list(forbidden)!r}{extra})",
                                                   timeout)
-        # The code ran to its end without an error, so the harness did publish its reply.
+        # The code ran to its end without an error, so the harness did publish its description.
         if described is not None or error is not None or not session.alive:
             return described, error
     raise RepliesLost(f"the description of the functions, asked for {DESCRIBE_ATTEMPTS} times")

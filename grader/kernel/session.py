@@ -124,7 +124,7 @@ class CallsEnd:
 
 class Arrivals:
     """The payloads of a run of calls as the grader receives them: each is handed on with its
-    position and stamped on the grader's clock, the first `count` only (the kernel may publish
+    position and stamped on the grader's clock, the first `count` only (the kernel may write
     more), and none once the grader has stopped waiting for them."""
 
     def __init__(self, count: int, deliver: Callable[[int, object], None], started: float):

@@ -5,7 +5,7 @@ format's (grader/kernel_side/wire.py). It knows nothing of the reference, the ex
 comparison: it decodes plain arrays, calls a student function on each set of them in turn,
 and writes what came back from each call, in the wire format, to the grader's reply channel
 (grader/kernel/reply_channel.py) as soon as the call returns.
-Everything it publishes is re-validated by the grader, which also times the calls itself, so
+Everything it sends is re-validated by the grader, which also times the calls itself, so
 a student who tampers with it can only break their own probes.
 """
 import dis
@@ -96,11 +96,11 @@ def _limit_writes(stream_class):
 
 def _flush_written():
     """What the display publisher does before each display message, flush stdout and stderr,
-    only when something was written to them since. Each call's reply is a display message, and
-    a flush from this thread waits twice on the IOPub thread: it cost the kernel more than the
-    calls themselves. With nothing written there is nothing to flush; what is written is still
-    flushed before the next reply, and whatever the flushes did not take, ipykernel's own timer
-    and the end of the cell send."""
+    only when something was written to them since: a flush from this thread waits twice on the
+    IOPub thread, and when each call's reply was a display message it cost the kernel more than
+    the calls themselves. With nothing written there is nothing to flush; what is written is
+    still flushed before the next display, and whatever the flushes did not take, ipykernel's
+    own timer and the end of the cell send."""
     if _output["written"]:
         _output["written"] = False
         sys.stdout.flush()
@@ -344,7 +344,7 @@ def _method_of(cls, spec, step):
 
 def _call(request):
     """Call one student function (or a method of a new object of a student's class) on decoded
-    arrays; returns the reply to publish."""
+    arrays; returns the reply to send."""
     name, fn = _find(request["names"])
     if fn is None:
         return {"found": False}

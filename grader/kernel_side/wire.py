@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import numpy as np
 
 KERNEL_MODULE = "_attention_grader_wire"   # this module's name in the kernel
-MIME = "application/vnd.attention-grader+json"   # the harness publishes its replies under it
+MIME = "application/vnd.attention-grader+json"   # the harness's display messages (its description)
 # The key of a run of calls' requests in its execute request's metadata: the requests travel
 # as data beside a one-line call, so IPython never tokenizes them as code (or echoes them).
 CALLS_KEY = "attention_grader_calls"
