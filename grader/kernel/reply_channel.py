@@ -43,11 +43,15 @@ class ReplyChannel:
         self._listening = False
         self.broken: str | None = None   # why the run's replies could not be read, if they could not
 
-    def listen(self, deliver: Callable[[object], None], wanted: int) -> None:
-        """Hand each of the next `wanted` replies to `deliver` as it arrives."""
+    def _expect(self, deliver: Callable[[object], None], wanted: int) -> None:
+        """A new run's replies: `wanted` of them, each handed to `deliver`."""
         self._deliver, self._wanted = deliver, wanted
         self._buffer.clear()
         self.broken = None
+
+    def listen(self, deliver: Callable[[object], None], wanted: int) -> None:
+        """Hand each of the next `wanted` replies to `deliver` as it arrives."""
+        self._expect(deliver, wanted)
         if self.fd is not None:
             asyncio.get_running_loop().add_reader(self.fd, self.read)
             self._listening = True
@@ -55,9 +59,7 @@ class ReplyChannel:
     def take(self, wanted: int) -> list:
         """The first `wanted` replies the pipe holds now, without waiting for any."""
         taken: list = []
-        self._deliver, self._wanted = taken.append, wanted
-        self._buffer.clear()
-        self.broken = None
+        self._expect(taken.append, wanted)
         self.read()
         self._deliver = None
         return taken
@@ -92,23 +94,20 @@ class ReplyChannel:
                 self._deliver_frames()
 
     def _deliver_frames(self) -> None:
-        while self._wanted > 0 and self.broken is None:
+        frames, used, bad = wire.unframe(self._buffer)
+        del self._buffer[:used]
+        for data in frames[:self._wanted]:
             try:
-                frames, used = wire.unframe(self._buffer)
-            except wire.BadFrame as exc:
-                return self._break(str(exc))
-            if not frames:
-                return
-            del self._buffer[:used]
-            for data in frames[:self._wanted]:
-                try:
-                    payload = json.loads(data)
-                except (ValueError, RecursionError):   # nested past what the decoder can follow
-                    return self._break("a reply that is not JSON")
-                self._wanted -= 1
-                if self._deliver is not None:
-                    self._deliver(payload)
-        self._buffer.clear()   # all wanted have come, or the rest cannot be read: nothing more is kept
+                payload = json.loads(data)
+            except (ValueError, RecursionError):   # nested past what the decoder can follow
+                return self._break("a reply that is not JSON")
+            self._wanted -= 1
+            if self._deliver is not None:
+                self._deliver(payload)
+        if self._wanted <= 0:
+            self._buffer.clear()   # all wanted have come: nothing more is kept, or read
+        elif bad is not None:
+            self._break(bad)
 
     def _break(self, why: str) -> None:
         self.broken = why

@@ -224,25 +224,19 @@ def frame(payload) -> bytes:
     return len(data).to_bytes(FRAME_HEADER, "big") + data
 
 
-class BadFrame(Exception):
-    """What came is not a frame the harness writes."""
-
-
-def unframe(buffer: bytes | bytearray) -> tuple[list[bytes], int]:
-    """The whole frames at the start of `buffer`, each as its JSON bytes, and how many bytes of
-    `buffer` they took (a frame not yet whole stays). Raises BadFrame when the first frame is
-    longer than MAX_FRAME_BYTES (the frames before such a one are returned first)."""
+def unframe(buffer: bytes | bytearray) -> tuple[list[bytes], int, str | None]:
+    """The whole frames at the start of `buffer`, each as its JSON bytes, how many bytes of
+    `buffer` they took (a frame not yet whole stays), and why the bytes after them are no frame
+    (one longer than MAX_FRAME_BYTES), or None."""
     frames: list[bytes] = []
     at = 0
     while len(buffer) - at >= FRAME_HEADER:
         length = int.from_bytes(buffer[at:at + FRAME_HEADER], "big")
         if length > MAX_FRAME_BYTES:
-            if frames:
-                break
-            raise BadFrame(f"a reply longer than {MAX_FRAME_BYTES // 2**20} MiB")
+            return frames, at, f"a reply longer than {MAX_FRAME_BYTES // 2**20} MiB"
         end = at + FRAME_HEADER + length
         if end > len(buffer):
             break
         frames.append(bytes(buffer[at + FRAME_HEADER:end]))
         at = end
-    return frames, at
+    return frames, at, None

@@ -91,3 +91,10 @@ def test_frames_written_between_runs_are_never_delivered_to_the_next_run_as_its_
     replies, writer = channel
     os.write(writer, wire.frame({"index": 5}))
     assert listened(replies, 2, lambda: os.write(writer, wire.frame({"index": 0}))) == [{"index": 5}, {"index": 0}]
+
+
+def test_bytes_after_every_wanted_reply_are_dropped_not_held_against_the_run(channel):
+    replies, writer = channel
+    too_long = (wire.MAX_FRAME_BYTES + 1).to_bytes(wire.FRAME_HEADER, "big")
+    delivered = listened(replies, 2, lambda: os.write(writer, wire.frame(0) + wire.frame(1) + too_long))
+    assert delivered == [0, 1] and replies.broken is None
