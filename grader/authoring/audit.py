@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -184,7 +185,7 @@ class _Computation:
         self.harmless = harmless(fn.convention)
         self.calls, self.raised = 0, 0
 
-    def _same(self, values: dict, wanted: dict) -> bool:
+    def _same(self, values: Mapping, wanted: Mapping) -> bool:
         return all(part in values and same(values[part], wanted[part], self.tol) for part in wanted)
 
     def counted(self, probes: list[Probe]) -> bool:

@@ -5,7 +5,10 @@ is missing may have been renamed to."""
 from __future__ import annotations
 
 import ast
+import importlib.util
+import os
 import re
+import sys
 from dataclasses import dataclass, field
 
 from functools import cache
@@ -45,11 +48,40 @@ class StaticScan:
     definitions: dict = field(default_factory=dict)
 
 
+# IPython's input transformer is one module of the standard library's imports alone; loaded
+# from its file under this name, it comes without the IPython package, whose import (its
+# terminal, its shell) takes a quarter of a second, most of a check's scan of a notebook with
+# a magic.
+TRANSFORMER_MODULE = "_grader_ipython_inputtransformer2"
+
+
 @cache
 def _transformer():
-    # Importing IPython costs a quarter of a second, so only cells that need it pay.
-    from IPython.core.inputtransformer2 import TransformerManager
-    return TransformerManager()
+    """IPython's own TransformerManager, as the kernel transforms a cell; imported the usual way
+    should its module ever need the rest of IPython."""
+    try:
+        return _transformer_module().TransformerManager()
+    except Exception:  # noqa: BLE001 - any failure to load it alone: the usual import
+        from IPython.core.inputtransformer2 import TransformerManager
+        return TransformerManager()
+
+
+def _transformer_module():
+    found = importlib.util.find_spec("IPython")   # finds the package without importing it
+    if found is None or not found.submodule_search_locations:
+        raise ImportError("IPython is not installed")
+    path = os.path.join(list(found.submodule_search_locations)[0], "core", "inputtransformer2.py")
+    spec = importlib.util.spec_from_file_location(TRANSFORMER_MODULE, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[TRANSFORMER_MODULE] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[TRANSFORMER_MODULE]
+        raise
+    return module
 
 
 def python_source(cell_source: str) -> str:

@@ -30,6 +30,7 @@ import numpy as np
 from grader.calling import cases as make
 from grader.reference.attention import attention
 from grader.judging.checks import Outcome, Probe
+from grader.judging.computed_once import Store
 from grader.calling.conventions import PART_WORDS, WEIGHT_PARTS, Convention
 from grader.judging.explain import SAME_ROW, CORRECT, Predictions, explanations, matches, precision_of, trivial
 from grader.result import CheckResult
@@ -165,11 +166,21 @@ def _attempt_label(conv: Convention, index: int, n: int, d: int, h: int) -> str:
     return f"attempt case {index + 1}, N = {n}, D = {d}{heads}"
 
 
+# The attempt probes of the conventions and seeds graded lately (computed_once.py): a batch's
+# submissions share them.
+_ATTEMPT_PROBES = Store(64)
+
+
 def attempt_probes(conv: Convention, seed: int) -> list[Probe]:
     """The calls of the attempt test: around each attempt case, the probes of ATTEMPT_LABELS
     (only the values, the keys, the tokens behind the queries and keys or one token's query
     change between them, so the grader alone knows what attention does on each). A convention
-    that returns no output is judged by matching alone: one call on each case."""
+    that returns no output is judged by matching alone: one call on each case. Drawn once per
+    grading process for each convention and seed, and read-only."""
+    return _ATTEMPT_PROBES.get((conv, seed), lambda: _drawn_attempt_probes(conv, seed))
+
+
+def _drawn_attempt_probes(conv: Convention, seed: int) -> list[Probe]:
     cases = attempt_cases(conv, seed)
     if _attended_part(conv) is None:
         return [Probe(case) for case in cases]

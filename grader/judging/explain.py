@@ -2,13 +2,15 @@
 two known mistakes made together, each computed on the very inputs it was called with.
 
 The diagnosis and the non-answer rule both ask this question, so it is answered here once;
-every computation is cached per (convention, explanation, case) for one notebook.
+every computation is kept per (convention, explanation, case) for the grading process
+(computed_once.py).
 """
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
 from functools import lru_cache
+from collections.abc import Mapping
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,6 +20,8 @@ from grader.reference.mistakes import (HARMLESS, MISTAKES, REDUCED_PRECISION, RE
 
 from grader.calling.conventions import Convention
 from grader.calling.returns import Tolerance, same
+from grader.judging.computed_once import Store
+from grader.reference.case_key import case_key
 
 # A returned value this close to one of the function's arguments is that argument.
 ARGUMENT_TOLERANCE = Tolerance()
@@ -251,28 +255,43 @@ def harmless(conv: Convention) -> tuple[Explanation, ...]:
     return tuple(e for e in explanations(conv) if len(e.mistakes) == 1 and e.mistakes[0].id in HARMLESS)
 
 
+# Enough for every prediction a batch of the bundled assignments needs (about 4,600 over all
+# five of them, some 7 KB each), so a worker keeps at most about 70 MB of them.
+KEPT_PREDICTIONS = 10_000
+# The cases as conventions compute on them: about 150 for the same batch.
+KEPT_ELEMENTS = 1_000
+
+
 class Predictions:
-    """The parts an explanation predicts for a case, each computed once per notebook."""
+    """The parts an explanation predicts for a case. Each is computed once per grading process
+    (computed_once.py): it depends only on the convention, the explanation and the case's
+    content, which is the same for every submission graded on the same spec and seed. A
+    notebook's own cases are looked up by their label, which names one case in a notebook."""
+
+    shared = Store(KEPT_PREDICTIONS)
+    shared_elements = Store(KEPT_ELEMENTS)
 
     def __init__(self):
-        self._cache: dict[tuple, dict] = {}
-        self._elements: dict[tuple, list] = {}   # each case as a convention computes on it
+        self._cache: dict[tuple, Mapping] = {}
+        self._keys: dict[str, bytes] = {}   # a case's label -> its content's key
 
-    def parts(self, conv: Convention, explanation: Explanation, case) -> dict:
+    def parts(self, conv: Convention, explanation: Explanation, case) -> Mapping:
         key = (conv, explanation.variant, case.label)
         found = self._cache.get(key)
         if found is None:
-            elements = self._elements.get((conv, case.label))
-            if elements is None:
-                elements = self._elements[(conv, case.label)] = conv.elements(case)
-            if explanation.is_reference:
-                found = conv.expected_parts(case, elements)
-            else:
-                with np.errstate(all="ignore"):
-                    found = conv.predict(case, lambda elements: mistaken_elements(elements, explanation.variant),
-                                         elements)
-            self._cache[key] = found
+            content = self._keys.get(case.label)
+            if content is None:
+                content = self._keys[case.label] = case_key(case)
+            found = self._cache[key] = self.shared.get((conv, explanation.variant, content),
+                                                       lambda: self._computed(conv, explanation, case, content))
         return found
+
+    def _computed(self, conv: Convention, explanation: Explanation, case, content: bytes) -> dict:
+        elements = self.shared_elements.get((conv, content), lambda: conv.elements(case))
+        if explanation.is_reference:
+            return conv.expected_parts(case, elements)
+        with np.errstate(all="ignore"):
+            return conv.predict(case, lambda elements: mistaken_elements(elements, explanation.variant), elements)
 
 
 def agrees(conv: Convention, explanation: Explanation, observed, predictions: Predictions) -> bool:
