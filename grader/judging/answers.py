@@ -32,7 +32,8 @@ from grader.reference.attention import attention
 from grader.judging.checks import Outcome, Probe
 from grader.judging.computed_once import Store
 from grader.calling.conventions import PART_WORDS, WEIGHT_PARTS, Convention
-from grader.judging.explain import SAME_ROW, CORRECT, Predictions, explanations, matches, precision_of, trivial
+from grader.judging.explain import (SAME_ROW, CORRECT, Predictions, explanations, matches, precision_of,
+                                   shown_precision, trivial)
 from grader.result import CheckResult
 from grader.calling.returns import Tolerance
 
@@ -40,9 +41,10 @@ from grader.calling.returns import Tolerance
 def _matching(conv: Convention, probe: Probe, part: str, value, tol, predictions: Predictions):
     """What the reference and each known mistake (or two) that compute `value` as the `part`
     of this call, to the precision the value shows, predict there."""
+    shown = shown_precision(value)
     for explanation in (CORRECT, *explanations(conv)):
         predicted = predictions.parts(conv, explanation, probe.case).get(part)
-        if predicted is not None and matches(value, predicted, tol):
+        if predicted is not None and matches(value, predicted, tol, shown):
             yield predicted
 
 

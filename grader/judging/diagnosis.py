@@ -17,7 +17,7 @@ from grader.reference.mistakes import HARMLESS
 from grader.judging.checks import Outcome, Probe, probe_tolerance
 from grader.calling.conventions import PART_WORDS, WEIGHT_PARTS, Convention
 from grader.judging.explain import (CORRECT, HANDED_BACK, Predictions, agrees, differs_from_reference, explanations,
-                                   precision_agrees, trivial)
+                                   precision_agrees, shown_precisions, trivial)
 from grader.calling.returns import largest_difference, wanted
 from grader.result import FunctionInfo
 from grader.course.spec import FunctionSpec
@@ -154,8 +154,9 @@ def precision_slip(conv: Convention, observed, predictions: Predictions) -> tupl
     """(diagnosis, what it means) when what was returned is the reference, or a known mistake,
     at a reduced precision (rounded, or computed in float16): the precision slip is named, after
     the mistake if there is one."""
+    shown = shown_precisions(observed)
     for explanation in (CORRECT, *explanations(conv)):
-        precision = precision_agrees(conv, explanation, observed, predictions)
+        precision = precision_agrees(conv, explanation, observed, predictions, shown)
         if precision is None:
             continue
         slip = precision.slip

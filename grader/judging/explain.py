@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from functools import lru_cache
-from collections.abc import Mapping
+from functools import cache, lru_cache
+from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 
 import numpy as np
@@ -79,9 +79,9 @@ def _finite_entries(value) -> np.ndarray:
     return entries[np.isfinite(entries)]
 
 
-# A value is looked at for its precision once per mistake it is compared with, and most are
-# float64 results, rounded to nothing: each test first asks the most it allows (the last
-# decimals, the most bits), which such a value already fails, before it looks for the fewest.
+# Most values looked at for their precision are float64 results, rounded to nothing: each test
+# first asks the most it allows (the last decimals, the most bits), which such a value already
+# fails, before it looks for the fewest.
 # Anything held at fewer decimals or bits is held at more, so the answer is the same.
 CLEARLY_UNROUNDED = 16   # units in the last place: np.round's own error is one or two
 
@@ -132,11 +132,18 @@ def precision_of(value) -> Precision | None:
     return Precision(bits=bits) if bits in REDUCED_BITS else None
 
 
-def matches(value, expected, tol: Tolerance) -> bool:
-    """`value` is `expected` under the comparison rule, or to the reduced precision it shows."""
+def shown_precision(value) -> Callable[[], Precision | None]:
+    """precision_of(value), worked out once, when first asked: a value is compared with many
+    known computations, and its precision is the same for each."""
+    return cache(lambda: precision_of(value))
+
+
+def matches(value, expected, tol: Tolerance, shown: Callable[[], Precision | None] | None = None) -> bool:
+    """`value` is `expected` under the comparison rule, or to the reduced precision it shows
+    (`shown`, when the caller keeps it: shown_precision)."""
     if same(value, expected, tol):
         return True
-    precision = precision_of(value)
+    precision = shown() if shown is not None else precision_of(value)
     return precision is not None and same(value, expected, precision.tolerance(tol, expected))
 
 
@@ -309,19 +316,26 @@ def agrees(conv: Convention, explanation: Explanation, observed, predictions: Pr
 
 
 def precision_agrees(conv: Convention, explanation: Explanation, observed,
-                     predictions: Predictions) -> Precision | None:
+                     predictions: Predictions, shown: list[dict] | None = None) -> Precision | None:
     """The reduced precision at which the explanation predicts every part returned, on every
-    case (`observed` as for agrees), when some part shows one; else None."""
-    shown = None
-    for case, values, tol in observed:
+    case (`observed` as for agrees), when some part shows one; else None. `shown`: each
+    observation's shown_precision of each part, when the caller asks of many explanations."""
+    shown = shown if shown is not None else shown_precisions(observed)
+    found = None
+    for (case, values, tol), precisions in zip(observed, shown):
         wanted = predictions.parts(conv, explanation, case)
         for part, value in values.items():
             if part not in wanted:
                 continue
-            if not matches(value, wanted[part], tol):
+            if not matches(value, wanted[part], tol, precisions[part]):
                 return None
-            shown = shown or precision_of(value)
-    return shown
+            found = found or precisions[part]()
+    return found
+
+
+def shown_precisions(observed) -> list[dict]:
+    """shown_precision of each part of each observation (case, returned parts, tolerance)."""
+    return [{part: shown_precision(value) for part, value in values.items()} for _, values, _ in observed]
 
 
 def differs_from_reference(conv: Convention, explanation: Explanation, observed, predictions: Predictions) -> bool:
