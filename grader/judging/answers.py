@@ -32,7 +32,7 @@ from grader.reference.attention import attention
 from grader.judging.checks import Outcome, Probe
 from grader.judging.computed_once import Store
 from grader.calling.conventions import PART_WORDS, WEIGHT_PARTS, Convention
-from grader.judging.explain import (SAME_ROW, CORRECT, Predictions, explanations, matches, precision_of,
+from grader.judging.explain import (SAME_ROW, CORRECT, Predictions, matches, precision_of,
                                    shown_precision, trivial)
 from grader.result import CheckResult
 from grader.calling.returns import Tolerance
@@ -40,11 +40,14 @@ from grader.calling.returns import Tolerance
 
 def _matching(conv: Convention, probe: Probe, part: str, value, tol, predictions: Predictions):
     """What the reference and each known mistake (or two) that compute `value` as the `part`
-    of this call, to the precision the value shows, predict there."""
+    of this call, to the precision the value shows, predict there, in no set order."""
     shown = shown_precision(value)
-    for explanation in (CORRECT, *explanations(conv)):
+    # Those that matched another value of the notebook's are asked first: its callers ask
+    # whether any matches, which the order does not change.
+    for explanation in predictions.likely_first(conv):
         predicted = predictions.parts(conv, explanation, probe.case).get(part)
         if predicted is not None and matches(value, predicted, tol, shown):
+            predictions.matched(conv, explanation)
             yield predicted
 
 
@@ -227,13 +230,15 @@ def _probes_around(base, rng: np.random.Generator) -> list[Probe]:
     combined = [(a[0] - b[0] + c[0], None if a[1] is None else a[1] - b[1] + c[1]) for a, b, c in zip(*values)]
     x = base.x.astype(np.float64)
     tokens = rng.normal(size=x.shape)
+    # Each pseudo-inverse once: the same one solves for every head and every token's query.
+    x_inverse, tokens_inverse = np.linalg.pinv(x), np.linalg.pinv(tokens)
 
     def kept(v):
         """The values v once the tokens are redrawn: in self-attention the value weights are
         solved for, so that V itself stays (exactly, as N < D in every attempt case)."""
         if base.memory is not None:
             return v
-        return [(np.linalg.pinv(tokens) @ (x @ wv), bv) for wv, bv in v]
+        return [(tokens_inverse @ (x @ wv), bv) for wv, bv in v]
 
     def case(label, v, wk=None, x=None, wq=None):
         heads = [replace(h, wv=wv, bv=bv, wk=h.wk if wk is None else wk[i], wq=h.wq if wq is None else wq[i])
@@ -261,7 +266,7 @@ def _probes_around(base, rng: np.random.Generator) -> list[Probe]:
             queries = x @ h.wq
             target = np.zeros_like(queries)
             target[token] = rng.normal(size=queries.shape[1]) * float(np.std(queries)) - queries[token]
-            moved.append(h.wq + np.linalg.pinv(x) @ target)
+            moved.append(h.wq + x_inverse @ target)
         return moved
 
     labels = iter(ATTEMPT_LABELS)

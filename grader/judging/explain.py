@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import SimpleNamespace
 
 import numpy as np
@@ -281,6 +281,19 @@ class Predictions:
     def __init__(self):
         self._cache: dict[tuple, Mapping] = {}
         self._keys: dict[str, bytes] = {}   # a case's label -> its content's key
+        self._matched: dict[Convention, dict[Explanation, None]] = {}   # in the order first matched
+
+    def likely_first(self, conv: Convention) -> Iterator[Explanation]:
+        """The reference and every explanation of the convention, those that matched a value of
+        this notebook's (`matched`) first: a function that makes one mistake makes it on every
+        input. Only for a question any of them answers (is some known computation this value?),
+        where their order changes nothing but the time it takes."""
+        before = self._matched.get(conv, {})
+        yield from before
+        yield from (e for e in (CORRECT, *explanations(conv)) if e not in before)
+
+    def matched(self, conv: Convention, explanation: Explanation) -> None:
+        self._matched.setdefault(conv, {})[explanation] = None
 
     def parts(self, conv: Convention, explanation: Explanation, case) -> Mapping:
         key = (conv, explanation.variant, case.label)

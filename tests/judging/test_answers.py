@@ -7,17 +7,17 @@ from grader.calling import cases
 from grader.judging.answers import reason, recognised
 from grader.judging.checks import Context, Outcome, Probe
 from grader.calling.conventions import CONVENTIONS
-from grader.judging.explain import Explanation, Predictions, applicable, trivial
+from grader.judging.explain import Explanation, Predictions, applicable, explanations, trivial
 from grader.calling.returns import Parts, Tolerance
 
 SEED = 20261122
 TOL = Tolerance()
 
 
-def _results(conv, make_parts):
+def _results(conv, make_parts, seed=SEED):
     """(probe, outcome) pairs for the randomized cases, with the parts `make_parts` returns."""
     results = []
-    for case in cases.random_cases(conv, SEED) + [cases.base_case(conv, SEED)]:
+    for case in cases.random_cases(conv, seed) + [cases.base_case(conv, seed)]:
         sent = conv.call_arguments(case)
         parts = Parts(values=make_parts(case, sent))
         results.append((Probe(case), Outcome("ok", parts=parts, sent=sent)))
@@ -418,3 +418,25 @@ def self_attention(X, Wq, Wk, Wv):
     assert not any(info.get("non_answer") for info in result.functions.values())
     assert result.score > 0
     assert TYPOS[typo] in {c.diagnosis for c in result.checks}
+
+
+def test_a_mistake_matched_once_is_asked_first_on_the_notebook_s_later_values():
+    """Whether any known computation gives a value does not depend on the order they are asked
+    in: the one that matched an earlier value of the notebook's is asked first, so a function
+    making one mistake costs one computation on each later case, not one for each mistake
+    listed before its own."""
+    conv = CONVENTIONS["rows_multi"]
+    mistake = applicable(conv)[-1]   # the last single mistake: every other one is listed before it
+    explanation = Explanation((mistake,), mistake.variant)
+    predictions = Predictions()
+    # Cases of their own seed: no other test has had anything computed on them.
+    results = _results(conv, lambda case, sent: predictions.parts(conv, explanation, case), seed=SEED + 41)
+    first, *later = results
+    assert recognised(conv, [first], TOL, predictions)
+    assert next(predictions.likely_first(conv)) == explanation
+    before = Predictions.shared.computed
+    for result in later:
+        assert recognised(conv, [result], TOL, predictions)
+    assert Predictions.shared.computed == before   # each later case's own prediction was already made
+    everything = list(predictions.likely_first(conv))
+    assert len(everything) == len(set(everything)) == 1 + len(explanations(conv))
