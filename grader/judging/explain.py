@@ -288,7 +288,7 @@ class Predictions:
         this notebook's (`matched`) first: a function that makes one mistake makes it on every
         input. Only for a question any of them answers (is some known computation this value?),
         where their order changes nothing but the time it takes."""
-        before = self._matched.get(conv, {})
+        before = tuple(self._matched.get(conv, ()))   # as it is now: matched() may add to it meanwhile
         yield from before
         yield from (e for e in (CORRECT, *explanations(conv)) if e not in before)
 
