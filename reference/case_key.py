@@ -26,14 +26,15 @@ def _tagged(digest, tag: bytes, data: bytes) -> None:
     digest.update(tag + len(data).to_bytes(8, "little") + data)
 
 
-def _field_names(kind: type) -> tuple[bytes, ...]:
+def _field_names(kind: type) -> tuple[tuple[str, bytes], ...]:
+    """Each field's name, and its bytes for the digest: looked up once per dataclass."""
     names = _FIELDS.get(kind)
     if names is None:
-        names = _FIELDS[kind] = tuple(f.name.encode() for f in dataclasses.fields(kind))
+        names = _FIELDS[kind] = tuple((f.name, f.name.encode()) for f in dataclasses.fields(kind))
     return names
 
 
-_FIELDS: dict[type, tuple[bytes, ...]] = {}
+_FIELDS: dict[type, tuple[tuple[str, bytes], ...]] = {}
 
 
 def _feed(digest, value) -> None:
@@ -44,9 +45,9 @@ def _feed(digest, value) -> None:
         _tagged(digest, b"v", value.tobytes())
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         _tagged(digest, b"d", type(value).__qualname__.encode())
-        for name in _field_names(type(value)):
-            _tagged(digest, b"f", name)
-            _feed(digest, getattr(value, name.decode()))
+        for name, encoded in _field_names(type(value)):
+            _tagged(digest, b"f", encoded)
+            _feed(digest, getattr(value, name))
     elif isinstance(value, (tuple, list)):
         _tagged(digest, b"t", len(value).to_bytes(8, "little"))
         for item in value:

@@ -79,9 +79,5 @@ class Store:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def clear(self) -> None:
-        with self._lock:
-            self._kept.clear()
-
 
 _MISSING = object()

@@ -138,12 +138,12 @@ def shown_precision(value) -> Callable[[], Precision | None]:
     return cache(lambda: precision_of(value))
 
 
-def matches(value, expected, tol: Tolerance, shown: Callable[[], Precision | None] | None = None) -> bool:
+def matches(value, expected, tol: Tolerance, shown: Callable[[], Precision | None]) -> bool:
     """`value` is `expected` under the comparison rule, or to the reduced precision it shows
-    (`shown`, when the caller keeps it: shown_precision)."""
+    (`shown`: its shown_precision, which the caller keeps for every comparison of the value)."""
     if same(value, expected, tol):
         return True
-    precision = shown() if shown is not None else precision_of(value)
+    precision = shown()
     return precision is not None and same(value, expected, precision.tolerance(tol, expected))
 
 
@@ -329,11 +329,11 @@ def agrees(conv: Convention, explanation: Explanation, observed, predictions: Pr
 
 
 def precision_agrees(conv: Convention, explanation: Explanation, observed,
-                     predictions: Predictions, shown: list[dict] | None = None) -> Precision | None:
+                     predictions: Predictions, shown: list[dict]) -> Precision | None:
     """The reduced precision at which the explanation predicts every part returned, on every
     case (`observed` as for agrees), when some part shows one; else None. `shown`: each
-    observation's shown_precision of each part, when the caller asks of many explanations."""
-    shown = shown if shown is not None else shown_precisions(observed)
+    observation's shown_precision of each part (shown_precisions), kept by the caller for
+    every explanation it asks about."""
     found = None
     for (case, values, tol), precisions in zip(observed, shown):
         wanted = predictions.parts(conv, explanation, case)
