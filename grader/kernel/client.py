@@ -27,7 +27,7 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from jupyter_client.session import Session
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionComplete
+from nbclient.exceptions import CellExecutionComplete, DeadKernelError
 from zmq.utils.monitor import recv_monitor_message
 
 from grader.kernel import forked as forked_kernels
@@ -51,6 +51,9 @@ KEPT_MESSAGES = frozenset({"status", "execute_input", "stream", "display_data", 
 OUTPUT_GAP = 2.0
 # How often the reading of a cell's outputs looks whether the cell's reply has come.
 REPLY_LOOK_SECONDS = 0.25
+# How often a running cell's watch looks whether the kernel is alive, besides looking as soon
+# as the kernel exits (CappedClient._async_poll_kernel_alive): nbclient's period.
+ALIVE_LOOK_SECONDS = 1.0
 
 
 class OwnKernelSpec(KernelSpecManager):
@@ -80,15 +83,21 @@ class SandboxedKernelManager(AsyncKernelManager):
             self.provisioner = ForkedProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
         return await super()._async_pre_start_kernel(**kw)
 
-    async def _async_wait(self, pollinterval: float = 0.1) -> None:
-        """jupyter_client's wait for a stopped kernel to exit, on the exit itself rather than
-        every `pollinterval` seconds (a tenth of a second each time a kernel stops): the fork
-        server's handler says when on its connection, and a fresh kernel's process ends its
-        pidfd. Still a loop on whether the kernel is alive, which returns once it is not."""
+    async def exited(self) -> bool:
+        """Return once the kernel has exited: the fork server's handler says when on its
+        connection, and a fresh kernel's process ends its pidfd. False at once where neither
+        can be waited on (no pidfds before Linux 5.3): the caller then looks itself."""
         if isinstance(self.provisioner, ForkedProvisioner):
             await self.provisioner.wait()
-        elif (process := getattr(self.provisioner, "process", None)) is not None:
-            await process_exit(process.pid)
+            return True
+        process = getattr(self.provisioner, "process", None)
+        return process is not None and await process_exit(process.pid)
+
+    async def _async_wait(self, pollinterval: float = 0.1) -> None:
+        """jupyter_client's wait for a stopped kernel to exit, on the exit itself rather than
+        every `pollinterval` seconds (a tenth of a second each time a kernel stops). Still a
+        loop on whether the kernel is alive, which returns once it is not."""
+        await self.exited()
         await super()._async_wait(pollinterval)
 
 
@@ -220,6 +229,31 @@ class CappedClient(NotebookClient):
         self.iopub_timeout = 0   # set again before the next cell (Kernel._send)
         return reply
 
+    async def _async_poll_kernel_alive(self) -> None:
+        """nbclient's watch on the kernel while a cell runs, which looks whether it is alive
+        once a second: a notebook that ends its kernel (os._exit, a crash, its memory limit)
+        kept the grader waiting for up to a second each time. It also looks as soon as the
+        kernel manager says the kernel exited (SandboxedKernelManager.exited), and keeps looking
+        once a second besides, as nbclient does, should that say nothing."""
+        waiting = getattr(self.km, "exited", None)
+        exited = asyncio.ensure_future(waiting() if waiting is not None else asyncio.sleep(0))
+        try:
+            while True:
+                if exited.done():
+                    await asyncio.sleep(ALIVE_LOOK_SECONDS)
+                else:
+                    await asyncio.wait({exited}, timeout=ALIVE_LOOK_SECONDS)
+                try:
+                    await self._async_check_alive()
+                except DeadKernelError:
+                    assert self.task_poll_for_reply is not None
+                    self.task_poll_for_reply.cancel()
+                    return
+        finally:
+            exited.cancel()
+            if exited.done() and not exited.cancelled():
+                exited.exception()   # a failed wait is only a reason to look once a second
+
     async def _async_poll_output_msg(self, parent_msg_id, cell, cell_index) -> None:
         """nbclient's reading of a cell's outputs until the kernel says it is idle, which also
         ends once the cell's reply has come and then nothing more for the cell has come for
@@ -288,17 +322,18 @@ async def readable(fd: int) -> None:
         loop.remove_reader(fd)
 
 
-async def process_exit(pid: int) -> None:
+async def process_exit(pid: int) -> bool:
     """Wait until the child process `pid` has exited (it is then a zombie until reaped), where
-    Linux has pidfds (5.3); else return at once and leave the waiting to the caller."""
+    Linux has pidfds (5.3); else return False at once and leave the waiting to the caller."""
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
-        return
+        return False
     try:
         await readable(fd)
     finally:
         os.close(fd)
+    return True
 
 
 def replied_to(cell) -> bool:
@@ -326,6 +361,7 @@ class ForkedProvisioner(LocalProvisioner):
     _conn: socket.socket | None = None
     _exit: int | None = None
     _buffer: bytearray | None = None
+    _watch: asyncio.Future | None = None   # the one reader of the connection: see wait()
 
     @property
     def has_process(self) -> bool:
@@ -382,10 +418,18 @@ class ForkedProvisioner(LocalProvisioner):
         return self._exit
 
     async def wait(self) -> int | None:
-        """Until the handler says the kernel exited, or its connection closes."""
+        """Until the handler says the kernel exited, or its connection closes. Any number of
+        callers may wait at once (a running cell's watch on the kernel, the kernel's shutdown):
+        one task reads the connection for all of them, since an event loop keeps one reader per
+        file descriptor and a second would silently replace the first."""
+        if self._watch is None:
+            self._watch = asyncio.ensure_future(self._read_until_exit())
+        await asyncio.shield(self._watch)
+        return self._exit
+
+    async def _read_until_exit(self) -> None:
         while await self.poll() is None and self._conn is not None:
             await readable(self._conn.fileno())
-        return self._exit
 
     async def send_signal(self, signum: int) -> None:
         if self.pgid and self._exit is None:
@@ -401,6 +445,11 @@ class ForkedProvisioner(LocalProvisioner):
         await self.send_signal(signal.SIGTERM)
 
     async def cleanup(self, restart: bool = False) -> None:
+        if self._watch is not None:
+            # Ended before the connection closes: a reader left on a closed descriptor could
+            # later be removed from the next connection given the same number.
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
         if self._conn is not None:
             self._conn.close()
         await super().cleanup(restart)

@@ -78,6 +78,15 @@ PINS: tuple[Pin, ...] = (
                     "(self, parent_msg_id, cell, cell_index)"),
          "0.11.0": ("868571fc1ef21e6c061ec8808578c0880a078b680c228b54636cc79266f69da3",
                     "(self, parent_msg_id, cell, cell_index)")}),
+    Pin("nbclient.client:NotebookClient._async_poll_kernel_alive", "nbclient",
+        "kernel/client.py: CappedClient overrides it: it also looks whether the kernel is alive as soon as the kernel "
+        "manager says it exited, and on finding it dead cancels `task_poll_for_reply` as this does",
+        {"0.10.0": ("a25f52ae5422011f4abdc5f11215232f650f8fed4120c6c583aeccd9395b7e9a", "(self)"),
+         "0.11.0": ("a25f52ae5422011f4abdc5f11215232f650f8fed4120c6c583aeccd9395b7e9a", "(self)")}),
+    Pin("nbclient.client:NotebookClient._async_check_alive", "nbclient",
+        "kernel/client.py: CappedClient._async_poll_kernel_alive calls it, as the method it overrides does",
+        {"0.10.0": ("e5380035a15f5f4ad13167e0128f86e4ddf670c2a09aa19d9a1728ba5ac652f0", "(self)"),
+         "0.11.0": ("e5380035a15f5f4ad13167e0128f86e4ddf670c2a09aa19d9a1728ba5ac652f0", "(self)")}),
     Pin("jupyter_client.manager:AsyncKernelManager._async_wait", "jupyter_client",
         "kernel/client.py: SandboxedKernelManager overrides it: it first waits for the kernel's exit event "
         "(the provisioner's, or a pidfd), then calls it, whose polling then finds the kernel gone",

@@ -12,6 +12,7 @@ import pytest
 
 from grader.kernel_side.wire import MIME
 from grader.kernel.session import Kernel, KernelKilled, exit_signal
+from grader.kernel import client as client_module
 from grader.kernel.client import CappedClient
 from grader.kernel.reply_channel import ReplyChannel
 from grader.settings import Limits
@@ -142,6 +143,45 @@ def test_a_kernel_that_dies(memory_exceeded, kind):
     error = run_cell(kernel, "os._exit(0)")
     assert (error.kind, error.kernel_lost) == (kind, True)
     assert not kernel.alive
+
+
+class _Watched:
+    """The kernel manager and client a running cell's watch on the kernel sees: a kernel alive
+    for its first `alive` looks, then dead; `exit_event`: the manager can wait for its exit
+    (it has exited once the watch has started)."""
+
+    def __init__(self, alive: int, exit_event: bool):
+        self.looks, self.alive = 0, alive
+        if exit_event:
+            self.exited = self._exited
+
+    async def _exited(self) -> bool:
+        await asyncio.sleep(0)
+        self.alive = 0
+        return True
+
+    async def is_alive(self) -> bool:
+        self.looks += 1
+        return self.looks <= self.alive
+
+
+@pytest.mark.parametrize("exit_event, looks", [(True, 1), (False, 3)])
+def test_a_running_cell_s_watch_finds_a_dead_kernel_with_or_without_an_exit_event(monkeypatch, exit_event, looks):
+    """The watch looks at once when the manager says the kernel exited (one look, with the
+    periodic ones an hour apart); where it cannot say (no pidfds), it looks every
+    ALIVE_LOOK_SECONDS, as nbclient does. Either way it cancels the wait for the cell's reply
+    once the kernel is dead."""
+    monkeypatch.setattr(client_module, "ALIVE_LOOK_SECONDS", 3600.0 if exit_event else 0.0)
+
+    async def watch():
+        client = CappedClient(nbformat.v4.new_notebook())
+        client.km = client.kc = watched = _Watched(alive=2, exit_event=exit_event)
+        client.task_poll_for_reply = asyncio.ensure_future(asyncio.sleep(3600))
+        await asyncio.wait_for(client._async_poll_kernel_alive(), 60)
+        await asyncio.gather(client.task_poll_for_reply, return_exceptions=True)
+        return client.task_poll_for_reply.cancelled(), watched.looks
+
+    assert asyncio.run(watch()) == (True, looks)
 
 
 def test_a_cut_output_channel_stops_the_kernel():

@@ -13,6 +13,7 @@ import pytest
 
 from grading_helpers import FIXTURES, SUBMISSIONS, TEST_SETTINGS, expect_slow, sandbox_processes
 from grader import grade as grade_module
+from grader.kernel import client as client_module
 from grader.kernel import session as kernel_module
 from grader.grade import grade_path
 from grader.sandbox.isolation import CREATED_MARKERS
@@ -129,6 +130,27 @@ def test_the_submission_s_own_death_is_recorded_and_never_retried(fixture, kind)
     assert kind in [e.kind for e in result.errors]
     assert result.status == "graded"
     assert kernels == 2
+
+
+@pytest.mark.parametrize("fork_server", [True, False])
+def test_a_kernel_that_exits_mid_cell_is_found_dead_by_its_exit_alone(monkeypatch, fork_server):
+    """The kernel's exit is an event the grader waits on (the fork server's handler says it; a
+    fresh kernel's process ends its pidfd), not something found by looking once a second. With
+    the periodic look and the cell's timeout both pushed to an hour, a notebook that ends its
+    kernel is still found dead, and graded again without that cell; without the event the
+    grading would wait the hour (the guard below gives up long before)."""
+    monkeypatch.setattr(client_module, "ALIVE_LOOK_SECONDS", 3600.0)
+    settings = Settings(**{**SETTINGS.__dict__, "cell_timeout": 3600.0, "fork_server": fork_server})
+    done: list = []
+    grading = threading.Thread(target=lambda: done.append(graded(FIXTURES / "hostile_os_exit.ipynb", settings)),
+                               daemon=True)
+    grading.start()
+    grading.join(600)
+    assert done, "the kernel's exit was not noticed"
+    (result, kernels), = done
+    assert "kernel_died" in [e.kind for e in result.errors]
+    assert result.isolation["kernel_start"].startswith("forked" if fork_server else "fresh")
+    assert result.status == "graded" and result.score == result.max_score and kernels == 2
 
 
 def test_a_kernel_that_kills_itself_as_the_machine_would_is_never_given_points(tmp_path):
