@@ -1,9 +1,11 @@
 """The notebook nodes the grader writes itself: a code cell for each of its requests (a run of
-calls, a cell of the student's run again without part of it) and the notebook nbclient holds
-them in. As nbformat.v4's new_code_cell and new_notebook make them, less their validation
-against the notebook schema, which costs about a millisecond each (tens per submission) and
-can only pass for nodes built this way; a student's notebook is still read and validated by
-nbformat (grader/intake/notebook.py)."""
+calls, a cell of the student's run again without part of it), the notebook nbclient holds
+them in, and the harness's payload kept as a cell's output. As nbformat.v4's new_code_cell,
+new_notebook and new_output make them, less their validation against the notebook schema,
+which costs about a millisecond each (tens per submission), compiling the schema first (a
+twentieth of a `grader check`), and can only pass for nodes built this way: a payload under
+the harness's JSON media type may be any JSON value. A student's notebook is read without it
+too (grader/intake/notebook.py)."""
 from __future__ import annotations
 
 from nbformat import NotebookNode
@@ -19,3 +21,7 @@ def code_cell(source: str) -> NotebookNode:
 def notebook(cells: list[NotebookNode] | None = None) -> NotebookNode:
     return NotebookNode(nbformat=nbformat, nbformat_minor=nbformat_minor, metadata=NotebookNode(),
                         cells=list(cells or []))
+
+
+def display_output(data: dict) -> NotebookNode:
+    return NotebookNode(output_type="display_data", data=NotebookNode(data), metadata=NotebookNode())

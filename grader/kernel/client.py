@@ -17,7 +17,6 @@ import uuid
 from typing import Any, cast
 from queue import Empty
 
-import nbformat
 import zmq
 import zmq.asyncio
 from jupyter_client.asynchronous import AsyncKernelClient
@@ -31,6 +30,7 @@ from nbclient.exceptions import CellExecutionComplete, DeadKernelError
 from zmq.utils.monitor import recv_monitor_message
 
 from grader.kernel import forked as forked_kernels
+from grader.kernel.cells import display_output
 from grader.kernel.forked import read_message, send_request
 from grader.kernel_side.wire import MIME
 from grader.sandbox.isolation import Sandbox
@@ -298,7 +298,7 @@ class CappedClient(NotebookClient):
             data = data if isinstance(data, dict) else {}
             if MIME in data and self.probing:
                 outs[:] = [o for o in outs if o.get("output_type") != "display_data"]
-                outs.append(nbformat.v4.new_output("display_data", data={MIME: data[MIME]}))
+                outs.append(display_output({MIME: data[MIME]}))
             else:
                 self.output_bytes += sum(len(str(v)) for v in data.values())
             return None

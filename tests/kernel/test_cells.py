@@ -2,7 +2,8 @@
 valid, though built without its validation."""
 import nbformat
 
-from grader.kernel.cells import code_cell, notebook
+from grader.kernel.cells import code_cell, display_output, notebook
+from grader.kernel_side.wire import MIME
 
 
 def test_a_code_cell_is_nbformats_and_valid():
@@ -18,3 +19,12 @@ def test_a_notebook_is_nbformats_and_valid():
     made = notebook(cells)
     assert made.cells == cells and made.cells is not cells
     nbformat.validate(made)
+
+
+def test_the_harness_s_payload_as_an_output_is_nbformats_and_valid_whatever_it_holds():
+    """Any JSON value the kernel sends under the harness's media type makes a valid output (so
+    skipping nbformat's validation of it skips only its cost)."""
+    for payload in ({"functions": {}}, [1, "two", None], "text", 3.5, None, {"nested": [{"a": [True]}]}):
+        ours, theirs = display_output({MIME: payload}), nbformat.v4.new_output("display_data", data={MIME: payload})
+        assert ours == theirs
+        nbformat.v4.nbbase.validate(ours, "display_data")
