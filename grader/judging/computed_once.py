@@ -24,6 +24,9 @@ import numpy as np
 def frozen(value: Any) -> Any:
     """`value` made read-only for sharing: its arrays (also inside dicts, lists, tuples and
     dataclasses) can no longer be written, and a dict becomes a read-only view of a copy."""
+    kind = type(value)
+    if kind in _IMMUTABLE:   # most of what a prediction holds, besides its arrays
+        return value
     if isinstance(value, np.ndarray):
         value.flags.writeable = False
         return value
@@ -35,10 +38,24 @@ def frozen(value: Any) -> Any:
         for v in value:
             frozen(v)
         return value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for field in dataclasses.fields(value):
-            frozen(getattr(value, field.name))
+    for name in _dataclass_fields(kind):
+        frozen(getattr(value, name))
     return value
+
+
+_IMMUTABLE = frozenset({type(None), bool, int, float, complex, str, bytes})
+
+
+def _dataclass_fields(kind: type) -> tuple[str, ...]:
+    """The field names of a dataclass (none for any other class), looked up once per class."""
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind)) \
+            if dataclasses.is_dataclass(kind) else ()
+    return names
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 class FrozenList(list):
