@@ -30,7 +30,7 @@ from nbclient.exceptions import CellExecutionComplete, DeadKernelError
 from zmq.utils.monitor import recv_monitor_message
 
 from grader.kernel import forked as forked_kernels
-from grader.kernel.cells import display_output
+from grader.kernel.cells import display_output, error_output
 from grader.kernel.forked import read_message, send_request
 from grader.kernel_side.wire import MIME
 from grader.sandbox.isolation import Sandbox
@@ -305,9 +305,19 @@ class CappedClient(NotebookClient):
         if msg_type == "error":
             if any(o.get("output_type") == "error" for o in outs):
                 return None
-            content = dict(content, traceback=[str(line)[:2000] for line in content.get("traceback", [])[-30:]],
-                           evalue=str(content.get("evalue", ""))[:2000], ename=str(content.get("ename", ""))[:200])
-            msg = dict(msg, content=content)
+            traceback = content.get("traceback")
+            out = error_output(ename=str(content.get("ename", ""))[:200], evalue=str(content.get("evalue", ""))[:2000],
+                               traceback=[str(line)[:2000] for line in (traceback if isinstance(traceback, list)
+                                                                       else [])[-30:]])
+            # As nbclient's output() adds it (the grader keeps no display ids and no output
+            # hooks), less its validation: compiling the notebook schema for it cost a check
+            # whose notebook raised anywhere a twentieth of its time.
+            if self.clear_before_next_output:
+                outs[:] = []
+                self.clear_display_id_mapping(cell_index)
+                self.clear_before_next_output = False
+            outs.append(out)
+            return out
         return super().output(outs, msg, display_id, cell_index)
 
 

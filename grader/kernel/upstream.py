@@ -78,6 +78,14 @@ PINS: tuple[Pin, ...] = (
                     "(self, parent_msg_id, cell, cell_index)"),
          "0.11.0": ("868571fc1ef21e6c061ec8808578c0880a078b680c228b54636cc79266f69da3",
                     "(self, parent_msg_id, cell, cell_index)")}),
+    Pin("nbclient.client:NotebookClient.output", "nbclient",
+        "kernel/client.py: CappedClient overrides it: for an error it adds the output as this does (a delayed "
+        "clear_output first, through `clear_before_next_output` and `clear_display_id_mapping`), built without "
+        "validation; every other output still goes through it",
+        {"0.10.0": ("121e6d78aef14649edd62731d873e24046dc6a81aa2e1013a94b84776919635d",
+                    "(self, outs, msg, display_id, cell_index)"),
+         "0.11.0": ("de860166af6347532939fa1a15d754e3ff54619279ebba45389d0a5be89917a5",
+                    "(self, outs, msg, display_id, cell_index)")}),
     Pin("nbclient.client:NotebookClient._async_poll_kernel_alive", "nbclient",
         "kernel/client.py: CappedClient overrides it: it also looks whether the kernel is alive as soon as the kernel "
         "manager says it exited, and on finding it dead cancels `task_poll_for_reply` as this does",

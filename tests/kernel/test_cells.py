@@ -2,7 +2,7 @@
 valid, though built without its validation."""
 import nbformat
 
-from grader.kernel.cells import code_cell, display_output, notebook
+from grader.kernel.cells import code_cell, display_output, error_output, notebook
 from grader.kernel_side.wire import MIME
 
 
@@ -28,3 +28,10 @@ def test_the_harness_s_payload_as_an_output_is_nbformats_and_valid_whatever_it_h
         ours, theirs = display_output({MIME: payload}), nbformat.v4.new_output("display_data", data={MIME: payload})
         assert ours == theirs
         nbformat.v4.nbbase.validate(ours, "display_data")
+
+
+def test_an_error_output_is_nbformats_and_valid():
+    fields = {"ename": "ValueError", "evalue": "bad", "traceback": ["line 1", "line 2"]}
+    ours, theirs = error_output(**fields), nbformat.v4.new_output("error", **fields)
+    assert ours == theirs
+    nbformat.v4.nbbase.validate(ours, "error")

@@ -349,6 +349,22 @@ def test_only_the_first_error_is_kept_and_it_is_cut_short():
     assert error["traceback"] == [f"line {n}" for n in range(70, 100)]
 
 
+def test_an_error_with_forged_fields_is_kept_as_text():
+    """The kernel writes its error messages: fields of any JSON kind are made text, and a
+    traceback that is not a list of lines is none."""
+    for traceback in (5, "one string", {"a": 1}, None):
+        (error,), _ = received([message("error", ename=["E"], evalue=3, traceback=traceback)], probing=False)
+        assert (error["ename"], error["evalue"], error["traceback"]) == ("['E']", "3", [])
+
+
+def test_an_error_after_a_delayed_clear_output_is_what_the_cell_keeps():
+    """clear_output(wait=True), then the error: as nbclient does, the clear happens just
+    before the next output, and the error stays."""
+    outputs, _ = received([payload(1), message("clear_output", wait=True),
+                           message("error", ename="ValueError", evalue="bad", traceback=["line"])], probing=True)
+    assert [o["output_type"] for o in outputs] == ["error"] and outputs[0]["ename"] == "ValueError"
+
+
 def test_messages_the_grader_does_not_read_are_dropped():
     client = CappedClient(nbformat.v4.new_notebook())
     client.clear_before_next_output = False
