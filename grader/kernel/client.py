@@ -434,7 +434,17 @@ class ForkedProvisioner(LocalProvisioner):
         file descriptor and a second would silently replace the first."""
         if self._watch is None:
             self._watch = asyncio.ensure_future(self._read_until_exit())
-        await asyncio.shield(self._watch)
+        try:
+            await asyncio.shield(self._watch)
+        except asyncio.CancelledError:
+            if not self._watch.cancelled():
+                raise   # this waiter was cancelled, not the reading
+        except OSError:
+            pass
+        if self._watch.cancelled() and self._exit is None:
+            # The reading ended because the connection is closing (cleanup) before the handler
+            # said anything: as a connection closed without a word says, the kernel is gone.
+            return -signal.SIGKILL
         return self._exit
 
     async def _read_until_exit(self) -> None:

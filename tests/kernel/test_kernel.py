@@ -3,6 +3,8 @@ notebook client stands in for nbclient and its kernel, as in nbclient's own test
 the capped notebook client keeps of a kernel's messages."""
 import asyncio
 import os
+import signal
+import socket
 import tempfile
 import time
 import weakref
@@ -182,6 +184,28 @@ def test_a_running_cell_s_watch_finds_a_dead_kernel_with_or_without_an_exit_even
         return client.task_poll_for_reply.cancelled(), watched.looks
 
     assert asyncio.run(watch()) == (True, looks)
+
+
+def test_waiting_for_a_forked_kernel_s_exit_survives_its_cleanup():
+    """Any number of waiters share one reader of the fork server's connection; the cleanup
+    that closes the connection ends that reader, and a waiter then (or one that comes after)
+    gets an exit status, never the reader's cancellation."""
+    from jupyter_client.kernelspec import KernelSpec
+    from grader.kernel.client import ForkedProvisioner
+
+    async def waits():
+        spec = KernelSpec(argv=["python"], display_name="python", language="python", resource_dir="")
+        provisioner = ForkedProvisioner(kernel_id="k", kernel_spec=spec)
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        provisioner._conn, provisioner._buffer = ours, bytearray()
+        first, second = asyncio.ensure_future(provisioner.wait()), asyncio.ensure_future(provisioner.wait())
+        await asyncio.sleep(0.01)
+        await provisioner.cleanup()
+        theirs.close()
+        return await first, await second, await provisioner.wait()
+
+    assert asyncio.run(waits()) == (-signal.SIGKILL,) * 3
 
 
 def test_a_cut_output_channel_stops_the_kernel():
