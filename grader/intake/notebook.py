@@ -13,6 +13,7 @@ import nbformat
 
 from grader.errors import SubmissionError
 from grader.intake.own_cells import without_grader_lines
+from grader.notebook_nodes import code_cell, notebook
 
 CELL_MARKER = re.compile(r"^# ?%%.*$", re.MULTILINE)
 MAX_SUBMISSION_BYTES = 50 * 1024 * 1024
@@ -32,7 +33,7 @@ def one_line(exc: BaseException, typed: bool = True, limit: int = 300) -> str:
 def notebook_from_python(source: str):
     """A .py file becomes one cell, or one cell per '# %%' block when it uses them."""
     parts = [p for p in CELL_MARKER.split(source) if p.strip()] or [source]
-    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(p.strip("\n")) for p in parts])
+    return notebook([code_cell(p.strip("\n")) for p in parts])
 
 
 def notebook_from_json(text: str, name: str):

@@ -30,7 +30,7 @@ from nbclient.exceptions import CellExecutionComplete, DeadKernelError
 from zmq.utils.monitor import recv_monitor_message
 
 from grader.kernel import forked as forked_kernels
-from grader.kernel.cells import display_output, error_output
+from grader.notebook_nodes import display_output, error_output
 from grader.kernel.forked import read_message, send_request
 from grader.kernel_side.wire import MIME
 from grader.sandbox.isolation import Sandbox

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, cast
 
-from grader.kernel.cells import code_cell, notebook
+from grader.notebook_nodes import code_cell, notebook
 from nbclient.exceptions import DeadKernelError
 
 from grader import kernel_side

@@ -100,7 +100,8 @@ def test_the_graph_reads_every_kind_of_import():
 # below it, so that what a stage means never depends on what is built on it: the assignment
 # model below the judging that uses it, and the grading below the presentation of its result.
 FLOORS = (
-    ("grader.errors", "grader.atomic_write", "grader.syntax_tree", "grader.settings", "grader.kernel_side"),
+    ("grader.errors", "grader.atomic_write", "grader.syntax_tree", "grader.notebook_nodes", "grader.settings",
+     "grader.kernel_side"),
     ("grader.toml_text", "grader.result", "grader.intake", "grader.sandbox"),
     ("grader.calling",),
     ("grader.course", "grader.kernel"),

@@ -1,11 +1,12 @@
 """The notebook nodes the grader writes itself: a code cell for each of its requests (a run of
 calls, a cell of the student's run again without part of it), the notebook nbclient holds
-them in, and the outputs it keeps of a cell (the harness's payload, the first error). As
+them in, the outputs it keeps of a cell (the harness's payload, the first error), and the
+notebook a `.py` submission becomes (grader/intake/notebook.py). As
 nbformat.v4's new_code_cell, new_notebook and new_output make them, less their validation
 against the notebook schema, which costs about a millisecond each (tens per submission),
 compiling the schema first (a twentieth of a `grader check`), and can only pass for nodes
 built this way: a payload under the harness's JSON media type may be any JSON value, and an
-error's fields are made text first. A student's notebook is read without it too
+error's fields are made text first. A student's `.ipynb` is read without it too
 (grader/intake/notebook.py)."""
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The grader's own notebook nodes (grader/kernel/cells.py) are what nbformat would make, and
+"""The grader's own notebook nodes (grader/notebook_nodes.py) are what nbformat would make, and
 valid, though built without its validation."""
 import nbformat
 
-from grader.kernel.cells import code_cell, display_output, error_output, notebook
+from grader.notebook_nodes import code_cell, display_output, error_output, notebook
 from grader.kernel_side.wire import MIME
 
 
