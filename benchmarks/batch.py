@@ -9,7 +9,8 @@ which a bare kernel pays for each time and the grader's fork server once) and Nu
 same notebooks without their plotting lines, measure.numpy_only), the fairer comparison.
 `--kinds` picks one; `--runs N` measures each N times and prints the median ratio.
 Prints, for each, submissions per second, its ratio to the bare execution, CPU seconds
-per submission (the whole process tree, kernels included) and the grader's peak memory.
+per submission (the whole process tree, kernels included, counted by a cgroup where the
+benchmark runs as root, else sampled: see measure.py) and the grader's peak memory.
 
     python benchmarks/batch.py [--count 40] [--ordinary] [--kinds numpy,course] [--runs 1]
     python benchmarks/batch.py --memory 100,1000   # the grader's peak memory against batch size
@@ -111,10 +112,11 @@ def one_run(count: int, ordinary: bool, numpy_only: bool, env: dict) -> dict[int
                                           "--cell-timeout", "5", "--force"], env)
     print(f"  submissions: {n} ({'correct and mistaken' if ordinary else 'good, broken and hostile'})")
     print(f"  bare nbclient, sequential: {n / bare.seconds:.2f} submissions/s, "
-          f"{bare.cpu_seconds / n:.2f} CPU s per submission")
+          f"{bare.cpu_seconds / n:.2f} CPU s per submission ({bare.cpu_counted})")
     for workers, m in modes.items():
         print(f"  grader grade --workers {workers}: {n / m.seconds:.2f} submissions/s, "
-              f"ratio to bare {bare.seconds / m.seconds:.2f}, {m.cpu_seconds / n:.2f} CPU s per submission, "
+              f"ratio to bare {bare.seconds / m.seconds:.2f}, {m.cpu_seconds / n:.2f} CPU s per submission "
+              f"({m.cpu_counted}), "
               f"grader peak {m.peak_grader_mib:.0f} MiB", flush=True)
     return {workers: bare.seconds / m.seconds for workers, m in modes.items()}
 

@@ -95,7 +95,7 @@ def compare(notebooks: list[Path], repeat: int) -> None:
             grader.append(measure.run([sys.executable, "-m", "grader.cli", "check", str(nb)]))
     g, b = (statistics.median(m.seconds for m in runs) for runs in (grader, bare))
     gc, bc = (statistics.median(m.cpu_seconds for m in runs) for runs in (grader, bare))
-    print(f"notebooks: {len(notebooks)} x {repeat} runs (medians)")
+    print(f"notebooks: {len(notebooks)} x {repeat} runs (medians; CPU {grader[0].cpu_counted})")
     print(f"bare nbclient execution: {b:.2f} s per notebook, {bc:.2f} CPU s")
     print(f"grader check:            {g:.2f} s per notebook, {gc:.2f} CPU s, "
           f"peak {max(m.peak_grader_mib for m in grader):.0f} MiB")
