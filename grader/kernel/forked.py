@@ -63,11 +63,17 @@ class ForkServer:
         self.path = str(folder / "socket")
         self.pid = int(hello["pid"])
         self.modules = [str(m) for m in hello.get("modules", [])]
+        self._held: dict[tuple[str, ...], list[str]] = {}
 
     def holds_forbidden(self, forbidden) -> list[str]:
-        """The forbidden libraries the warm parent imported (a forked kernel would have them)."""
-        from grader.intake.source_scan import matches
-        return sorted({hit for m in self.modules if (hit := matches(m, forbidden))})
+        """The forbidden libraries the warm parent imported (a forked kernel would have them).
+        Asked at every kernel's start with the assignment's list; its thousand modules are
+        looked through once per list."""
+        key = tuple(forbidden)
+        if key not in self._held:
+            from grader.intake.source_scan import matches
+            self._held[key] = sorted({hit for m in self.modules if (hit := matches(m, key))})
+        return list(self._held[key])
 
     def connect(self) -> socket.socket:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

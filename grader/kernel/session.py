@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import functools
+import json
 import marshal
 import math
 import os
@@ -60,6 +61,12 @@ FROM_OUTSIDE = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP})
 IDLE_GRACE_FACTOR = 4
 GRACE_POLL_SECONDS = 0.2
 HARNESS = f"__import__('sys').modules[{HARNESS_MODULE!r}]"
+# The kernel's own configuration, in its profile. Its history is kept in memory only (In, _i,
+# _ih and %history of the session work as ever), with no SQLite database: a kernel lives for
+# one submission. nbclient would otherwise ask for an in-memory database on the kernel's
+# command line, which makes ipykernel parse it with every option of every configurable class
+# (fork_server.launch takes the fast way only for a command line of `-f CONNECTION_FILE`).
+KERNEL_CONFIG = {"HistoryManager": {"enabled": False}}
 # The line of a kernel's log that says why it died: the exception that ended it.
 EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit)\b")
 
@@ -222,6 +229,7 @@ class Kernel:
         self.client = CappedClient(notebook(), km=self.km, kernel_name="python3", allow_errors=True,
                                    interrupt_on_timeout=True, iopub_timeout=self.output_wait,
                                    shutdown_kernel="immediate",
+                                   ipython_hist_file="",   # no argument for it: KERNEL_CONFIG
                                    # nbclient takes whole seconds only
                                    startup_timeout=math.ceil(self.limits.startup_timeout),
                                    on_cell_executed=self._remember_reply)
@@ -255,9 +263,13 @@ class Kernel:
 
     def _write_startup_file(self) -> None:
         """The harness loads as an IPython startup file: before the first cell, and outside
-        IPython's per-cell wrapping of the output streams, which would undo the output cap."""
-        startup = os.path.join(self._workdir(), ".ipython", "profile_default", "startup")
+        IPython's per-cell wrapping of the output streams, which would undo the output cap.
+        Beside it, the kernel's configuration (KERNEL_CONFIG)."""
+        profile = os.path.join(self._workdir(), ".ipython", "profile_default")
+        startup = os.path.join(profile, "startup")
         os.makedirs(startup)
+        with open(os.path.join(profile, "ipython_kernel_config.json"), "w") as f:
+            json.dump(KERNEL_CONFIG, f)
         wire_source = module_source("wire.py")
         with open(os.path.join(startup, "00-grader-harness.py"), "w") as f:
             f.write("import types as _t, sys as _s, marshal as _ma\n"
