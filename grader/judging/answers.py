@@ -84,10 +84,14 @@ def trivial_answer(conv: Convention, results: list[tuple[Probe, Outcome]], tol,
     for probe, outcome in results:
         if outcome.status != "ok" or outcome.parts is None:
             continue
-        wanted = predictions.parts(conv, CORRECT, probe.case)
         for part, value in outcome.parts.values.items():
             why = trivial(value, outcome.sent)
-            if why and part in wanted and trivial(wanted[part], outcome.sent) is None \
+            if not why:
+                continue
+            # What attention gives there is computed only for a trivial value: most calls of
+            # most functions return none, and each attempt case's probes are drawn afresh.
+            wanted = predictions.parts(conv, CORRECT, probe.case)
+            if part in wanted and trivial(wanted[part], outcome.sent) is None \
                     and next(_matching(conv, probe, part, value, tol, predictions), None) is None:
                 return f"on {probe.label}, what it returns as the {PART_WORDS[part]} is {why}"
     return None
