@@ -85,12 +85,21 @@ class CpuGroup:
         return int((self.path / "cpuacct.usage").read_text()) / 1e9
 
     def close(self) -> None:
-        for pid in (self.path / "cgroup.procs").read_text().split():
+        """Move what is left home and remove the group; again while a process left in it is
+        still forking or exiting (a group with a process in it cannot be removed)."""
+        for attempt in itertools.count():
+            for pid in (self.path / "cgroup.procs").read_text().split():
+                try:
+                    (self.home / "cgroup.procs").write_text(pid)
+                except OSError:   # it has exited meanwhile
+                    pass
             try:
-                (self.home / "cgroup.procs").write_text(pid)
-            except OSError:   # it has exited meanwhile
-                pass
-        self.path.rmdir()
+                self.path.rmdir()
+                return
+            except OSError:
+                if attempt >= 50:
+                    raise
+                time.sleep(0.02)
 
 
 _groups = itertools.count()
