@@ -42,12 +42,17 @@ def test_no_sandbox_says_isolation_is_partial():
     assert sandbox_processes() == []
 
 
-def test_network_attempt_fails_fast_and_reaches_nothing():
+def test_network_attempt_fails_fast_and_reaches_nothing(tmp_path):
     needs_full_isolation()
     accepted = []
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.1", 47613))
+    # A port of its own, put into the fixture's connection attempts (written for port 47613):
+    # a fixed port met the same test of another run of the suite on the machine.
+    server.bind(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    notebook = tmp_path / "sandbox_network.ipynb"
+    notebook.write_text((FIXTURES / "sandbox_network.ipynb").read_text().replace("47613", str(port)))
     server.listen()
     server.settimeout(0.2)
     stop = threading.Event()
@@ -61,7 +66,7 @@ def test_network_attempt_fails_fast_and_reaches_nothing():
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
     try:
-        result = grade(FIXTURES / "sandbox_network.ipynb", "rows", _fresh="network")
+        result = grade(notebook, "rows", _fresh="network")
     finally:
         stop.set()
         thread.join()
