@@ -13,6 +13,7 @@ The cells are those of submissions/worked_solution.ipynb without its plotting li
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -99,8 +100,8 @@ def main() -> None:
         sys.exit("kernel_life.py counts the kernel's side with a cgroup v1 cpuacct group: run it as root")
     sources = cells()
     try:
-        for pid in (measure.os.getpid(), *measure._fork_servers()):
-            group.join(pid)
+        group.join(os.getpid())
+        group.join_fork_servers()
         clock = Clock(group)
         lives: dict[str, list[dict]] = {"grader": [], "bare": []}
         for life in range(args.lives + 1):

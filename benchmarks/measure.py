@@ -81,6 +81,14 @@ class CpuGroup:
     def join(self, pid: int) -> None:
         (self.path / "cgroup.procs").write_text(str(pid))
 
+    def join_fork_servers(self) -> None:
+        """The fork servers running now join the group: what they fork from now on is counted."""
+        for server in _fork_servers():
+            try:
+                self.join(server)
+            except OSError:   # it has exited meanwhile
+                pass
+
     def seconds(self) -> float:
         return int((self.path / "cpuacct.usage").read_text()) / 1e9
 
@@ -179,11 +187,7 @@ def _grader_rss(pid: int) -> int:
 def run(command: list, env=None) -> Measured:
     group = CpuGroup.made()
     if group is not None:
-        for server in _fork_servers():
-            try:
-                group.join(server)
-            except OSError:   # it has exited meanwhile
-                pass
+        group.join_fork_servers()
     try:
         measured = _run(command, env, group)
     finally:
@@ -220,7 +224,7 @@ def _run(command: list, env, group: CpuGroup | None) -> Measured:
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     reaped = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    sampled = sum(ticks.values()) / os.sysconf("SC_CLK_TCK")
+    sampled = max(reaped, sum(ticks.values()) / os.sysconf("SC_CLK_TCK"))
     if group is not None:
-        return Measured(seconds, group.seconds(), peak[0] / 2**20, "cgroup", max(reaped, sampled))
-    return Measured(seconds, max(reaped, sampled), peak[0] / 2**20, cpu_sampled=max(reaped, sampled))
+        return Measured(seconds, group.seconds(), peak[0] / 2**20, "cgroup", sampled)
+    return Measured(seconds, sampled, peak[0] / 2**20, cpu_sampled=sampled)

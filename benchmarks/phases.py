@@ -158,8 +158,8 @@ def main() -> None:
         plain.mkdir()
         group = measure.CpuGroup.made()   # this process and the fork server, as batch.py counts a run
         if group is not None:
-            for pid in (os.getpid(), *measure._fork_servers()):
-                group.join(pid)
+            group.join(os.getpid())
+            group.join_fork_servers()
         try:
             cpu, wall = time.process_time(), time.perf_counter()
             grade_all(notebooks, plain)
