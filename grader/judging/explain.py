@@ -11,6 +11,7 @@ import itertools
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import nullcontext
 from types import SimpleNamespace
 
 import numpy as np
@@ -385,29 +386,40 @@ def trivial(value, arguments: list) -> str | None:
     arrays = value if isinstance(value, list) else [value]
     if not arrays:
         return "empty"
+    handed: list | None = None   # the arguments' arrays, found once for every array of the value
     for array in arrays:
         a = np.asarray(array, dtype=np.float64)
-        finite = a[np.isfinite(a)]
+        # The arrays' own methods, and the finite entries picked out only when some are not:
+        # this runs on every part of every call's reply, where np.any's dispatch and a copy
+        # cost more than the tests themselves.
+        finite_places = np.isfinite(a)
+        all_finite = bool(finite_places.all())
+        finite = a.ravel() if all_finite else a[finite_places]
         if finite.size == 0:
             return "empty or not finite"
-        if not np.any(finite):
+        if not finite.any():
             return "all zeros"
-        scale = 1e-9 * max(1.0, float(np.abs(finite).max()))
-        if np.ptp(finite) <= scale:
+        top, bottom = float(finite.max()), float(finite.min())
+        scale = 1e-9 * max(1.0, top, -bottom)   # the largest magnitude among them
+        if top - bottom <= scale:
             return "constant"
         if a.ndim >= 2:
             matrices = a.reshape(-1, *a.shape[-2:])
             # fmax and fmin leave NaN out as nanmax and nanmin do, and give NaN for an all-NaN
-            # column or row without the warning those raise (silencing it cost more than the test).
-            with np.errstate(invalid="ignore"):
+            # column or row without the warning those raise (silencing it cost more than the
+            # test, and only non-finite entries can raise it).
+            with np.errstate(invalid="ignore") if not all_finite else nullcontext():
                 across_tokens = np.fmax.reduce(matrices, axis=1) - np.fmin.reduce(matrices, axis=1)
                 along_rows = np.fmax.reduce(matrices, axis=2) - np.fmin.reduce(matrices, axis=2)
             # An all-NaN line (NaN > scale is false) counts as flat, as nan_to_num's 0 did.
-            if a.shape[-2] > 1 and not np.any(across_tokens > scale):
+            if a.shape[-2] > 1 and not (across_tokens > scale).any():
                 return SAME_ROW
-            if a.shape[-1] > 1 and not np.any(along_rows > scale):
+            if a.shape[-1] > 1 and not (along_rows > scale).any():
                 return "uniform along each row"
-        for arg in _arrays(arguments):
-            if arg.ndim == a.ndim and (same(arg, a, ARGUMENT_TOLERANCE) or same(arg.T, a, ARGUMENT_TOLERANCE)):
+        handed = _arrays(arguments) if handed is None else handed
+        for arg in handed:
+            # An argument of another shape, even transposed, is never the same.
+            if arg.shape == a.shape and same(arg, a, ARGUMENT_TOLERANCE) \
+                    or arg.ndim == a.ndim and arg.shape[::-1] == a.shape and same(arg.T, a, ARGUMENT_TOLERANCE):
                 return HANDED_BACK
     return None
