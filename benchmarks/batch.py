@@ -8,6 +8,8 @@ Each batch is measured twice: as the course-like notebooks are (they import matp
 which a bare kernel pays for each time and the grader's fork server once) and NumPy-only (the
 same notebooks without their plotting lines, measure.numpy_only), the fairer comparison.
 `--kinds` picks one; `--runs N` measures each N times and prints the median ratio.
+The grader runs with one worker, with two, and with its default (one more than the cores:
+a worker waiting on its kernel leaves its core to the others).
 Prints, for each, submissions per second, its ratio to the bare execution, CPU seconds
 per submission (the whole process tree, kernels included, counted by a cgroup where the
 benchmark runs as root, else sampled: see measure.py) and the grader's peak memory.
@@ -24,6 +26,8 @@ import tempfile
 from pathlib import Path
 
 import measure
+
+from grader.batch.pool import default_workers
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ["hostile_os_exit.ipynb", "hostile_sys_exit.ipynb", "hostile_huge_output.ipynb",
@@ -86,19 +90,19 @@ def main() -> None:
         memory_against_size([int(n) for n in args.memory.split(",")], env)
         return
     for kind in args.kinds.split(","):
-        ratios: dict[int, list[float]] = {1: [], 2: []}
+        ratios: dict[str, list[float]] = {}
         for run in range(args.runs):
             print(f"{kind} ({KINDS[kind]}), run {run + 1}:", flush=True)
             for workers, ratio in one_run(args.count, args.ordinary, kind == "numpy", env).items():
-                ratios[workers].append(ratio)
+                ratios.setdefault(workers, []).append(ratio)
         if args.runs > 1:
             print(f"{kind}: median ratio to bare of {args.runs} runs: " +
-                  ", ".join(f"--workers {w} {statistics.median(r):.2f}" for w, r in ratios.items()), flush=True)
+                  ", ".join(f"{w} {statistics.median(r):.2f}" for w, r in ratios.items()), flush=True)
 
 
-def one_run(count: int, ordinary: bool, numpy_only: bool, env: dict) -> dict[int, float]:
-    """Bare sequential execution, then the grader with one and two workers, on one batch;
-    prints each and returns the grader's ratio to bare per number of workers."""
+def one_run(count: int, ordinary: bool, numpy_only: bool, env: dict) -> dict[str, float]:
+    """Bare sequential execution, then the grader with one worker, two and its default, on one
+    batch; prints each and returns the grader's ratio to bare for each."""
     with tempfile.TemporaryDirectory() as scratch:
         batch = Path(scratch) / "batch"
         batch.mkdir()
@@ -106,15 +110,17 @@ def one_run(count: int, ordinary: bool, numpy_only: bool, env: dict) -> dict[int
         bare = measure.run([sys.executable, "-c", BARE, str(batch)], env)
         grader = shutil.which("grader") or "grader"
         modes = {}
-        for workers in (1, 2):
+        for workers in (1, 2, None):
             out = Path(scratch) / f"out{workers}"
-            modes[workers] = measure.run([grader, "grade", str(batch), "-o", str(out), "--workers", str(workers),
-                                          "--cell-timeout", "5", "--force"], env)
+            chosen = ["--workers", str(workers)] if workers else []
+            label = f"--workers {workers}" if workers else f"default ({default_workers()} workers)"
+            modes[label] = measure.run([grader, "grade", str(batch), "-o", str(out), *chosen,
+                                        "--cell-timeout", "5", "--force"], env)
     print(f"  submissions: {n} ({'correct and mistaken' if ordinary else 'good, broken and hostile'})")
     print(f"  bare nbclient, sequential: {n / bare.seconds:.2f} submissions/s, "
           f"{bare.cpu_seconds / n:.2f} CPU s per submission ({bare.cpu_counted})")
     for workers, m in modes.items():
-        print(f"  grader grade --workers {workers}: {n / m.seconds:.2f} submissions/s, "
+        print(f"  grader grade {workers}: {n / m.seconds:.2f} submissions/s, "
               f"ratio to bare {bare.seconds / m.seconds:.2f}, {m.cpu_seconds / n:.2f} CPU s per submission "
               f"({m.cpu_counted}), "
               f"grader peak {m.peak_grader_mib:.0f} MiB", flush=True)

@@ -128,7 +128,7 @@ class Settings(Limits):
             commands=('check',), shapes_result=False)
     staff: bool = setting(False, "show hidden checks' messages (teaching staff view)", commands=('check', 'grade'))
     workers: int | None = setting(None,
-            'submissions graded at once, each in its own kernel (none: the number of cores)',
+            'submissions graded at once, each in its own kernel (none: one more than the number of cores)',
             commands=('grade',), shapes_result=False)
     overrides: Path | None = setting(None,
             'CSV of staff overrides (student, score or points, reason), applied to grades.csv and the gradebook '

@@ -5,6 +5,8 @@ import csv
 import io
 import json
 import os
+import subprocess
+import sys
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -248,3 +250,12 @@ def test_megabytes_of_code_are_refused_in_one_line(tmp_path):
     path.write_text("\n".join(f"v{i} = {i}" for i in range(150_000)))
     with pytest.raises(SubmissionError, match="characters of code; the limit is 1,000,000"):
         load_submission(path)
+
+
+def test_the_default_workers_are_one_more_than_the_cores_this_process_may_use():
+    """A taskset's or a container's share of the machine, not its whole count of cores: run on
+    one core, a batch grades two submissions at once."""
+    code = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
+            "from grader.batch.pool import default_workers; print(default_workers())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "2"
