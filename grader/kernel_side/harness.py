@@ -124,6 +124,18 @@ def _new_cell(*_args):
     _output["told"] = False
 
 
+def _log_at_its_handlers_level(log):
+    """traitlets leaves the kernel's logger at DEBUG and filters at its handlers (WARNING by
+    default): each of ipykernel's debug lines for every message built a record that the handler
+    then dropped, about 0.3 ms of the kernel's CPU a cell. The logger is raised to its handlers'
+    lowest level, so exactly the same lines are still written."""
+    if log.propagate or not log.handlers:
+        return
+    lowest = min(handler.level for handler in log.handlers)
+    if lowest > log.getEffectiveLevel():
+        log.setLevel(lowest)
+
+
 def install(cell_budget, notebook_budget):
     _output.update(cell_budget=cell_budget, notebook_budget=notebook_budget)
     for stream in {type(sys.stdout), type(sys.stderr)}:
@@ -133,6 +145,7 @@ def install(cell_budget, notebook_budget):
     _unflushed.update((sys.stdout, sys.stderr))
     get_ipython().events.register("pre_run_cell", _new_cell)
     get_ipython().events.register("post_run_cell", _snapshot_definitions)
+    _log_at_its_handlers_level(get_ipython().kernel.log)
 
 
 class _Unavailable:

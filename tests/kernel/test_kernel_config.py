@@ -32,3 +32,19 @@ def test_a_kernel_keeps_its_history_in_memory_only(forked):
     start, errors = asyncio.run(run())
     assert start.startswith("forked" if forked else "fresh")
     assert errors == [None, None, None]
+
+
+def test_the_kernel_s_logger_builds_no_record_its_handlers_would_drop():
+    """ipykernel logs each message at DEBUG; traitlets filters at the handler, so the logger is
+    raised to the handlers' lowest level (harness._log_at_its_handlers_level): what the
+    handlers write is unchanged."""
+    check = ("import logging\n"
+             "_log = get_ipython().kernel.log\n"
+             "_lowest = min(h.level for h in _log.handlers)\n"
+             "assert _lowest > logging.DEBUG and not _log.isEnabledFor(logging.DEBUG), (_lowest, _log.level)\n"
+             "assert _log.isEnabledFor(_lowest) and _log.isEnabledFor(logging.ERROR)")
+
+    async def run():
+        async with Kernel(Limits()) as kernel:
+            return await kernel.run_cell(check, 30)
+    assert asyncio.run(run()) is None
