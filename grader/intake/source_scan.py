@@ -120,6 +120,15 @@ def is_stub(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 IMPORT_CALLS = ("__import__", "import_module")
+IMPORT_WORDS = ("import",)   # in the keyword and in every name of IMPORT_CALLS
+
+
+def may_hold(text: str, words) -> bool:
+    """Whether Python source can hold one of `words` as a name or keyword (or part of one).
+    Only ASCII text is ruled out by its characters: Python reads a non-ASCII name in its
+    NFKC form, in which `ｉmport_module` is `import_module`; and no escape or line continuation
+    makes a name out of other characters."""
+    return not text.isascii() or any(word in text for word in words)
 
 
 def imported_modules(tree: ast.AST):
@@ -245,16 +254,21 @@ def scan(cells: list[tuple[int, str]], graded_names: set[str], methods: dict | N
     methods = methods or {}
     bound: dict[str, str] = {}
     for index, source in cells:
+        text = python_source(source)
         try:
-            tree = syntax_tree.parse(python_source(source))
+            tree = syntax_tree.parse(text)
         except SyntaxError as exc:
             result.unparsable[index] = (exc.lineno, type(exc).__name__, exc.msg)
             _add_definers(result, index, sorted(defined_textually(source, graded_names)))
             continue
-        _add_definers(result, index, sorted({node.name for node in ast.walk(tree)
-                                             if isinstance(node, DEFINITIONS) and node.name in graded_names}))
-        for line, module in imported_modules(tree):
-            result.imports.append((index, line, module))
+        # A walk of the whole tree only where its text can hold what it looks for: a cell of the
+        # sheet's data is thousands of nodes, and names no graded function and imports nothing.
+        if may_hold(text, graded_names):
+            _add_definers(result, index, sorted({node.name for node in ast.walk(tree)
+                                                 if isinstance(node, DEFINITIONS) and node.name in graded_names}))
+        if may_hold(text, IMPORT_WORDS):
+            for line, module in imported_modules(tree):
+                result.imports.append((index, line, module))
         bound.update(imported_names(tree.body))
         for node in tree.body:
             if isinstance(node, DEFINITIONS):

@@ -34,3 +34,16 @@ def test_scanning_a_notebook_with_magics_does_not_import_ipython():
             "print('f' in found.definitions, 'IPython' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["True", "False"], done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("cell", ["x = __ｉmport__('scipy')",
+                                  "from importlib import ｉmport_module\nｉmport_module('scipy')"])
+def test_an_import_written_with_a_letter_python_reads_as_ascii_is_found(cell):
+    """The scan walks only the cells whose text can hold an import (source_scan.may_hold); a
+    name with a fullwidth letter is that name to Python (NFKC), so non-ASCII text is walked."""
+    assert (0, 1 if "__" in cell else 2, "scipy") in source_scan.scan([(0, cell)], set()).imports
+
+
+def test_a_graded_function_defined_with_a_letter_python_reads_as_ascii_is_found():
+    scan = source_scan.scan([(0, "X = [[1.0, 2.0]]"), (1, "def ｓelf_attention(x):\n    return x")], {"self_attention"})
+    assert scan.definers == {"self_attention": [1]}
