@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
 import warnings
@@ -316,5 +317,33 @@ def main(argv=None) -> int:
         return EXIT_GRADER_FAULT
 
 
+def run() -> None:
+    """The `grader` command (the entry point, and `python -m grader.cli`): main(), then an exit
+    that skips the interpreter's teardown, which frees every object of NumPy, nbclient and the
+    grader one by one for a process that is ending anyway: 60 to 130 ms of a `grader check`'s
+    0.75 to 0.99 s, in paired runs. Everything else an exit does still happens, in its order:
+    threads that are not daemons are waited for, and every exit function registered while the
+    command ran (a pool's, multiprocessing's, weakref's finalizers, logging's) runs before this
+    one, which was registered first (they run last registered first; importing this module
+    registers none). `main(argv)` called from Python exits nothing."""
+    code = [EXIT_GRADER_FAULT]
+    atexit.register(_exit_now, code)
+    try:
+        code[0] = main()
+    except SystemExit as exc:   # argparse's --help, --version and usage errors
+        code[0] = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        raise
+    sys.exit(code[0])
+
+
+def _exit_now(code: list[int]) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # a reader that went away, a stream already closed
+            pass
+    os._exit(code[0])
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -220,3 +220,28 @@ def test_a_mistake_is_explained_once_even_when_a_pair_with_it_is_named_too():
     said = " ".join(run("check", SUBMISSIONS / "mistake_no_scaling.ipynb").stdout.split())
     assert said.count("are never divided by sqrt(d_k)") == 1, said
     assert "scores not scaled and softmax without max-subtraction overflows: exp() of scores" in said
+
+
+@pytest.mark.slow
+def test_the_command_s_exit_runs_what_the_command_registered_and_keeps_its_code_and_output(tmp_path):
+    """cli.run ends the process without the interpreter's teardown: an exit function registered
+    while the command ran (as a library's is) still runs first, what was printed is flushed,
+    and the exit code is the command's."""
+    ran = tmp_path / "ran"
+    code = (
+        "import atexit, sys\n"
+        "from pathlib import Path\n"
+        "from grader import cli\n"
+        "command = cli.main\n"
+        "def main(argv=None):\n"
+        f"    atexit.register(Path({str(ran)!r}).write_text, 'yes')\n"
+        "    print('the summary', end='')\n"
+        "    return command(argv)\n"
+        "cli.main = main\n"
+        "sys.argv = ['grader', 'check', 'no-such-file.ipynb']\n"
+        "cli.run()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (done.returncode, done.stdout) == (2, "the summary")
+    assert "no such file" in done.stderr
+    assert ran.read_text() == "yes"
