@@ -101,8 +101,8 @@ def _limit_writes(stream_class):
 def _flush_only_when_written(stream_class):
     """A flush of stdout or stderr from the kernel's main thread hands the send to the IOPub
     thread and waits on it twice; ipykernel flushes both before and after every cell and the
-    display publisher before every display message (each call's reply is one), over 40 % of
-    the kernel's time in the calls and a fifth of an empty cell's, profiled. With nothing
+    display publisher before every display message (the harness's description is one): about
+    a quarter of the kernel's CPU for a short cell, measured. With nothing
     written since the stream's last flush there is nothing to send, so the flush is skipped;
     what is written is sent by the next flush, and whatever no flush takes by ipykernel's own
     timer. The mark is taken off before the flush, so a write racing it is sent by a later one."""
