@@ -19,10 +19,32 @@ def not_returned(part: str) -> str:
     return f"{'were' if part in PLURAL_PARTS else 'was'} not returned"
 
 
-def describe_value(encoded: dict) -> str:
+class OnceDecoded:
+    """decode_array for the arrays of one reply, each decoded once: a reply is described (its
+    arrays' shapes, read from the bytes that came back) and then read part by part, and
+    decoding is most of either. Keeps each encoded value it decoded, so that the identity it is
+    known by stays its own while this lives."""
+
+    def __init__(self):
+        self._decoded: dict[int, tuple[dict, np.ndarray | BadValue]] = {}
+
+    def __call__(self, encoded: dict) -> np.ndarray:
+        found = self._decoded.get(id(encoded))
+        if found is None:
+            try:
+                value: np.ndarray | BadValue = decode_array(encoded)
+            except BadValue as exc:
+                value = exc
+            found = self._decoded[id(encoded)] = (encoded, value)
+        if isinstance(found[1], BadValue):
+            raise found[1]
+        return found[1]
+
+
+def describe_value(encoded: dict, decode=decode_array) -> str:
     kind = encoded.get("kind")
     if kind == "sequence":
-        inner = ", ".join(describe_value(i) for i in encoded.get("items", [])[:4])
+        inner = ", ".join(describe_value(i, decode) for i in encoded.get("items", [])[:4])
         more = ", ..." if encoded.get("length", 0) > 4 else ""
         return f"{encoded.get('type', 'sequence')}({inner}{more})"
     if kind == "mapping":
@@ -31,7 +53,7 @@ def describe_value(encoded: dict) -> str:
         return f"{encoded.get('type', 'dict')} with keys ({keys}{more})"
     if kind == "array":
         try:
-            array = decode_array(encoded)
+            array = decode(encoded)
             return f"{encoded.get('type', 'array')} {array.shape}"
         except BadValue:
             return str(encoded.get("type", "array"))
@@ -67,14 +89,14 @@ class Unreadable(Exception):
     """One returned part cannot be used; the message completes "the <part> ..."."""
 
 
-def _array(encoded: dict) -> np.ndarray:
+def _array(encoded: dict, decode=decode_array) -> np.ndarray:
     if encoded.get("kind") == "none":
         raise Unreadable("came back as None")
     if encoded.get("kind") != "array":
         detail = encoded.get("detail") or f"a {encoded.get('type')}"
         raise Unreadable(f"could not be read as a numeric array ({detail})")
     try:
-        return decode_array(encoded)
+        return decode(encoded)
     except BadValue as exc:
         raise Unreadable(f"could not be used ({exc})") from None
 
@@ -156,11 +178,11 @@ def _pairs(conv: Convention, encoded: dict, parts: Parts) -> list:
     return [(expected[0], encoded)]
 
 
-def _merged_leading(encoded: dict) -> np.ndarray:
+def _merged_leading(encoded: dict, decode=decode_array) -> np.ndarray:
     """An array returned on two leading batch axes (batch = "any") with them merged into one,
     before anything is read off it, so that what follows sees one batch axis; an array with
     fewer than three axes cannot hold them and is left as it is."""
-    value = _array(encoded)
+    value = _array(encoded, decode)
     return value.reshape(-1, *value.shape[2:]) if value.ndim >= 3 else value
 
 
@@ -187,8 +209,13 @@ def _kept_pairs(conv: Convention, kept: list | None, parts: Parts) -> list:
 def canonical_parts(conv: Convention, encoded: dict, kept: list | None = None) -> Parts:
     """What a call returned, as canonical parts; `kept`: the values of the attributes the
     convention reads off a class's object after the call (Convention.kept), in its order."""
-    parts = Parts(returned=describe_value(encoded))
-    read = _merged_leading if conv.leading_axes else _array
+    decode = OnceDecoded()
+    parts = Parts(returned=describe_value(encoded, decode))
+    whole = _merged_leading if conv.leading_axes else _array
+
+    def read(item: dict) -> np.ndarray:
+        return whole(item, decode)
+
     attributes = {part: attribute for attribute, part in conv.kept}
     for name, item in _pairs(conv, encoded, parts) + _kept_pairs(conv, kept, parts):
         try:
