@@ -375,7 +375,7 @@ def _call(request):
     name, fn = _find(request["names"])
     if fn is None:
         return {"found": False}
-    args = wire.decode_arguments(request["args"])
+    args = wire.decode_arguments(request["args"], _calls["arrays"])
     params = request["params"]
     spec, step, given_after, by_keyword = request.get("object"), {"at": "method"}, None, False
     read_kept, kept = None, None
@@ -408,7 +408,9 @@ def _call(request):
     return reply
 
 
-_calls = {"interrupted": False}
+# The run of calls being made: whether the grader interrupted it, and the arrays decoded for
+# its calls so far (wire.decode_argument), dropped when it ends.
+_calls: dict = {"interrupted": False, "arrays": None}
 
 
 def _interrupt(signum, frame):
@@ -422,7 +424,7 @@ def call_many(requests):
     kernel when one is late. That interrupt ends the run, even when the student's function
     swallows it (then as soon as the function returns); a KeyboardInterrupt the function
     raises itself is only that call's error, as any other exception."""
-    _calls["interrupted"] = False
+    _calls["interrupted"], _calls["arrays"] = False, {}
     previous = signal.signal(signal.SIGINT, _interrupt)
     try:
         for index, request in enumerate(requests):
@@ -431,6 +433,7 @@ def call_many(requests):
                 raise KeyboardInterrupt
             _reply({"index": index, "reply": reply})
     finally:
+        _calls["arrays"] = None
         signal.signal(signal.SIGINT, previous)
 
 

@@ -111,16 +111,17 @@ def encode_arguments(values: list, layout: Layout = Layout.C) -> list[dict]:
     return encoded
 
 
-def decode_arguments(encoded: list) -> list:
+def decode_arguments(encoded: list, run: dict | None = None) -> list:
     """A call's arguments as the student function receives them: a reference to an earlier
-    argument (encode_arguments) is that argument's own object."""
+    argument (encode_arguments) is that argument's own object. `run`: the arrays decoded for
+    the calls before this one in the same run (decode_argument)."""
     decoded: list = []
     for item in encoded:
         earlier = item.get("same_as") if isinstance(item, dict) else None
         if type(earlier) is int and 0 <= earlier < len(decoded):
             decoded.append(decoded[earlier])
         else:
-            decoded.append(decode_argument(item))
+            decoded.append(decode_argument(item, run=run))
     return decoded
 
 
@@ -140,10 +141,25 @@ def _raw_array(encoded: dict) -> np.ndarray:
     return _frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
 
 
-def decode_argument(encoded: dict, depth: int = 0):
+def _fresh_array(encoded: dict, run: dict) -> np.ndarray:
+    """_raw_array for one of a run's calls. The calls of a run are made on a few cases, so the
+    same arrays come again and again (a third as many differ as are sent): each is decoded
+    once a run, and every call gets a fresh copy of it, to change as it likes."""
+    raw = encoded.get("raw")
+    if not isinstance(raw, str):
+        return _raw_array(encoded)   # which says why it cannot be read
+    key = (raw, str(encoded.get("dtype")), str(encoded.get("shape")))
+    pristine = run.get(key)
+    if pristine is None:
+        pristine = run[key] = _raw_array(encoded)
+    return pristine.copy()
+
+
+def decode_argument(encoded: dict, depth: int = 0, run: dict | None = None):
     """The argument as the student function receives it: a bool, an int, an array in its
     layout, or a fresh list, dict or SimpleNamespace of those, MAX_DEPTH levels at most. Raises
-    BadValue for anything deeper, or an attribute that is not a plain name."""
+    BadValue for anything deeper, or an attribute that is not a plain name. `run` keeps the
+    arrays decoded in a run of calls (_fresh_array)."""
     if "bool" in encoded:
         return bool(encoded["bool"])
     if "int" in encoded:
@@ -151,17 +167,17 @@ def decode_argument(encoded: dict, depth: int = 0):
     if any(kind in encoded for kind in ("list", "tuple", "dict", "object")) and depth >= MAX_DEPTH:
         raise BadValue(f"an argument nested more than {MAX_DEPTH} levels deep")
     if "list" in encoded:
-        return [decode_argument(v, depth + 1) for v in encoded["list"]]
+        return [decode_argument(v, depth + 1, run) for v in encoded["list"]]
     if "tuple" in encoded:
-        return tuple(decode_argument(v, depth + 1) for v in encoded["tuple"])
+        return tuple(decode_argument(v, depth + 1, run) for v in encoded["tuple"])
     if "dict" in encoded:
-        return {str(k): decode_argument(v, depth + 1) for k, v in encoded["dict"]}
+        return {str(k): decode_argument(v, depth + 1, run) for k, v in encoded["dict"]}
     if "object" in encoded:
-        attributes = {str(k): decode_argument(v, depth + 1) for k, v in encoded["object"]}
+        attributes = {str(k): decode_argument(v, depth + 1, run) for k, v in encoded["object"]}
         if not all(k.isidentifier() and not k.startswith("__") for k in attributes):
             raise BadValue("an object's attribute that is not a plain name")
         return _SimpleNamespace(**attributes)
-    array = _raw_array(encoded)
+    array = _raw_array(encoded) if run is None else _fresh_array(encoded, run)
     layout = Layout(encoded.get("layout", Layout.C.value))
     if layout is Layout.FORTRAN:
         return _asfortranarray(array)

@@ -266,6 +266,34 @@ def test_an_argument_arrives_writable_and_a_malformed_one_is_a_bad_value():
             wire.decode_argument({**good, **forged})
 
 
+def test_a_run_decodes_each_array_once_and_every_call_gets_its_own_copy(monkeypatch):
+    """In a run of calls (harness.call_many) an array sent again is decoded once: each call
+    still gets a fresh, writable array in its layout, which its changes leave the next call's
+    untouched; the same bytes in another dtype or shape are another array; and a malformed one
+    is still a bad value."""
+    decoded = []
+    real = wire._raw_array
+    monkeypatch.setattr(wire, "_raw_array", lambda encoded: decoded.append(encoded) or real(encoded))
+    matrix = np.arange(6.0).reshape(2, 3)
+    call = [wire.encode_argument(matrix, Layout.FORTRAN), wire.encode_argument(matrix)]
+    run: dict = {}
+    first = wire.decode_arguments(call, run)
+    first[0][0, 0] = first[1][0, 0] = 7.0
+    second = wire.decode_arguments(call, run)
+    assert len(decoded) == 1
+    assert first[0] is not second[0] and first[1] is not second[1] and second[0] is not second[1]
+    assert second[0].flags.f_contiguous and not second[0].flags.c_contiguous and second[1].flags.c_contiguous
+    assert all(a.flags.writeable for a in second)
+    np.testing.assert_array_equal(second[0], matrix)
+    np.testing.assert_array_equal(second[1], matrix)
+    reshaped = wire.decode_argument(wire.encode_argument(matrix.reshape(3, 2)), run=run)
+    as_ints = wire.decode_argument({**wire.encode_argument(matrix), "dtype": "<i8"}, run=run)
+    assert reshaped.shape == (3, 2) and as_ints.dtype == np.int64 and len(decoded) == 3
+    for forged in ({"dtype": "|O"}, {"shape": [2, 4]}, {"raw": "not base64!"}, {"raw": 3}):
+        with pytest.raises(BadValue):
+            wire.decode_argument({**wire.encode_argument(matrix), **forged}, run=run)
+
+
 @pytest.mark.parametrize("shape", [None, "3", [3.0], ["3"], [True], [1] * 65, {"0": 3}])
 def test_a_returned_arrays_shape_that_is_not_a_list_of_ints_is_a_malformed_reply(shape):
     encoded = wire.encode_value(np.zeros(3))
