@@ -13,7 +13,7 @@ from operator import itemgetter
 import numpy as np
 
 from grader.intake.notebook import SubmissionError, code_cells, load_submission
-from grader.intake.source_scan import is_stub, python_source
+from grader.intake.source_scan import is_stub, may_hold, python_source
 from grader import syntax_tree
 
 THRESHOLD = 0.92
@@ -66,6 +66,8 @@ def fingerprint(path, names: set[str]) -> dict[str, str]:
         return {}
     found: dict[str, str] = {}
     for _, source in cells:
+        if not may_hold(source, names):
+            continue   # no graded name in it: no definition to fingerprint, and no need to parse it
         try:
             tree = syntax_tree.parse(python_source(source))
         except SyntaxError:

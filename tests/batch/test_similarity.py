@@ -266,3 +266,18 @@ def test_the_candidates_are_the_pairs_whose_signatures_agree_on_a_whole_band(gol
                 if (bands[i] == bands[j]).all(axis=1).any()]
     assert len(expected) > len(texts)
     assert [tuple(pair) for pair in similarity.candidate_pairs(texts).tolist()] == expected
+
+
+def test_a_fingerprint_reads_only_the_cells_that_can_define_a_graded_function(tmp_path):
+    """A cell whose text holds no graded name defines none: it is not parsed, so one nested
+    deeper than Python can parse no longer costs the submission its fingerprint (the grading's
+    own scan skips it too). A cell holding a name in non-ASCII text is still read: Python reads
+    `ｓelf_attention` (a fullwidth s) as `self_attention`."""
+    import nbformat
+    nested = "x = 1" + " + 1" * 200_000   # a RecursionError while the tree is built
+    defined = "def self_attention(X):\n    return X @ X.T\n"
+    fullwidth = "def \uff53elf_attention(X):\n    return X\n"
+    for cells, found in (([nested, defined], {"self_attention"}), ([nested, fullwidth], {"self_attention"})):
+        path = tmp_path / "submission.ipynb"
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
+        assert set(fingerprint(path, {"self_attention"})) == found
