@@ -152,6 +152,7 @@ def _fresh_array(encoded: dict, run: dict) -> np.ndarray:
     pristine = run.get(key)
     if pristine is None:
         pristine = run[key] = _raw_array(encoded)
+        pristine.flags.writeable = False   # only its copies are handed out
     return pristine.copy()
 
 
