@@ -148,7 +148,7 @@ def _fresh_array(encoded: dict, run: dict) -> np.ndarray:
     raw = encoded.get("raw")
     if not isinstance(raw, str):
         return _raw_array(encoded)   # which says why it cannot be read
-    key = (raw, str(encoded.get("dtype")), str(encoded.get("shape")))
+    key = (raw, repr(encoded.get("dtype")), repr(encoded.get("shape")))   # a shape "[2, 3]" is no [2, 3]
     pristine = run.get(key)
     if pristine is None:
         pristine = run[key] = _raw_array(encoded)

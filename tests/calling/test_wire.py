@@ -2,6 +2,7 @@
 sent, returned values come back as they were, and what must not be read is refused."""
 import base64
 import json
+import os
 import pickle
 import sys
 import types
@@ -178,6 +179,39 @@ def test_the_harness_in_the_kernel_uses_the_wire_module_loaded_before_it(monkeyp
     assert harness.wire is kernel_wire
 
 
+def test_a_run_of_calls_in_the_harness_shares_decoding_but_no_array_and_keeps_nothing_after(monkeypatch, tmp_path):
+    """harness.call_many, as the kernel runs it: a function that changes its arguments in place
+    does not change what the next call gets, and the arrays decoded for the run are dropped
+    when it ends."""
+    _kernel_copy(monkeypatch)
+    harness = types.ModuleType(kernel.HARNESS_MODULE)
+    exec(compile(kernel.harness_source(), "<grader-harness>", "exec"), harness.__dict__)
+    received = []
+
+    def doubles_in_place(X, Y):
+        received.append((X.copy(), X is Y))
+        X *= 2
+        return X
+
+    harness.get_ipython = lambda: types.SimpleNamespace(user_ns={"doubles_in_place": doubles_in_place})
+    replies = tmp_path / "replies"
+    harness._replies["fd"] = os.open(replies, os.O_WRONLY | os.O_CREAT)
+    try:
+        matrix = np.arange(6.0).reshape(2, 3)
+        call = {"names": ["doubles_in_place"], "params": ["X", "Y"], "args": wire.encode_arguments([matrix, matrix])}
+        harness.call_many([call, call, call])
+    finally:
+        os.close(harness._replies["fd"])
+    assert [same for _, same in received] == [True, True, True]   # one object twice, as sent
+    for got, _ in received:
+        np.testing.assert_array_equal(got, matrix)
+    frames, _, _ = wire.unframe(replies.read_bytes())
+    values = [json.loads(f)["reply"]["value"] for f in frames]
+    assert [payloads.encoded_value(v)["shape"] for v in values] == [[2, 3]] * 3
+    np.testing.assert_array_equal(wire.decode_array(values[2]), 2 * matrix)
+    assert harness._calls["arrays"] is None
+
+
 def test_a_notebook_that_replaces_numpys_functions_still_gets_and_sends_arrays(monkeypatch):
     kernel_wire = _kernel_copy(monkeypatch)
     matrix = np.arange(6.0).reshape(2, 3)
@@ -286,10 +320,11 @@ def test_a_run_decodes_each_array_once_and_every_call_gets_its_own_copy(monkeypa
     assert all(a.flags.writeable for a in second)
     np.testing.assert_array_equal(second[0], matrix)
     np.testing.assert_array_equal(second[1], matrix)
+    assert not any(kept.flags.writeable for kept in run.values())   # only copies are handed out
     reshaped = wire.decode_argument(wire.encode_argument(matrix.reshape(3, 2)), run=run)
     as_ints = wire.decode_argument({**wire.encode_argument(matrix), "dtype": "<i8"}, run=run)
     assert reshaped.shape == (3, 2) and as_ints.dtype == np.int64 and len(decoded) == 3
-    for forged in ({"dtype": "|O"}, {"shape": [2, 4]}, {"raw": "not base64!"}, {"raw": 3}):
+    for forged in ({"dtype": "|O"}, {"shape": [2, 4]}, {"shape": "[2, 3]"}, {"raw": "not base64!"}, {"raw": 3}):
         with pytest.raises(BadValue):
             wire.decode_argument({**wire.encode_argument(matrix), **forged}, run=run)
 
