@@ -255,7 +255,7 @@ def _with_globals(fn, pairs):
     if not isinstance(fn, _FunctionType):
         raise TypeError(f"{getattr(fn, '__name__', 'it')} is not a plain function: the grader cannot set its "
                         "globals")
-    values = [(str(n), wire.decode_argument(a)) for n, a in pairs]
+    values = [(str(n), wire.decode_argument(a, run=_calls["arrays"])) for n, a in pairs]
     scope = dict(fn.__globals__)
     scope.update(values)
     clone = _FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
@@ -334,19 +334,19 @@ def _method_of(cls, spec, step):
     gives every value the object was handed as it is after the call, in the wire's order, and
     one that gives the attributes it keeps parts in, encoded)."""
     step["at"] = "construct"
-    construct = [wire.decode_argument(a) for a in spec["construct"]["args"]]
+    construct = [wire.decode_argument(a, run=_calls["arrays"]) for a in spec["construct"]["args"]]
     if not isinstance(cls, type):
         raise TypeError(f"{getattr(cls, '__name__', 'it')} is not a class")
     keyword = _by_keyword(cls, spec["construct"]["params"])
     instance = _invoke(cls, spec["construct"]["params"], construct, keyword)
     step["at"] = "attributes"
-    attributes = [(str(n), wire.decode_argument(a)) for n, a in spec["attributes"]]
+    attributes = [(str(n), wire.decode_argument(a, run=_calls["arrays"])) for n, a in spec["attributes"]]
     for name, value in attributes:
         setattr(instance, name, value)
     init, init_args = spec.get("init"), []
     if init:
         step["at"] = "init"
-        init_args = [wire.decode_argument(a) for a in init["args"]]
+        init_args = [wire.decode_argument(a, run=_calls["arrays"]) for a in init["args"]]
         initialise = getattr(instance, init["method"])
         by_keyword = _by_keyword(initialise, init["params"])
         keyword = keyword or by_keyword
@@ -355,7 +355,7 @@ def _method_of(cls, spec, step):
     if before:
         # The method run just before the one graded (a forward, before its backward).
         step["at"] = "before"
-        before_args = wire.decode_arguments(before["args"])
+        before_args = wire.decode_arguments(before["args"], _calls["arrays"])
         first = getattr(instance, before["method"])
         by_keyword = _by_keyword(first, before["params"])
         keyword = keyword or by_keyword
