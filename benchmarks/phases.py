@@ -2,7 +2,10 @@
 
 Grades the ordinary notebooks of `benchmarks/batch.py --ordinary` one after another in this
 process, as a batch worker does (`grade_task`, then the result's JSON and its HTML report as
-the batch's main process writes them), with the fork server warm. Measured per submission:
+the batch's main process writes them), with the fork server warm. Each notebook has a seed of
+its own, as in a batch (`grader/batch/run.py`, `seeded`): what the judging computes from a
+seed's cases is then computed for each submission, as a batch's worker computes it, not found
+from an earlier one's. Measured per submission:
 
 - the grader: this process's CPU time (all its threads), without a profiler; then split
   into its parts by the shares a second, profiled pass gives each group of modules (a
@@ -40,6 +43,7 @@ from batch import BARE, mixed_batch  # noqa: E402
 
 from grader import grade  # noqa: E402
 from grader.batch.tasks import grade_task  # noqa: E402
+from grader.judging.seeds import fresh_seed, submission_seed  # noqa: E402
 from grader.kernel.session import Kernel  # noqa: E402
 from grader.report.html import write_html  # noqa: E402
 from grader.result import GradeResult  # noqa: E402
@@ -89,8 +93,12 @@ class KernelCpu:
 
 
 def grade_all(notebooks: list[Path], out: Path) -> None:
+    """Each notebook graded as a batch grades it: with a seed of its own, from a secret of the
+    pass's own, so that no pass finds what an earlier one computed for its cases."""
+    secret = fresh_seed()
     for path in notebooks:
-        row = grade_task(path.name, path.read_bytes(), None, {"seed": 1})
+        content = path.read_bytes()
+        row = grade_task(path.name, content, None, {"seed": submission_seed(secret, path.stem, content)})
         folder = out / path.stem
         folder.mkdir()
         (folder / "result.json").write_text(json.dumps(row))
